@@ -1,0 +1,36 @@
+# QueueFlow (Python). Two commands on a fresh machine: `make run` and `make test`.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install run test test-fast bench lint fmt clean
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]' --config-settings editable_mode=compat
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# QueueFlow with an embedded PostgreSQL in dev mode (or DATABASE_URL when set).
+run: $(STAMP)
+	$(BIN)/python -m shared.devrun
+
+# The whole suite against a PostgreSQL that the tests start themselves.
+test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -n 2 --dist loadgroup -q
+
+bench: $(STAMP)
+	$(BIN)/python -m bench
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+fmt: $(STAMP)
+	$(BIN)/ruff format .
+
+clean:
+	rm -rf $(VENV) .qfdata .pytest_cache

@@ -1,0 +1,167 @@
+"""Tenant job routes: create, batch, list, get, cancel (one or by filter), and the SSE stream."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from datetime import UTC
+
+import msgspec
+from aiohttp import web
+
+from services.api.context import settings_of, tenant_of
+from services.api.params import page_from
+from shared import wire
+from shared.db import jobs as jobs_db
+from shared.db.listing import fetch_page
+from shared.domain import (
+    ACTIVE_JOB_STATUSES,
+    JOB_STATUSES,
+    TERMINAL_JOB_STATUSES,
+    Conflict,
+    NotFound,
+    ValidationFailed,
+)
+from shared.http import decode, json_response
+from shared.runtime import RESOURCES
+
+SSE_MAX_SECS = 15 * 60
+SSE_KEEPALIVE_SECS = 15.0
+
+
+def _new_job(item: wire.CreateJobRequest, default_queue: str, key: str | None) -> jobs_db.NewJob:
+    if not item.task_name.strip():
+        raise ValidationFailed("task_name is required")
+    config = item.config or wire.JobConfigRequest()
+    run_at = item.run_at
+    if run_at is not None and run_at.tzinfo is None:
+        run_at = run_at.replace(tzinfo=UTC)
+    return jobs_db.NewJob(
+        task_name=item.task_name,
+        queue=config.queue or default_queue,
+        config=config.resolve(),
+        payload=item.payload or {},
+        run_at=run_at,
+        metadata=item.metadata or {},
+        idempotency_key=key,
+    )
+
+
+def _header_key(request: web.Request) -> str | None:
+    key = request.headers.get("Idempotency-Key", "").strip()
+    if len(key) > 255:
+        raise ValidationFailed("Idempotency-Key is longer than 255 characters")
+    return key or None
+
+
+async def create_job(request: web.Request) -> web.Response:
+    body = await decode(request, wire.CreateJobRequest)
+    key = _header_key(request) or (body.idempotency_key or "").strip() or None
+    job = _new_job(body, settings_of(request).default_queue, key)
+    [job_id] = await jobs_db.insert_jobs(request.app[RESOURCES].pool, tenant_of(request).id, [job])
+    return json_response(wire.CreateJobResponse(job_id=job_id), 201)
+
+
+async def create_batch(request: web.Request) -> web.Response:
+    body = await decode(request, wire.CreateBatchJobsRequest)
+    settings = settings_of(request)
+    if not body.jobs:
+        raise ValidationFailed("jobs array cannot be empty")
+    if len(body.jobs) > settings.max_batch:
+        raise ValidationFailed(f"batch size cannot exceed {settings.max_batch}")
+    items = []
+    for index, item in enumerate(body.jobs):
+        try:
+            items.append(_new_job(item, settings.default_queue, (item.idempotency_key or "").strip() or None))
+        except ValidationFailed as err:
+            raise ValidationFailed(f"jobs[{index}]: {err.message.removeprefix('validation error: ')}") from None
+    ids = await jobs_db.insert_jobs(request.app[RESOURCES].pool, tenant_of(request).id, items)
+    return json_response(wire.CreateBatchJobsResponse(job_ids=ids, count=len(ids)), 201)
+
+
+async def list_jobs(request: web.Request) -> web.Response:
+    page = page_from(request, {
+        "status": ("status", JOB_STATUSES),
+        "queue": ("queue_name", None),
+        "task_name": ("task_name", None),
+    })
+    result = await fetch_page(request.app[RESOURCES].pool, "jobs", tenant_of(request).id, page, "uuid")
+    return json_response(wire.ListJobsResponse(
+        jobs=[jobs_db.to_job(r) for r in result.rows], limit=page.limit, offset=page.offset,
+        has_more=result.has_more, total=result.total, next_cursor=result.next_cursor))
+
+
+async def _job_or_404(request: web.Request) -> wire.Job:
+    job_id = request.match_info["id"]
+    job = await jobs_db.get_job(request.app[RESOURCES].pool, tenant_of(request).id, job_id)
+    if job is None:
+        raise NotFound(f"job not found: {job_id}")
+    return job
+
+
+async def get_job(request: web.Request) -> web.Response:
+    return json_response(await _job_or_404(request))
+
+
+async def cancel_job(request: web.Request) -> web.Response:
+    job_id = request.match_info["id"]
+    outcome = await jobs_db.cancel_job(request.app[RESOURCES].pool, tenant_of(request).id, job_id)
+    if outcome == "missing":
+        raise NotFound(f"job not found: {job_id}")
+    if outcome != "cancelled":
+        raise Conflict(f"job is already {outcome}")
+    return web.Response(status=204)
+
+
+async def cancel_jobs(request: web.Request) -> web.Response:
+    body = await decode(request, wire.CancelJobsRequest)
+    limit = body.limit or 100
+    max_batch = settings_of(request).max_batch
+    if limit > max_batch:
+        raise ValidationFailed(f"limit cannot exceed {max_batch}")
+    statuses = [body.status] if body.status else list(ACTIVE_JOB_STATUSES)
+    count = await jobs_db.cancel_matching(
+        request.app[RESOURCES].pool, tenant_of(request).id, statuses, body.queue, body.task_name,
+        body.created_after, body.created_before, limit)
+    return json_response(wire.CancelJobsResponse(cancelled=count))
+
+
+async def job_events(request: web.Request) -> web.StreamResponse:
+    """`status` events carrying the whole job, one per status change, until a terminal status.
+
+    Woken by the job-events NOTIFY channel; the keep-alive tick doubles as a safety re-check."""
+    res = request.app[RESOURCES]
+    tenant = tenant_of(request).id
+    job = await _job_or_404(request)
+    changed = asyncio.Event()
+    unsubscribe = res.hub.watch_job(job.id, lambda _status: changed.set())
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
+                                           "X-Accel-Buffering": "no"})
+    await response.prepare(request)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + SSE_MAX_SECS
+    last_status = None
+    try:
+        while True:
+            if job.status != last_status:
+                data = msgspec.json.encode(job).decode()
+                await response.write(f"event: status\ndata: {data}\n\n".encode())
+                last_status = job.status
+            if job.status in TERMINAL_JOB_STATUSES or loop.time() >= deadline or res.draining:
+                break
+            try:
+                await asyncio.wait_for(changed.wait(), min(SSE_KEEPALIVE_SECS, deadline - loop.time()))
+            except TimeoutError:
+                await response.write(b": keep-alive\n\n")
+            changed.clear()
+            fresh = await jobs_db.get_job(res.pool, tenant, job.id)
+            if fresh is None:
+                break
+            job = fresh
+    except (ConnectionResetError, asyncio.CancelledError):
+        pass
+    finally:
+        unsubscribe()
+    with contextlib.suppress(ConnectionResetError):
+        await response.write_eof()
+    return response

@@ -1,0 +1,1 @@
+"""The lease janitor: reclaims expired leases, wakes queues whose delayed jobs fall due, prunes."""

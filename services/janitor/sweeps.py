@@ -1,0 +1,69 @@
+"""The janitor's sweeps. Each is safe with any number of janitors running: reclaim takes rows with
+SKIP LOCKED, wake-ups are idempotent hints, and retention takes an advisory lock per round."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import structlog
+
+from shared import metrics
+from shared.db.queries import Q
+from shared.runtime import Resources
+
+log = structlog.get_logger("queueflow.janitor")
+
+RETENTION_ROUND = 5000
+
+
+async def reclaim_expired(res: Resources, max_rounds: int = 10) -> int:
+    """Expired leases go through the retry policy; returns how many were reclaimed."""
+    total = 0
+    batch = res.settings.janitor_batch
+    for _ in range(max_rounds):
+        rows = await res.pool.fetch(Q.reclaim_expired, batch)
+        for row in rows:
+            metrics.LEASES_RECLAIMED.inc()
+            if row["status"] == "retrying":
+                metrics.JOBS_RETRIED.inc()
+            else:
+                metrics.JOBS_FAILED.inc()
+                metrics.JOBS_DEAD_LETTERED.inc()
+            log.info("lease_reclaimed", job_id=str(row["id"]), queue=row["queue_name"], status=row["status"])
+        total += len(rows)
+        if len(rows) < batch:
+            break
+    return total
+
+
+async def wake_due_queues(res: Resources, since: datetime) -> datetime:
+    """NOTIFY each queue with a job that fell due after `since`; returns the database's now."""
+    row = await res.pool.fetchrow(Q.wake_due_queues, since)
+    assert row is not None
+    return row["now"]  # type: ignore[no-any-return]
+
+
+async def seconds_until_next_due(res: Resources) -> float | None:
+    row = await res.pool.fetchrow(Q.next_due)
+    if row is None or row["at"] is None:
+        return None
+    return max(0.0, (row["at"] - row["now"]).total_seconds())
+
+
+async def prune(res: Resources, older_than_hours: float) -> int:
+    """Delete terminal history older than the window, in bounded rounds; one janitor at a time."""
+    deleted = 0
+    cutoff = await res.pool.fetchval("SELECT now()") - timedelta(hours=older_than_hours)
+    for query in (Q.prune_dead_letters, Q.prune_jobs, Q.prune_workflows):
+        while True:
+            async with res.pool.acquire() as conn, conn.transaction():
+                if not await conn.fetchval(Q.retention_lock):
+                    return deleted  # another janitor is pruning
+                status = await conn.execute(query, cutoff, RETENTION_ROUND)
+            n = int(status.split()[-1])
+            deleted += n
+            if n < RETENTION_ROUND:
+                break
+    if deleted:
+        log.info("retention_pruned", rows=deleted, older_than_hours=older_than_hours)
+    return deleted

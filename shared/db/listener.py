@@ -1,0 +1,183 @@
+"""One LISTEN connection per process, fanned out to in-memory waiters.
+
+Idle long-polls, in-process workers and SSE streams hold no database connection: they park on an
+in-memory signal that this hub pokes when PostgreSQL sends a notification. NOTIFY is only a hint:
+every wait has a timeout, and a reconnect wakes every waiter once, since notifications sent while
+the connection was down are lost.
+
+Lost wake-ups are impossible by construction: a claimer reads the queue's epoch *before* its claim
+query and parks only if the epoch has not moved since (register, then re-check).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from collections.abc import Callable
+
+import asyncpg
+import structlog
+
+log = structlog.get_logger("queueflow.listener")
+
+WORK = "queueflow_work"            # payload: queue name; a due job was inserted or re-queued
+DELAYED = "queueflow_delayed"      # payload: queue name; a future-dated job appeared
+JOB_EVENTS = "queueflow_job_events"  # payload: "<job id>:<status>"
+CHANNELS = (WORK, DELAYED, JOB_EVENTS)
+
+
+class _QueueSignal:
+    __slots__ = ("epoch", "waiters")
+
+    def __init__(self) -> None:
+        self.epoch = 0
+        self.waiters: deque[asyncio.Future[None]] = deque()
+
+
+class Hub:
+    """In-memory fan-out of notifications; fed by `Listener`, usable on its own in tests."""
+
+    def __init__(self) -> None:
+        self._queues: dict[str, _QueueSignal] = {}
+        self._job_watchers: dict[str, set[Callable[[str], None]]] = {}
+        self._delayed_watchers: set[Callable[[str], None]] = set()
+        self.connected = False
+
+    # -- queues -----------------------------------------------------------------------------------
+
+    def _signal(self, queue: str) -> _QueueSignal:
+        sig = self._queues.get(queue)
+        if sig is None:
+            sig = self._queues[queue] = _QueueSignal()
+        return sig
+
+    def epoch(self, queue: str) -> int:
+        return self._signal(queue).epoch
+
+    def waiting(self, queue: str) -> int:
+        sig = self._queues.get(queue)
+        return 0 if sig is None else sum(1 for f in sig.waiters if not f.done())
+
+    async def wait(self, queue: str, seen_epoch: int, timeout: float) -> bool:
+        """Park until the queue is poked after `seen_epoch`, or `timeout`. True when poked."""
+        sig = self._signal(queue)
+        if sig.epoch != seen_epoch:
+            return True
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        sig.waiters.append(fut)
+        try:
+            await asyncio.wait_for(fut, timeout)
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            if not fut.done():
+                fut.cancel()
+            with contextlib.suppress(ValueError):
+                sig.waiters.remove(fut)
+
+    def poke(self, queue: str, wake: int = 1) -> None:
+        """New work on `queue`: bump its epoch and wake up to `wake` parked waiters (FIFO).
+
+        One notification wakes one waiter; a waiter that then claims a full batch pokes again, so
+        a large insert spreads over as many waiters as it needs without a thundering herd.
+        """
+        sig = self._signal(queue)
+        sig.epoch += 1
+        while wake > 0 and sig.waiters:
+            fut = sig.waiters.popleft()
+            if not fut.done():
+                fut.set_result(None)
+                wake -= 1
+
+    def wake_all(self) -> None:
+        """After a reconnect: notifications may have been missed, so everyone re-checks."""
+        for queue, sig in self._queues.items():
+            self.poke(queue, wake=len(sig.waiters))
+        for watchers in list(self._job_watchers.values()):
+            for cb in list(watchers):
+                cb("")
+        for cb in list(self._delayed_watchers):
+            cb("")
+
+    # -- jobs and delayed work --------------------------------------------------------------------
+
+    def watch_job(self, job_id: str, callback: Callable[[str], None]) -> Callable[[], None]:
+        """Call `callback(status)` on every status change of `job_id`; returns the unsubscribe."""
+        self._job_watchers.setdefault(job_id, set()).add(callback)
+
+        def unsubscribe() -> None:
+            watchers = self._job_watchers.get(job_id)
+            if watchers is not None:
+                watchers.discard(callback)
+                if not watchers:
+                    del self._job_watchers[job_id]
+
+        return unsubscribe
+
+    def watch_delayed(self, callback: Callable[[str], None]) -> Callable[[], None]:
+        self._delayed_watchers.add(callback)
+        return lambda: self._delayed_watchers.discard(callback)
+
+    def dispatch(self, channel: str, payload: str) -> None:
+        if channel == WORK:
+            self.poke(payload)
+        elif channel == JOB_EVENTS:
+            job_id, _, status = payload.partition(":")
+            for cb in list(self._job_watchers.get(job_id, ())):
+                cb(status)
+        elif channel == DELAYED:
+            for cb in list(self._delayed_watchers):
+                cb(payload)
+
+
+class Listener:
+    """Keeps one LISTEN connection alive and feeds `hub`; reconnects and wakes everyone on loss."""
+
+    def __init__(self, dsn: str, hub: Hub, check_interval: float = 5.0) -> None:
+        self.dsn = dsn
+        self.hub = hub
+        self.check_interval = check_interval
+        self._task: asyncio.Task[None] | None = None
+        self._ready = asyncio.Event()
+
+    async def start(self, wait: float = 10.0) -> None:
+        self._task = asyncio.create_task(self._run(), name="queueflow-listener")
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._ready.wait(), wait)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    def _on_notify(self, _conn: object, _pid: int, channel: str, payload: str) -> None:
+        self.hub.dispatch(channel, payload)
+
+    async def _run(self) -> None:
+        while True:
+            conn: asyncpg.Connection | None = None
+            try:
+                conn = await asyncpg.connect(self.dsn, server_settings={"application_name": "queueflow-listener"})
+                for channel in CHANNELS:
+                    await conn.add_listener(channel, self._on_notify)
+                self.hub.connected = True
+                self._ready.set()
+                log.info("listener_connected")
+                self.hub.wake_all()
+                while True:
+                    await asyncio.sleep(self.check_interval)
+                    await asyncio.wait_for(conn.fetchval("SELECT 1"), self.check_interval)
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:  # noqa: BLE001 - any failure means reconnect
+                log.warning("listener_disconnected", error=str(err))
+            finally:
+                self.hub.connected = False
+                if conn is not None:
+                    with contextlib.suppress(Exception):
+                        await asyncio.wait_for(conn.close(), 2)
+            self.hub.wake_all()
+            await asyncio.sleep(1.0)

@@ -1,0 +1,258 @@
+-- Named queries for jobs and dead letters. Loaded once by shared/db/queries.py.
+-- Every outcome write is guarded by status = 'running' AND lease_token = $token.
+
+-- name: insert_jobs
+-- Many jobs in one statement; a repeated idempotency key inserts nothing (the caller looks it up).
+INSERT INTO queueflow.jobs
+    (id, queue_name, task_name, payload, config, priority, scheduled_at, metadata, tenant_id,
+     idempotency_key, workflow_id, workflow_step_id)
+SELECT u.id, u.queue_name, u.task_name, u.payload, u.config, u.priority,
+       COALESCE(u.scheduled_at, now()), u.metadata, $9, u.idempotency_key, u.workflow_id, u.step
+FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::jsonb[], $6::int[],
+            $7::timestamptz[], $8::jsonb[], $10::text[], $11::text[], $12::text[])
+     AS u(id, queue_name, task_name, payload, config, priority, scheduled_at, metadata,
+          idempotency_key, workflow_id, step)
+ON CONFLICT (COALESCE(tenant_id, ''), idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING id;
+
+-- name: ids_for_idempotency_keys
+SELECT idempotency_key, id FROM queueflow.jobs
+WHERE COALESCE(tenant_id, '') = COALESCE($1, '') AND idempotency_key = ANY($2::text[]);
+
+-- name: get_job
+SELECT * FROM queueflow.jobs WHERE id = $1 AND tenant_id = $2;
+
+-- name: job_owner_state
+-- Existence and state of one job for the caller's tenant (404 versus 409 on cancel).
+SELECT status FROM queueflow.jobs WHERE id = $1 AND tenant_id = $2;
+
+-- name: cancel_job
+UPDATE queueflow.jobs
+SET status = 'cancelled', completed_at = now(), locked_until = NULL
+WHERE id = $1 AND tenant_id = $2 AND status IN ('pending', 'retrying', 'running')
+RETURNING id;
+
+-- name: cancel_jobs_matching
+-- Cancel by filter, oldest first, at most $8 rows; rows finishing concurrently are skipped.
+WITH picked AS (
+    SELECT id FROM queueflow.jobs
+    WHERE tenant_id = $1
+      AND status = ANY($2::text[])
+      AND ($3::text IS NULL OR queue_name = $3)
+      AND ($4::text IS NULL OR task_name = $4)
+      AND ($5::timestamptz IS NULL OR created_at >= $5)
+      AND ($6::timestamptz IS NULL OR created_at < $6)
+    ORDER BY created_at, id
+    LIMIT $7
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE queueflow.jobs j
+SET status = 'cancelled', completed_at = now(), locked_until = NULL
+FROM picked WHERE j.id = picked.id
+RETURNING j.id;
+
+-- name: claim_jobs
+-- Lease up to $2 due jobs of queue $1. $3 is the lease in seconds; $4, when not null, is the grace
+-- added to the job's own timeout so an in-process handler's lease always covers its timeout.
+WITH picked AS (
+    SELECT id FROM queueflow.jobs
+    WHERE queue_name = $1 AND status IN ('pending', 'retrying') AND scheduled_at <= now()
+    ORDER BY priority DESC, scheduled_at, created_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE queueflow.jobs j
+SET status = 'running',
+    lease_token = gen_random_uuid(),
+    locked_until = now() + make_interval(secs => GREATEST($3::int,
+        COALESCE((j.config->>'timeout_secs')::int + $4::int, 0))),
+    delivery_count = j.delivery_count + 1,
+    started_at = COALESCE(j.started_at, now()),
+    next_retry_at = NULL
+FROM picked WHERE j.id = picked.id
+RETURNING j.*;
+
+-- name: heartbeat
+UPDATE queueflow.jobs SET locked_until = now() + make_interval(secs => $3::int)
+WHERE id = $1 AND status = 'running' AND lease_token = $2
+RETURNING status;
+
+-- name: complete_jobs
+-- Group commit: many completions in one statement; rows not returned lost their lease or finished.
+UPDATE queueflow.jobs j
+SET status = 'completed', result = u.result, completed_at = now(), locked_until = NULL
+FROM unnest($1::uuid[], $2::uuid[], $3::jsonb[]) AS u(id, token, result)
+WHERE j.id = u.id AND j.status = 'running' AND j.lease_token = u.token
+RETURNING j.id, j.workflow_id;
+
+-- name: lease_states
+-- Why a guarded write matched nothing: the job's current status and lease token.
+SELECT id, status, lease_token FROM queueflow.jobs WHERE id = ANY($1::uuid[]);
+
+-- name: fail_job
+-- One failure through the retry policy. $3 error, $4 retryable, $5 dead-letter reason override.
+-- A terminal failure and its dead-letter row are written by this one statement.
+WITH target AS (
+    SELECT id, retry_count, config FROM queueflow.jobs
+    WHERE id = $1 AND status = 'running' AND lease_token = $2
+    FOR UPDATE
+), decision AS (
+    SELECT id,
+           ($4::bool AND retry_count < COALESCE((config->>'max_retries')::int, 3)) AS retry,
+           queueflow.retry_delay_secs(config, retry_count) AS delay
+    FROM target
+), updated AS (
+    UPDATE queueflow.jobs j
+    SET status = CASE WHEN d.retry THEN 'retrying' ELSE 'failed' END,
+        error_message = $3,
+        retry_count = j.retry_count + CASE WHEN d.retry THEN 1 ELSE 0 END,
+        scheduled_at = CASE WHEN d.retry THEN now() + make_interval(secs => d.delay) ELSE j.scheduled_at END,
+        next_retry_at = CASE WHEN d.retry THEN now() + make_interval(secs => d.delay) END,
+        completed_at = CASE WHEN d.retry THEN NULL ELSE now() END,
+        locked_until = NULL
+    FROM decision d WHERE j.id = d.id
+    RETURNING j.id, j.status, j.queue_name, j.task_name, j.error_message, j.tenant_id, j.workflow_id
+), dead AS (
+    INSERT INTO queueflow.dead_letters (job_id, queue_name, task_name, reason, error_message, tenant_id)
+    SELECT id, queue_name, task_name,
+           COALESCE($5::text, CASE WHEN $4::bool THEN 'max_attempts_exceeded' ELSE 'non_retryable' END),
+           error_message, tenant_id
+    FROM updated WHERE status = 'failed'
+    RETURNING id
+)
+SELECT u.id, u.status, u.workflow_id FROM updated u;
+
+-- name: reclaim_expired
+-- The janitor: expired leases go through the retry policy as a retryable failure, so a crash
+-- consumes retry budget. The lease token is cleared, so the old holder's writes get 409.
+WITH target AS (
+    SELECT id, retry_count, config FROM queueflow.jobs
+    WHERE status = 'running' AND locked_until < now()
+    ORDER BY locked_until
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), decision AS (
+    SELECT id,
+           retry_count < COALESCE((config->>'max_retries')::int, 3) AS retry,
+           queueflow.retry_delay_secs(config, retry_count) AS delay
+    FROM target
+), updated AS (
+    UPDATE queueflow.jobs j
+    SET status = CASE WHEN d.retry THEN 'retrying' ELSE 'failed' END,
+        error_message = 'lease expired: the worker crashed or stopped heartbeating',
+        retry_count = j.retry_count + CASE WHEN d.retry THEN 1 ELSE 0 END,
+        scheduled_at = CASE WHEN d.retry THEN now() + make_interval(secs => d.delay) ELSE j.scheduled_at END,
+        next_retry_at = CASE WHEN d.retry THEN now() + make_interval(secs => d.delay) END,
+        completed_at = CASE WHEN d.retry THEN NULL ELSE now() END,
+        locked_until = NULL,
+        lease_token = NULL
+    FROM decision d WHERE j.id = d.id
+    RETURNING j.id, j.status, j.queue_name, j.task_name, j.error_message, j.tenant_id, j.workflow_id
+), dead AS (
+    INSERT INTO queueflow.dead_letters (job_id, queue_name, task_name, reason, error_message, tenant_id)
+    SELECT id, queue_name, task_name, 'max_attempts_exceeded', error_message, tenant_id
+    FROM updated WHERE status = 'failed'
+    RETURNING id
+)
+SELECT u.id, u.status, u.queue_name, u.workflow_id FROM updated u;
+
+-- name: next_due
+SELECT min(scheduled_at) AS at, now() AS now FROM queueflow.jobs
+WHERE status IN ('pending', 'retrying') AND scheduled_at > now();
+
+-- name: get_dead_letter
+SELECT * FROM queueflow.dead_letters WHERE id = $1 AND tenant_id = $2;
+
+-- name: replay_dead_letter
+-- Mark the entry replayed and insert a fresh, detached copy of its job in one statement; the
+-- caller rolls back when the mark succeeded but the original job is gone (purged).
+WITH marked AS (
+    UPDATE queueflow.dead_letters SET replayed_at = now(), replay_job_id = $3
+    WHERE id = $1 AND tenant_id = $2 AND replayed_at IS NULL
+    RETURNING id, job_id
+), inserted AS (
+    INSERT INTO queueflow.jobs (id, queue_name, task_name, payload, config, priority, metadata, tenant_id)
+    SELECT $3, j.queue_name, j.task_name, j.payload, j.config, j.priority,
+           j.metadata || jsonb_build_object('replayed_from_job', j.id::text,
+                                            'replayed_from_dead_letter', m.id),
+           j.tenant_id
+    FROM marked m JOIN queueflow.jobs j ON j.id = m.job_id
+    RETURNING id
+)
+SELECT (SELECT count(*) FROM marked) AS marked, (SELECT count(*) FROM inserted) AS inserted;
+
+-- name: dead_letters_to_replay
+SELECT id FROM queueflow.dead_letters
+WHERE tenant_id = $1 AND replayed_at IS NULL
+  AND ($2::text IS NULL OR queue_name = $2)
+  AND ($3::text IS NULL OR task_name = $3)
+  AND ($4::timestamptz IS NULL OR created_at >= $4)
+  AND ($5::timestamptz IS NULL OR created_at < $5)
+ORDER BY created_at, id
+LIMIT $6;
+
+-- name: tenant_stats
+SELECT
+    (SELECT count(*) FROM queueflow.jobs WHERE tenant_id = $1) AS jobs_created,
+    (SELECT count(*) FROM queueflow.jobs WHERE tenant_id = $1 AND status = 'completed') AS jobs_completed,
+    (SELECT count(*) FROM queueflow.jobs WHERE tenant_id = $1 AND status = 'failed') AS jobs_failed,
+    (SELECT COALESCE(sum(retry_count), 0) FROM queueflow.jobs WHERE tenant_id = $1) AS jobs_retried,
+    (SELECT count(*) FROM queueflow.dead_letters WHERE tenant_id = $1) AS jobs_dead_lettered,
+    (SELECT count(*) FROM queueflow.workflows WHERE tenant_id = $1) AS workflows_created,
+    (SELECT count(*) FROM queueflow.workflows WHERE tenant_id = $1 AND status = 'completed')
+        AS workflows_completed,
+    (SELECT count(*) FROM queueflow.workflows
+     WHERE tenant_id = $1 AND status IN ('failed', 'partially_failed')) AS workflows_failed;
+
+-- name: queue_gauges
+-- Fleet-wide backlog per queue for the Prometheus gauges.
+SELECT queue_name,
+       count(*) FILTER (WHERE status IN ('pending', 'retrying') AND scheduled_at <= now()) AS pending,
+       count(*) FILTER (WHERE status IN ('pending', 'retrying') AND scheduled_at > now()) AS scheduled,
+       count(*) FILTER (WHERE status = 'running') AS running,
+       COALESCE(EXTRACT(EPOCH FROM now() - min(scheduled_at)
+           FILTER (WHERE status IN ('pending', 'retrying') AND scheduled_at <= now())), 0) AS oldest_age
+FROM queueflow.jobs
+WHERE status IN ('pending', 'retrying', 'running')
+GROUP BY queue_name;
+
+-- name: prune_dead_letters
+DELETE FROM queueflow.dead_letters WHERE id IN (
+    SELECT id FROM queueflow.dead_letters WHERE created_at < $1 LIMIT $2);
+
+-- name: prune_jobs
+-- Terminal jobs older than the cutoff, except those a dead letter still points to.
+DELETE FROM queueflow.jobs WHERE id IN (
+    SELECT j.id FROM queueflow.jobs j
+    WHERE j.status IN ('completed', 'failed', 'cancelled') AND j.completed_at < $1
+      AND NOT EXISTS (SELECT 1 FROM queueflow.dead_letters d WHERE d.job_id = j.id)
+    LIMIT $2);
+
+-- name: prune_workflows
+DELETE FROM queueflow.workflows WHERE id IN (
+    SELECT id FROM queueflow.workflows
+    WHERE status IN ('completed', 'failed', 'partially_failed', 'cancelled') AND completed_at < $1
+    LIMIT $2);
+
+-- name: register_tasks
+INSERT INTO queueflow.worker_tasks (process_id, task_name, queue_name, heartbeat_at)
+SELECT $1, t, q, now() FROM unnest($2::text[]) AS t, unnest($3::text[]) AS q
+ON CONFLICT (process_id, task_name, queue_name) DO UPDATE SET heartbeat_at = now();
+
+-- name: unregister_tasks
+DELETE FROM queueflow.worker_tasks WHERE process_id = $1 OR heartbeat_at < now() - interval '1 hour';
+
+-- name: live_tasks
+SELECT DISTINCT task_name FROM queueflow.worker_tasks
+WHERE heartbeat_at > now() - make_interval(secs => $1) ORDER BY task_name;
+
+-- name: wake_due_queues
+-- Wake the waiters of every queue whose delayed or retrying job fell due in ($1, now()].
+WITH due AS (
+    SELECT DISTINCT queue_name FROM queueflow.jobs
+    WHERE status IN ('pending', 'retrying') AND scheduled_at > $1 AND scheduled_at <= now()
+)
+SELECT now() AS now, (SELECT count(pg_notify('queueflow_work', queue_name)) FROM due) AS woken;
+
+-- name: retention_lock
+SELECT pg_try_advisory_xact_lock(5850492716117963892);

@@ -1,0 +1,144 @@
+"""HTTP plumbing every service shares: the error and access-log middlewares, body decoding and
+JSON responses with msgspec, and the operational routes (/health, /ready, /metrics)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import msgspec
+import structlog
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+import shared
+from shared import metrics, wire
+from shared.db import jobs as jobs_db
+from shared.domain import DomainError, PayloadTooLarge, ValidationFailed
+from shared.runtime import RESOURCES
+
+log = structlog.get_logger("queueflow.http")
+T = TypeVar("T")
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+_encoder = msgspec.json.Encoder()
+_decoders: dict[type, msgspec.json.Decoder[Any]] = {}
+
+
+def json_response(body: Any, status: int = 200) -> web.Response:
+    return web.Response(body=_encoder.encode(body), status=status, content_type="application/json")
+
+
+def error_response(status: int, message: str) -> web.Response:
+    return json_response(wire.ErrorBody(error=message, timestamp=datetime.now(UTC)), status)
+
+
+def _validation_detail(err: msgspec.MsgspecError) -> str:
+    text = str(err)
+    return text[0].lower() + text[1:] if text else "malformed body"
+
+
+async def decode(request: web.Request, typ: type[T]) -> T:
+    """The request body as `typ`: malformed JSON, wrong types, unknown fields and out-of-range
+    values are a 400 naming the problem; an empty body counts as `{}`."""
+    decoder = _decoders.get(typ)
+    if decoder is None:
+        decoder = _decoders[typ] = msgspec.json.Decoder(typ)
+    raw = await request.read()
+    try:
+        return decoder.decode(raw if raw.strip() else b"{}")
+    except msgspec.ValidationError as err:
+        raise ValidationFailed(_validation_detail(err)) from None
+    except msgspec.DecodeError as err:
+        raise ValidationFailed(f"malformed JSON: {_validation_detail(err)}") from None
+
+
+def _route_label(request: web.Request) -> str:
+    resource = request.match_info.route.resource
+    return resource.canonical if resource is not None else "unmatched"
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Maps domain errors and framework errors to the contract's {error, timestamp} body, logs one
+    canonical line per request and records the HTTP metrics."""
+    started = time.perf_counter()
+    status = 500
+    try:
+        response = await handler(request)
+        status = response.status
+        return response
+    except DomainError as err:
+        status = err.status
+        return error_response(err.status, err.message)
+    except web.HTTPRequestEntityTooLarge as err:
+        status = 413
+        return error_response(413, PayloadTooLarge(f"payload too large: {err.text}").message)
+    except web.HTTPException as err:
+        status = err.status
+        if err.status < 400:
+            raise
+        message = {404: "not found", 405: "method not allowed"}.get(err.status, err.reason.lower())
+        return error_response(err.status, message)
+    except (asyncio.CancelledError, ConnectionResetError):
+        status = 499
+        raise
+    except Exception:
+        log.exception("request_failed", method=request.method, path=request.path)
+        return error_response(500, "internal server error")
+    finally:
+        route = _route_label(request)
+        elapsed = time.perf_counter() - started
+        metrics.HTTP_REQUESTS.labels(request.method, route, str(status)).inc()
+        metrics.HTTP_DURATION.labels(request.method, route).observe(elapsed)
+        if status >= 500 or request.app.get(ACCESS_LOG, False):
+            log.info("request_served", method=request.method, route=route, status=status,
+                     duration_ms=round(elapsed * 1000, 2))
+
+
+ACCESS_LOG = web.AppKey("access_log", bool)
+
+
+# --- operational routes --------------------------------------------------------------------------
+
+
+async def health(request: web.Request) -> web.Response:
+    res = request.app[RESOURCES]
+    try:
+        await asyncio.wait_for(res.pool.fetchval("SELECT 1"), 2)
+    except Exception:  # noqa: BLE001 - any failure means the database is not answering
+        return error_response(503, "database unavailable")
+    return json_response(wire.HealthStatus(status="healthy", timestamp=datetime.now(UTC),
+                                           version=shared.__version__))
+
+
+async def ready(request: web.Request) -> web.Response:
+    res = request.app[RESOURCES]
+    if res.draining:
+        return error_response(503, "shutting down")
+    try:
+        await asyncio.wait_for(res.pool.fetchval("SELECT 1"), 2)
+    except Exception:  # noqa: BLE001
+        return error_response(503, "database not ready")
+    return json_response(wire.ReadyStatus(status="ready"))
+
+
+async def metrics_endpoint(request: web.Request) -> web.Response:
+    res = request.app[RESOURCES]
+    try:
+        rows = await asyncio.wait_for(jobs_db.queue_gauges(res.pool), 5)
+    except Exception:  # noqa: BLE001 - the counters still render; the store gauge says why
+        rows = None
+    metrics.set_queue_gauges(rows)
+    return web.Response(body=generate_latest(metrics.REGISTRY),
+                        headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+def add_ops_routes(app: web.Application, with_metrics: bool = True) -> None:
+    app.router.add_get("/health", health)
+    app.router.add_get("/ready", ready)
+    if with_metrics:
+        app.router.add_get("/metrics", metrics_endpoint)

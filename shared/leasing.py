@@ -1,0 +1,35 @@
+"""Claiming with a long-poll, shared by the API's lease route and the in-process workers."""
+
+from __future__ import annotations
+
+import asyncio
+
+import asyncpg
+
+from shared import metrics
+from shared.db import jobs as jobs_db
+from shared.runtime import Resources
+
+
+async def lease_jobs(res: Resources, queue: str, max_jobs: int, lease_secs: int, wait_secs: float,
+                     timeout_grace: int | None = None) -> list[asyncpg.Record]:
+    """Claim up to `max_jobs`; when none is due, park on the queue's signal (no connection held)
+    until a job arrives, the wait ends, or the safety poll re-checks."""
+    hub = res.hub
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_secs
+    while True:
+        seen = hub.epoch(queue)  # read before the claim: a notification after it is never lost
+        rows = await jobs_db.claim(res.pool, queue, max_jobs, lease_secs, timeout_grace)
+        if rows:
+            if len(rows) == max_jobs:
+                hub.poke(queue)  # more may be waiting: pass the wake-up on
+            return rows
+        remaining = deadline - loop.time()
+        if remaining <= 0 or res.draining:
+            return []
+        metrics.LONG_POLL_WAITERS.inc()
+        try:
+            await hub.wait(queue, seen, min(remaining, res.settings.worker_poll_secs))
+        finally:
+            metrics.LONG_POLL_WAITERS.dec()
