@@ -12,7 +12,7 @@ from shared.domain import Forbidden
 from shared.runtime import RESOURCES
 
 AUTH = web.AppKey("authenticator", Authenticator)
-_TENANT = "queueflow.tenant"
+_TENANT = web.RequestKey("tenant", Tenant)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
