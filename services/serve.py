@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import resource
 import signal
 
 import structlog
@@ -49,7 +50,16 @@ def build_apps(settings: Settings) -> tuple[Resources, web.Application, web.Appl
     return res, main, metrics_app
 
 
+def raise_open_files_limit() -> None:
+    """Idle long-polls are cheap but each is a socket: lift the soft descriptor limit to the hard one."""
+    with contextlib.suppress(ValueError, OSError):
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft < hard:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
 async def serve(settings: Settings) -> None:
+    raise_open_files_limit()
     res, main, metrics_app = build_apps(settings)
     if settings.dev:
         log.warning("development_mode", detail="--dev: any bearer token is tenant 'tenant1' and a worker; "
