@@ -14,6 +14,7 @@ from services.api.params import page_from
 from shared import wire
 from shared.db import jobs as jobs_db
 from shared.db.listing import fetch_page
+from shared.db.queries import Q
 from shared.domain import (
     ACTIVE_JOB_STATUSES,
     JOB_STATUSES,
@@ -132,9 +133,13 @@ async def job_events(request: web.Request) -> web.StreamResponse:
     Woken by the job-events NOTIFY channel; the keep-alive tick doubles as a safety re-check."""
     res = request.app[RESOURCES]
     tenant = tenant_of(request).id
-    job = await _job_or_404(request)
+    await _job_or_404(request)
+    job_id = request.match_info["id"]
     changed = asyncio.Event()
-    unsubscribe = res.hub.watch_job(job.id, lambda _status: changed.set())
+    unsubscribe = res.hub.watch_job(job_id, lambda _status: changed.set())
+    # Registered before the job is read: a change after the read is announced to this stream.
+    watcher = await res.pool.fetchval(Q.watch_job, jobs_db.parse_id(job_id), SSE_MAX_SECS + 60)
+    job = await jobs_db.get_job(res.pool, tenant, job_id)
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
                                            "X-Accel-Buffering": "no"})
     await response.prepare(request)
@@ -142,7 +147,7 @@ async def job_events(request: web.Request) -> web.StreamResponse:
     deadline = loop.time() + SSE_MAX_SECS
     last_status = None
     try:
-        while True:
+        while job is not None:
             if job.status != last_status:
                 data = msgspec.json.encode(job).decode()
                 await response.write(f"event: status\ndata: {data}\n\n".encode())
@@ -154,14 +159,13 @@ async def job_events(request: web.Request) -> web.StreamResponse:
             except TimeoutError:
                 await response.write(b": keep-alive\n\n")
             changed.clear()
-            fresh = await jobs_db.get_job(res.pool, tenant, job.id)
-            if fresh is None:
-                break
-            job = fresh
-    except (ConnectionResetError, asyncio.CancelledError):
+            job = await jobs_db.get_job(res.pool, tenant, job_id)
+    except ConnectionResetError:
         pass
     finally:
         unsubscribe()
+        with contextlib.suppress(Exception):
+            await res.pool.execute(Q.unwatch_job, watcher)
     with contextlib.suppress(ConnectionResetError):
         await response.write_eof()
     return response

@@ -15,6 +15,8 @@ from shared.runtime import Resources
 
 log = structlog.get_logger("queueflow.janitor")
 
+HOUSEKEEPING_SECS = 60.0
+
 
 class Janitor:
     def __init__(self, res: Resources) -> None:
@@ -38,11 +40,15 @@ class Janitor:
         loop = asyncio.get_running_loop()
         since = await self.res.pool.fetchval("SELECT now()") - timedelta(seconds=max(60.0, s.janitor_interval_secs))
         next_retention = loop.time() + s.retention_interval_secs
+        next_housekeeping = loop.time()
         while True:
             self._poke.clear()  # a delayed-job notification from now on re-runs the loop early
             try:
                 await sweeps.reclaim_expired(self.res)
                 since = await sweeps.wake_due_queues(self.res, since)
+                if loop.time() >= next_housekeeping:
+                    next_housekeeping = loop.time() + HOUSEKEEPING_SECS
+                    await sweeps.prune_job_watchers(self.res)
                 if s.retention_hours is not None and loop.time() >= next_retention:
                     next_retention = loop.time() + s.retention_interval_secs
                     await sweeps.prune(self.res, s.retention_hours)

@@ -36,6 +36,11 @@ async def reclaim_expired(res: Resources, max_rounds: int = 10) -> int:
     return total
 
 
+async def prune_job_watchers(res: Resources) -> None:
+    """SSE watcher rows of streams that died without unregistering."""
+    await res.pool.execute(Q.prune_job_watchers)
+
+
 async def wake_due_queues(res: Resources, since: datetime) -> datetime:
     """NOTIFY each queue with a job that fell due after `since`; returns the database's now."""
     row = await res.pool.fetchrow(Q.wake_due_queues, since)

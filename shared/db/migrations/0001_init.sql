@@ -96,31 +96,41 @@ LANGUAGE sql VOLATILE AS $$
     FROM raw
 $$;
 
--- Wake-ups. A due pending row wakes the queue's waiters; a future-dated one tells the janitor to
--- recompute its next wake-up. Identical notifications in one transaction collapse into one.
-CREATE FUNCTION queueflow.notify_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+-- Wake-ups. Inserted due rows wake their queues' waiters; future-dated ones tell the janitors to
+-- recompute their next wake-up. One notification per queue per statement, whatever the batch size.
+CREATE FUNCTION queueflow.notify_inserted() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    IF NEW.scheduled_at <= now() THEN
-        PERFORM pg_notify('queueflow_work', NEW.queue_name);
-    ELSE
-        PERFORM pg_notify('queueflow_delayed', NEW.queue_name);
-    END IF;
+    PERFORM pg_notify(CASE WHEN due THEN 'queueflow_work' ELSE 'queueflow_delayed' END, queue_name)
+    FROM (SELECT DISTINCT queue_name, scheduled_at <= now() AS due
+          FROM inserted WHERE status = 'pending') AS q;
     RETURN NULL;
 END $$;
 
-CREATE TRIGGER jobs_notify_insert AFTER INSERT ON queueflow.jobs
-    FOR EACH ROW WHEN (NEW.status = 'pending') EXECUTE FUNCTION queueflow.notify_insert();
+CREATE TRIGGER jobs_notify_inserted AFTER INSERT ON queueflow.jobs
+    REFERENCING NEW TABLE AS inserted FOR EACH STATEMENT EXECUTE FUNCTION queueflow.notify_inserted();
 
--- Every status change: "<job id>:<new status>", for SSE watchers and running in-process handlers.
+-- Who is watching a job's status (SSE streams). Status changes are announced on
+-- queueflow_job_events only for watched jobs, and always for cancellations (a running in-process
+-- handler must stop), so the hot claim/complete path sends no notification at all.
+CREATE UNLOGGED TABLE queueflow.job_watchers (
+    id         uuid        PRIMARY KEY DEFAULT gen_random_uuid(),
+    job_id     uuid        NOT NULL,
+    expires_at timestamptz NOT NULL
+);
+CREATE INDEX job_watchers_job_idx ON queueflow.job_watchers (job_id);
+
 CREATE FUNCTION queueflow.notify_status() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM pg_notify('queueflow_job_events', NEW.id::text || ':' || NEW.status);
     IF NEW.status IN ('pending', 'retrying') THEN
         IF NEW.scheduled_at <= now() THEN
             PERFORM pg_notify('queueflow_work', NEW.queue_name);
         ELSE
             PERFORM pg_notify('queueflow_delayed', NEW.queue_name);
         END IF;
+    END IF;
+    IF NEW.status = 'cancelled'
+       OR EXISTS (SELECT 1 FROM queueflow.job_watchers w WHERE w.job_id = NEW.id) THEN
+        PERFORM pg_notify('queueflow_job_events', NEW.id::text || ':' || NEW.status);
     END IF;
     RETURN NULL;
 END $$;

@@ -256,3 +256,13 @@ SELECT now() AS now, (SELECT count(pg_notify('queueflow_work', queue_name)) FROM
 
 -- name: retention_lock
 SELECT pg_try_advisory_xact_lock(5850492716117963892);
+
+-- name: watch_job
+INSERT INTO queueflow.job_watchers (job_id, expires_at) VALUES ($1, now() + make_interval(secs => $2))
+RETURNING id;
+
+-- name: unwatch_job
+DELETE FROM queueflow.job_watchers WHERE id = $1;
+
+-- name: prune_job_watchers
+DELETE FROM queueflow.job_watchers WHERE expires_at < now();
