@@ -94,12 +94,11 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         elapsed = time.perf_counter() - started
         metrics.HTTP_REQUESTS.labels(request.method, route, str(status)).inc()
         metrics.HTTP_DURATION.labels(request.method, route).observe(elapsed)
-        if status >= 500 or request.app.get(ACCESS_LOG, False):
-            log.info("request_served", method=request.method, route=route, status=status,
-                     duration_ms=round(elapsed * 1000, 2))
-
-
-ACCESS_LOG = web.AppKey("access_log", bool)
+        # One canonical line per request: client and server errors at info, the rest at debug
+        # (the worker protocol's hot routes would otherwise dominate the log).
+        emit = log.info if status >= 400 else log.debug
+        emit("request_served", method=request.method, route=route, status=status,
+             duration_ms=round(elapsed * 1000, 2))
 
 
 # --- operational routes --------------------------------------------------------------------------

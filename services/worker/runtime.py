@@ -7,7 +7,7 @@ handlers concurrently, with the same guarantees as remote workers.
 - Cancelling a running job through the API cancels its handler: the job-events notification for
   the job reaches this process, which cancels the handler's task and reports nothing.
 - Shutdown stops leasing, then waits up to --shutdown-grace-secs for in-flight handlers; what is
-  still running after that is cancelled and left to the janitor (its lease expires).
+  still running after that is cancelled and released (claimable again at once, no retry spent).
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ class WorkerRuntime:
         self.process_id = f"{os.uname().nodename}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._loops: list[asyncio.Task[None]] = []
         self._inflight: set[asyncio.Task[None]] = set()
+        self._leases: dict[asyncio.Task[None], tuple[uuid.UUID, uuid.UUID]] = {}
         self._stopping = False
 
     async def start(self) -> None:
@@ -64,11 +65,16 @@ class WorkerRuntime:
         if self._inflight:
             log.info("worker_draining", jobs=len(self._inflight))
             _, pending = await asyncio.wait(self._inflight, timeout=self.res.settings.shutdown_grace_secs)
+            leases = [self._leases[t] for t in pending if t in self._leases]
             for t in pending:
                 t.cancel()
             if pending:
-                log.warning("worker_abandoned_jobs", jobs=len(pending))
                 await asyncio.wait(pending, timeout=2)
+                released = 0
+                for job_id, token in leases:
+                    with contextlib.suppress(Exception):
+                        released += await self.res.pool.fetchval(Q.release_job, job_id, token) is not None
+                log.warning("worker_released_jobs", jobs=len(pending), released=released)
         with contextlib.suppress(Exception):
             await self.res.pool.execute(Q.unregister_tasks, self.process_id)
 
@@ -103,8 +109,13 @@ class WorkerRuntime:
                 task = asyncio.create_task(self._run(row))
                 mine.add(task)
                 self._inflight.add(task)
+                self._leases[task] = (row["id"], row["lease_token"])
+                task.add_done_callback(self._forget)
                 task.add_done_callback(mine.discard)
-                task.add_done_callback(self._inflight.discard)
+
+    def _forget(self, task: asyncio.Task[None]) -> None:
+        self._inflight.discard(task)
+        self._leases.pop(task, None)
 
     async def _run(self, row: asyncpg.Record) -> None:
         job = jobs_db.to_job(row)

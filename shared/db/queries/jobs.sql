@@ -266,3 +266,11 @@ DELETE FROM queueflow.job_watchers WHERE id = $1;
 
 -- name: prune_job_watchers
 DELETE FROM queueflow.job_watchers WHERE expires_at < now();
+
+-- name: release_job
+-- Give a job back unfinished (graceful shutdown): claimable again at once, no retry consumed.
+UPDATE queueflow.jobs
+SET status = CASE WHEN retry_count > 0 THEN 'retrying' ELSE 'pending' END,
+    locked_until = NULL, lease_token = NULL, scheduled_at = now()
+WHERE id = $1 AND status = 'running' AND lease_token = $2
+RETURNING id;
