@@ -39,6 +39,10 @@ def build_apps(settings: Settings) -> tuple[Resources, web.Application, web.Appl
         from services.janitor.loop import janitor_ctx
 
         main.cleanup_ctx.append(janitor_ctx(res))
+    if settings.runs("workflow"):
+        from services.workflow.advancer import workflow_ctx
+
+        main.cleanup_ctx.append(workflow_ctx(res))
     if settings.runs("worker"):
         from services.worker.runtime import worker_ctx
 

@@ -10,7 +10,7 @@ import argparse
 import os
 from dataclasses import dataclass, field
 
-MODES = ("all", "api", "janitor", "worker")
+MODES = ("all", "api", "janitor", "workflow", "worker")
 
 
 class ConfigError(Exception):
@@ -61,7 +61,7 @@ class Settings:
         return self.queues or (self.default_queue,)
 
     def runs(self, service: str) -> bool:
-        """Whether this process runs `service` (api, janitor or worker)."""
+        """Whether this process runs `service` (api, janitor, workflow or worker)."""
         return self.mode == "all" or self.mode == service
 
     def check_credentials(self) -> None:
@@ -118,7 +118,7 @@ def _csv(raw: str | None) -> tuple[str, ...]:
 
 # (flag, env, type, default, help)
 _SERVE_OPTIONS: list[tuple[str, str, object, object, str]] = [
-    ("--mode", "QUEUEFLOW_MODE", str, "all", "all | api | janitor | worker"),
+    ("--mode", "QUEUEFLOW_MODE", str, "all", "all | api | janitor | workflow | worker"),
     ("--database-url", "DATABASE_URL", str, "", "PostgreSQL connection URL"),
     ("--host", "QUEUEFLOW_HOST", str, "0.0.0.0", "bind address for the HTTP listeners"),
     ("--api-port", "QUEUEFLOW_API_PORT", int, 8000, "REST API and worker protocol port"),

@@ -27,6 +27,13 @@ MAX_RETRIES = 1000
 MAX_TIMEOUT_SECS = 86_400
 MAX_DELAY_SECS = 2_592_000  # 30 days
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+MAX_FAN_OUT = 10_000  # elements one fan-out step may spawn (FanOut.max_items defaults to it)
+MAX_WORKFLOW_DEPTH = 8  # sub-workflows nest at most this deep
+MAX_WORKFLOW_STEPS = 1000
+
+WORKFLOW_STATUSES = ("created", "running", "completed", "failed", "partially_failed", "cancelled")
+TERMINAL_WORKFLOW_STATUSES = frozenset({"completed", "failed", "partially_failed", "cancelled"})
+TERMINAL_STEP_STATUSES = frozenset({"completed", "failed", "cancelled", "skipped"})
 
 
 class DomainError(Exception):
@@ -62,6 +69,13 @@ class Forbidden(DomainError):
 
 class NotFound(DomainError):
     status = 404
+
+
+class InvalidWorkflow(DomainError):
+    status = 400
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(f"invalid workflow: {detail}")
 
 
 class Conflict(DomainError):

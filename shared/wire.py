@@ -269,3 +269,115 @@ class ReadyStatus(Response):
 class ErrorBody(Response):
     error: str
     timestamp: datetime
+
+
+# --- workflows -----------------------------------------------------------------------------------
+
+StepStatus = Literal["pending", "running", "completed", "failed", "cancelled", "skipped"]
+WorkflowStatus = Literal["created", "running", "completed", "failed", "partially_failed", "cancelled"]
+ConditionOp = Literal["eq", "ne", "gt", "gte", "lt", "lte", "exists", "contains", "in"]
+
+
+class StepCondition(Request):
+    """A leaf (`path` compared with `value` by `op`) or a combination (`all`, `any`, `not`)."""
+
+    op: ConditionOp | None = None
+    path: str | None = None
+    value: Any | msgspec.UnsetType = msgspec.UNSET
+    all: list[StepCondition] | None = None
+    any: list[StepCondition] | None = None
+    not_: StepCondition | None = msgspec.field(default=None, name="not")
+
+
+class FanOut(Request):
+    path: Annotated[str, Meta(min_length=1)]
+    item_key: Annotated[str, Meta(min_length=1)] | None = None
+    max_items: Annotated[int, Meta(ge=0, le=domain.MAX_FAN_OUT)] | None = None
+
+
+class WorkflowStep(Request):
+    name: Name
+    task_name: str | None = None
+    depends_on: list[str] | None = None
+    payload: Object | None = None
+    config: JobConfig | None = None
+    on_failure: Literal["halt", "skip", "continue"] | None = None
+    on_success: Literal["continue"] | None = None
+    metadata: Object | None = None
+    queue: Name | None = None
+    when: StepCondition | None = None
+    fan_out: FanOut | None = None
+    workflow: CreateWorkflowRequest | None = None
+
+
+class CreateWorkflowRequest(Request):
+    name: Name
+    steps: list[WorkflowStep]
+    context: Object | None = None
+    metadata: Object | None = None
+    timeout_secs: Annotated[int, Meta(ge=1, le=domain.MAX_DELAY_SECS)] | None = None
+
+
+class CreateWorkflowResponse(Response):
+    workflow_id: str
+
+
+class Workflow(Response):
+    id: str
+    name: str
+    status: WorkflowStatus
+    steps: list[WorkflowStep]
+    created_at: datetime
+    context: Object
+    metadata: Object
+    retry_count: int
+    started_at: datetime | None = None
+    completed_at: datetime | None = None
+    tenant_id: str | None = None
+    timeout_secs: int | None = None
+    deadline_at: datetime | None = None
+    error_message: str | None = None
+    parent_workflow_id: str | None = None
+    parent_step_name: str | None = None
+
+
+class ListWorkflowsResponse(Response):
+    workflows: list[Workflow]
+    limit: int
+    offset: int
+    has_more: bool
+    total: int | None = None
+    next_cursor: str | None = None
+
+
+class FanOutProgress(Response):
+    total: int
+    completed: int
+    failed: int
+
+
+class WorkflowStepState(Response):
+    name: str
+    status: StepStatus
+    job_id: str | None = None
+    error: str | None = None
+    started_at: datetime | None = None
+    completed_at: datetime | None = None
+    child_workflow_id: str | None = None
+    fan_out: FanOutProgress | None = None
+
+
+class WorkflowStepStatesResponse(Response):
+    steps: list[WorkflowStepState]
+
+
+class WorkflowDiagramResponse(Response):
+    format: str
+    diagram: str
+
+
+class WorkflowEvent(Response):
+    workflow_id: str
+    status: WorkflowStatus
+    steps: list[WorkflowStepState]
+    error_message: str | None = None

@@ -10,7 +10,7 @@ from typing import Any
 
 from aiohttp import web
 
-from services.api import dlq, jobs, protocol, system
+from services.api import dlq, jobs, protocol, system, workflows
 from services.api.context import AUTH, Handler, guard
 from services.api.openapi import openapi_handler
 from shared import wire
@@ -55,6 +55,23 @@ ROUTES: list[Route] = [
           "Record success", wire.CompleteJobRequest, None, 204),
     Route("POST", "/api/v1/jobs/{id}/fail", protocol.fail, "worker", "worker", "failJob",
           "Record a failure", wire.FailJobRequest, None, 204),
+    Route("POST", "/api/v1/workflows", workflows.create_workflow, "write", "workflows", "createWorkflow",
+          "Create a workflow (a DAG of steps)", wire.CreateWorkflowRequest, wire.CreateWorkflowResponse, 201),
+    Route("GET", "/api/v1/workflows", workflows.list_workflows, "read", "workflows", "listWorkflows",
+          "List workflows", None, wire.ListWorkflowsResponse),
+    Route("GET", "/api/v1/workflows/{id}", workflows.get_workflow, "read", "workflows", "getWorkflow",
+          "Get a workflow", None, wire.Workflow),
+    Route("GET", "/api/v1/workflows/{id}/steps", workflows.get_steps, "read", "workflows",
+          "getWorkflowStepStates", "Live state of every step, in declaration order", None,
+          wire.WorkflowStepStatesResponse),
+    Route("GET", "/api/v1/workflows/{id}/diagram", workflows.get_diagram, "read", "workflows",
+          "getWorkflowDiagram", "Mermaid diagram of the DAG", None, wire.WorkflowDiagramResponse),
+    Route("POST", "/api/v1/workflows/{id}/cancel", workflows.cancel_workflow, "write", "workflows",
+          "cancelWorkflow", "Cancel a workflow", None, None, 204),
+    Route("POST", "/api/v1/workflows/{id}/retry", workflows.retry_workflow, "write", "workflows",
+          "retryWorkflow", "Re-run what did not complete", None, None, 204),
+    Route("GET", "/api/v1/workflows/{id}/events", workflows.workflow_events, "read", "workflows",
+          "streamWorkflowEvents", "Server-sent events for a workflow and its steps", None, "sse"),
     Route("GET", "/api/v1/dlq", dlq.list_dead_letters, "read", "dlq", "listDeadLetters", "List dead letters",
           None, wire.ListDeadLettersResponse),
     Route("POST", "/api/v1/dlq/replay", dlq.replay_dead_letters, "write", "dlq", "replayDeadLetters",

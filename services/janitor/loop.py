@@ -46,9 +46,11 @@ class Janitor:
             try:
                 await sweeps.reclaim_expired(self.res)
                 since = await sweeps.wake_due_queues(self.res, since)
+                await sweeps.time_out_workflows(self.res)
                 if loop.time() >= next_housekeeping:
                     next_housekeeping = loop.time() + HOUSEKEEPING_SECS
-                    await sweeps.prune_job_watchers(self.res)
+                    await sweeps.prune_watchers(self.res)
+                    await sweeps.heal_stalled_workflows(self.res)
                 if s.retention_hours is not None and loop.time() >= next_retention:
                     next_retention = loop.time() + s.retention_interval_secs
                     await sweeps.prune(self.res, s.retention_hours)

@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 import structlog
 
 from shared import metrics
+from shared.db import workflows as workflows_db
 from shared.db.queries import Q
 from shared.runtime import Resources
 
@@ -36,9 +37,25 @@ async def reclaim_expired(res: Resources, max_rounds: int = 10) -> int:
     return total
 
 
-async def prune_job_watchers(res: Resources) -> None:
+async def prune_watchers(res: Resources) -> None:
     """SSE watcher rows of streams that died without unregistering."""
     await res.pool.execute(Q.prune_job_watchers)
+    await res.pool.execute(Q.prune_workflow_watchers)
+
+
+async def time_out_workflows(res: Resources) -> int:
+    count = await workflows_db.time_out_expired(res.pool, res.settings.janitor_batch)
+    if count:
+        log.info("workflows_timed_out", workflows=count)
+    return count
+
+
+async def heal_stalled_workflows(res: Resources, older_than_secs: float = 30.0) -> int:
+    """Queue a re-evaluation for live workflows that nothing could move forward any more."""
+    rows = await res.pool.fetch(Q.stalled_workflows, older_than_secs, res.settings.janitor_batch)
+    if rows:
+        log.warning("workflows_healed", workflows=len(rows))
+    return len(rows)
 
 
 async def wake_due_queues(res: Resources, since: datetime) -> datetime:

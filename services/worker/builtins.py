@@ -13,8 +13,9 @@ log = structlog.get_logger("queueflow.task")
 
 
 async def echo(ctx: JobContext) -> dict[str, Any]:
-    """Returns the payload plus "echoed": true."""
-    return {**ctx.payload, "echoed": True}
+    """Returns the payload plus "echoed": true. A workflow step's `_context` is left out: echoing
+    it back into the context would double the context at every step of a chain."""
+    return {**{k: v for k, v in ctx.payload.items() if k != "_context"}, "echoed": True}
 
 
 async def log_task(ctx: JobContext) -> dict[str, Any]:

@@ -36,6 +36,8 @@ class NewJob:
     idempotency_key: str | None = None
     workflow_id: str | None = None
     workflow_step: str | None = None
+    step_index: int | None = None
+    step_attempt: int | None = None
 
 
 def parse_id(raw: str) -> uuid.UUID | None:
@@ -107,6 +109,8 @@ async def insert_jobs(db: Executor, tenant: str | None, jobs: list[NewJob]) -> l
         [j.idempotency_key for j in jobs],
         [j.workflow_id for j in jobs],
         [j.workflow_step for j in jobs],
+        [j.step_index for j in jobs],
+        [j.step_attempt for j in jobs],
     )
     metrics.JOBS_CREATED.inc(len(inserted))
     if len(inserted) == len(jobs):

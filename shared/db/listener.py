@@ -24,7 +24,12 @@ log = structlog.get_logger("queueflow.listener")
 WORK = "queueflow_work"            # payload: queue name; a due job was inserted or re-queued
 DELAYED = "queueflow_delayed"      # payload: queue name; a future-dated job appeared
 JOB_EVENTS = "queueflow_job_events"  # payload: "<job id>:<status>"
-CHANNELS = (WORK, DELAYED, JOB_EVENTS)
+WORKFLOW = "queueflow_workflow"    # an outbox row was written: the advancer has work
+WORKFLOW_EVENTS = "queueflow_workflow_events"  # payload: workflow id; a watched workflow changed
+CHANNELS = (WORK, DELAYED, JOB_EVENTS, WORKFLOW, WORKFLOW_EVENTS)
+
+# The advancer parks on this pseudo-queue (no real queue name can contain a NUL byte).
+ADVANCE = "\0advance"
 
 
 class _QueueSignal:
@@ -104,15 +109,23 @@ class Hub:
     # -- jobs and delayed work --------------------------------------------------------------------
 
     def watch_job(self, job_id: str, callback: Callable[[str], None]) -> Callable[[], None]:
-        """Call `callback(status)` on every status change of `job_id`; returns the unsubscribe."""
-        self._job_watchers.setdefault(job_id, set()).add(callback)
+        """Call `callback(status)` on every announced status change of `job_id`; returns the
+        unsubscribe."""
+        return self._watch("job:" + job_id, callback)
+
+    def watch_workflow(self, workflow_id: str, callback: Callable[[str], None]) -> Callable[[], None]:
+        """Call `callback("")` whenever a watched workflow or one of its steps changes."""
+        return self._watch("wf:" + workflow_id, callback)
+
+    def _watch(self, key: str, callback: Callable[[str], None]) -> Callable[[], None]:
+        self._job_watchers.setdefault(key, set()).add(callback)
 
         def unsubscribe() -> None:
-            watchers = self._job_watchers.get(job_id)
+            watchers = self._job_watchers.get(key)
             if watchers is not None:
                 watchers.discard(callback)
                 if not watchers:
-                    del self._job_watchers[job_id]
+                    del self._job_watchers[key]
 
         return unsubscribe
 
@@ -125,8 +138,13 @@ class Hub:
             self.poke(payload)
         elif channel == JOB_EVENTS:
             job_id, _, status = payload.partition(":")
-            for cb in list(self._job_watchers.get(job_id, ())):
+            for cb in list(self._job_watchers.get("job:" + job_id, ())):
                 cb(status)
+        elif channel == WORKFLOW:
+            self.poke(ADVANCE)
+        elif channel == WORKFLOW_EVENTS:
+            for cb in list(self._job_watchers.get("wf:" + payload, ())):
+                cb("")
         elif channel == DELAYED:
             for cb in list(self._delayed_watchers):
                 cb(payload)

@@ -1,0 +1,1 @@
+"""The workflow advancer: consumes step outcomes from the outbox and moves workflows forward."""

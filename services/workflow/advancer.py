@@ -1,0 +1,99 @@
+"""The advancer loop: consumers take outbox rows with SKIP LOCKED and apply each in one
+transaction (lock the workflow, record the outcome, schedule ready steps, settle, delete the row).
+
+Several advancer processes, and several consumers in each, are safe: a row is taken by exactly
+one, and two rows of the same workflow serialise on the workflow's row lock. A crash rolls the
+transaction back and leaves the row for the next taker. NOTIFY wakes an idle consumer; the safety
+poll covers a missed one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import asyncpg
+import structlog
+from aiohttp import web
+
+from services.workflow.engine import advance
+from shared.db.listener import ADVANCE
+from shared.db.queries import Q
+from shared.runtime import Resources
+
+log = structlog.get_logger("queueflow.workflow")
+
+CONSUMERS = 4
+
+
+class Advancer:
+    def __init__(self, res: Resources, consumers: int = CONSUMERS) -> None:
+        self.res = res
+        self.consumers = consumers
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def start(self) -> None:
+        self._tasks = [asyncio.create_task(self._consume(), name=f"queueflow-advancer-{i}")
+                       for i in range(self.consumers)]
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+
+    async def step(self) -> bool:
+        """Apply one outbox row; False when there was none to take."""
+        event_id = None
+        async with self.res.pool.acquire() as conn:
+            try:
+                async with conn.transaction():
+                    event = await conn.fetchrow(Q.take_outbox)
+                    if event is None:
+                        return False
+                    event_id = event["id"]
+                    await advance(conn, event, self.res.settings.default_queue)
+                    await conn.execute(Q.delete_outbox, event_id)
+            except (asyncpg.PostgresError, ValueError, KeyError, TypeError) as err:
+                if event_id is None or isinstance(err, asyncpg.exceptions.SerializationError):
+                    raise
+                # Rolled back; count the attempt so a poison row cannot block the outbox.
+                await conn.execute(Q.outbox_failed, event_id, f"{type(err).__name__}: {err}")
+                log.exception("advance_event_failed", outbox_id=event_id)
+        return True
+
+    async def _consume(self) -> None:
+        hub = self.res.hub
+        while True:
+            seen = hub.epoch(ADVANCE)
+            try:
+                took = await self.step()
+            except asyncio.CancelledError:
+                raise
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as err:
+                log.warning("advance_failed", error=str(err))
+                await asyncio.sleep(0.5)
+                continue
+            except Exception:  # a bug in one event must not stop advancement of the others
+                log.exception("advance_failed")
+                await asyncio.sleep(0.5)
+                continue
+            if took:
+                hub.poke(ADVANCE)  # there may be more: wake another consumer
+                continue
+            await hub.wait(ADVANCE, seen, self.res.settings.worker_poll_secs)
+
+
+def workflow_ctx(res: Resources):  # noqa: ANN201 - aiohttp cleanup-context factory
+    async def ctx(app: web.Application) -> AsyncIterator[None]:
+        advancer = Advancer(res)
+        advancer.start()
+        log.info("advancer_started", consumers=advancer.consumers)
+        try:
+            yield
+        finally:
+            await advancer.stop()
+
+    return ctx

@@ -1,0 +1,161 @@
+-- Named queries for workflows, their steps and the advancer's outbox.
+
+-- name: insert_workflow
+INSERT INTO queueflow.workflows
+    (id, name, status, context, metadata, tenant_id, steps, timeout_secs, deadline_at,
+     parent_workflow_id, parent_step_name, depth)
+VALUES ($1, $2, 'created', $3, $4, $5, $6, $7,
+        CASE WHEN $7::int IS NULL THEN NULL ELSE now() + make_interval(secs => $7::int) END, $8, $9, $10);
+
+-- name: insert_step
+INSERT INTO queueflow.workflow_steps (workflow_id, name, idx, definition, depends_on, on_failure)
+VALUES ($1, $2, $3, $4, $5, $6);
+
+-- name: insert_outbox
+INSERT INTO queueflow.workflow_outbox (workflow_id, kind, step_name, outcome, child_workflow_id)
+VALUES ($1, $2, $3, $4, $5);
+
+-- name: get_workflow
+SELECT * FROM queueflow.workflows WHERE id = $1 AND tenant_id = $2;
+
+-- name: lock_workflow
+SELECT * FROM queueflow.workflows WHERE id = $1 FOR UPDATE;
+
+-- name: lock_tenant_workflow
+SELECT * FROM queueflow.workflows WHERE id = $1 AND tenant_id = $2 FOR UPDATE;
+
+-- name: workflow_steps
+SELECT * FROM queueflow.workflow_steps WHERE workflow_id = $1 ORDER BY idx;
+
+-- name: steps_of_workflows
+SELECT * FROM queueflow.workflow_steps WHERE workflow_id = ANY($1::text[]) ORDER BY workflow_id, idx;
+
+-- name: take_outbox
+-- One outbox row for this advancer; others skip it. A row whose application keeps failing is
+-- left aside after 5 attempts (logged, visible in the table) instead of blocking the rest.
+SELECT * FROM queueflow.workflow_outbox WHERE attempts < 5 ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED;
+
+-- name: outbox_failed
+UPDATE queueflow.workflow_outbox SET attempts = attempts + 1, last_error = $2 WHERE id = $1;
+
+-- name: delete_outbox
+DELETE FROM queueflow.workflow_outbox WHERE id = $1;
+
+-- name: set_workflow_running
+UPDATE queueflow.workflows SET status = 'running', started_at = COALESCE(started_at, now())
+WHERE id = $1 AND status = 'created';
+
+-- name: merge_context
+UPDATE queueflow.workflows SET context = context || jsonb_build_object($2::text, $3::jsonb)
+WHERE id = $1
+RETURNING context;
+
+-- name: settle_workflow
+UPDATE queueflow.workflows
+SET status = $2, completed_at = now(), error_message = COALESCE($3, error_message)
+WHERE id = $1 AND status IN ('created', 'running')
+RETURNING id;
+
+-- name: mark_halted
+UPDATE queueflow.workflows SET halted = true, error_message = COALESCE(error_message, $2) WHERE id = $1;
+
+-- name: step_scheduled
+UPDATE queueflow.workflow_steps
+SET status = 'running', attempt = $3, job_id = $4, child_workflow_id = $5, started_at = now(),
+    fan_total = $6, fan_completed = 0, fan_failed = 0, error = NULL
+WHERE workflow_id = $1 AND name = $2;
+
+-- name: step_finished
+UPDATE queueflow.workflow_steps
+SET status = $3, skip_kind = $4, error = $5, completed_at = now(),
+    started_at = COALESCE(started_at, now())
+WHERE workflow_id = $1 AND name = $2;
+
+-- name: step_fan_progress
+UPDATE queueflow.workflow_steps SET fan_completed = $3, fan_failed = $4
+WHERE workflow_id = $1 AND name = $2;
+
+-- name: fan_out_results
+SELECT step_index, status, result, error_message FROM queueflow.jobs
+WHERE workflow_id = $1 AND workflow_step_id = $2 AND step_attempt = $3
+ORDER BY step_index;
+
+-- name: job_outcome
+SELECT status, result, error_message FROM queueflow.jobs WHERE id = $1;
+
+-- name: cancel_steps
+-- Every unfinished step of a workflow: cancelled, with the reason.
+UPDATE queueflow.workflow_steps SET status = 'cancelled', error = $2, completed_at = now()
+WHERE workflow_id = $1 AND status IN ('pending', 'running')
+RETURNING name, child_workflow_id;
+
+-- name: cancel_workflow_jobs
+UPDATE queueflow.jobs SET status = 'cancelled', completed_at = now(), locked_until = NULL
+WHERE workflow_id = $1 AND status IN ('pending', 'retrying', 'running')
+RETURNING id;
+
+-- name: cancel_descendants
+-- Every live workflow below $1 (sub-workflows of sub-workflows ...), their steps and their jobs.
+WITH RECURSIVE tree AS (
+    SELECT id FROM queueflow.workflows WHERE parent_workflow_id = $1
+    UNION ALL
+    SELECT w.id FROM queueflow.workflows w JOIN tree t ON w.parent_workflow_id = t.id
+), wfs AS (
+    UPDATE queueflow.workflows SET status = 'cancelled', completed_at = now(),
+                                   error_message = COALESCE(error_message, $2)
+    WHERE id IN (SELECT id FROM tree) AND status IN ('created', 'running')
+    RETURNING id
+), steps AS (
+    UPDATE queueflow.workflow_steps SET status = 'cancelled', error = $2, completed_at = now()
+    WHERE workflow_id IN (SELECT id FROM tree) AND status IN ('pending', 'running')
+    RETURNING workflow_id
+), jobs AS (
+    UPDATE queueflow.jobs SET status = 'cancelled', completed_at = now(), locked_until = NULL
+    WHERE workflow_id IN (SELECT id FROM tree) AND status IN ('pending', 'retrying', 'running')
+    RETURNING id
+)
+SELECT (SELECT count(*) FROM wfs) AS workflows, (SELECT count(*) FROM jobs) AS jobs;
+
+-- name: reset_steps_for_retry
+UPDATE queueflow.workflow_steps
+SET status = 'pending', skip_kind = NULL, job_id = NULL, child_workflow_id = NULL, error = NULL,
+    started_at = NULL, completed_at = NULL, fan_total = NULL, fan_completed = 0, fan_failed = 0
+WHERE workflow_id = $1 AND name = ANY($2::text[]);
+
+-- name: restart_workflow
+UPDATE queueflow.workflows
+SET status = 'running', error_message = NULL, completed_at = NULL, halted = false,
+    retry_count = retry_count + 1, context = context - $2::text[],
+    deadline_at = CASE WHEN timeout_secs IS NULL THEN NULL ELSE now() + make_interval(secs => timeout_secs) END
+WHERE id = $1;
+
+-- name: expired_workflows
+SELECT id FROM queueflow.workflows
+WHERE status IN ('created', 'running') AND deadline_at < now()
+ORDER BY deadline_at
+LIMIT $1
+FOR UPDATE SKIP LOCKED;
+
+-- name: stalled_workflows
+-- Belt and braces: live workflows with nothing that could move them (no outbox row, no live job,
+-- no live child). The advancer re-evaluates them.
+INSERT INTO queueflow.workflow_outbox (workflow_id, kind)
+SELECT w.id, 'heal' FROM queueflow.workflows w
+WHERE w.status IN ('created', 'running') AND w.created_at < now() - make_interval(secs => $1)
+  AND NOT EXISTS (SELECT 1 FROM queueflow.workflow_outbox o WHERE o.workflow_id = w.id)
+  AND NOT EXISTS (SELECT 1 FROM queueflow.jobs j
+                  WHERE j.workflow_id = w.id AND j.status IN ('pending', 'retrying', 'running'))
+  AND NOT EXISTS (SELECT 1 FROM queueflow.workflows c
+                  WHERE c.parent_workflow_id = w.id AND c.status IN ('created', 'running'))
+LIMIT $2
+RETURNING workflow_id;
+
+-- name: watch_workflow
+INSERT INTO queueflow.workflow_watchers (workflow_id, expires_at) VALUES ($1, now() + make_interval(secs => $2))
+RETURNING id;
+
+-- name: unwatch_workflow
+DELETE FROM queueflow.workflow_watchers WHERE id = $1;
+
+-- name: prune_workflow_watchers
+DELETE FROM queueflow.workflow_watchers WHERE expires_at < now();
