@@ -381,3 +381,66 @@ class WorkflowEvent(Response):
     status: WorkflowStatus
     steps: list[WorkflowStepState]
     error_message: str | None = None
+
+
+# --- queues --------------------------------------------------------------------------------------
+
+
+class QueueStats(Response):
+    queue: str
+    pending: int
+    scheduled: int
+    running: int
+    paused: bool
+    oldest_pending_age_secs: int | None = None
+
+
+class QueuesResponse(Response):
+    queues: list[QueueStats]
+
+
+class QueueControlResponse(Response):
+    queue: str
+    paused: bool
+    pending: int
+    running: int
+
+
+# --- cron ----------------------------------------------------------------------------------------
+
+
+class CreateCronRequest(Request):
+    name: Name
+    cron_expr: str
+    task_name: str
+    payload: Object | None = None
+    queue: Name | None = None
+    config: JobConfig | None = None
+
+
+class CreateCronResponse(Response):
+    cron_id: str
+
+
+class CronSchedule(Response):
+    id: str
+    name: str
+    cron_expr: str
+    task_name: str
+    enabled: bool
+    next_run_at: datetime
+    created_at: datetime
+    payload: Object | None = None
+    queue_name: str | None = None
+    config: JobConfig | None = None
+    last_enqueued_at: datetime | None = None
+    tenant_id: str | None = None
+
+
+class ListCronsResponse(Response):
+    crons: list[CronSchedule]
+    limit: int
+    offset: int
+    has_more: bool
+    total: int | None = None
+    next_cursor: str | None = None

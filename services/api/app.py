@@ -10,7 +10,7 @@ from typing import Any
 
 from aiohttp import web
 
-from services.api import dlq, jobs, protocol, system, workflows
+from services.api import cron, dlq, jobs, protocol, queues, system, workflows
 from services.api.context import AUTH, Handler, guard
 from services.api.openapi import openapi_handler
 from shared import wire
@@ -72,6 +72,18 @@ ROUTES: list[Route] = [
           "retryWorkflow", "Re-run what did not complete", None, None, 204),
     Route("GET", "/api/v1/workflows/{id}/events", workflows.workflow_events, "read", "workflows",
           "streamWorkflowEvents", "Server-sent events for a workflow and its steps", None, "sse"),
+    Route("POST", "/api/v1/cron", cron.create_cron, "write", "cron", "createCron", "Create a cron schedule",
+          wire.CreateCronRequest, wire.CreateCronResponse, 201),
+    Route("GET", "/api/v1/cron", cron.list_crons, "read", "cron", "listCrons", "List cron schedules", None,
+          wire.ListCronsResponse),
+    Route("GET", "/api/v1/cron/{id}", cron.get_cron, "read", "cron", "getCron", "Get a cron schedule", None,
+          wire.CronSchedule),
+    Route("DELETE", "/api/v1/cron/{id}", cron.delete_cron, "write", "cron", "deleteCron",
+          "Delete a cron schedule (its enqueued jobs stay)", None, None, 204),
+    Route("POST", "/api/v1/cron/{id}/pause", cron.pause_cron, "write", "cron", "pauseCron",
+          "Stop a schedule firing", None, None, 204),
+    Route("POST", "/api/v1/cron/{id}/resume", cron.resume_cron, "write", "cron", "resumeCron",
+          "Resume a schedule from its next future occurrence", None, None, 204),
     Route("GET", "/api/v1/dlq", dlq.list_dead_letters, "read", "dlq", "listDeadLetters", "List dead letters",
           None, wire.ListDeadLettersResponse),
     Route("POST", "/api/v1/dlq/replay", dlq.replay_dead_letters, "write", "dlq", "replayDeadLetters",
@@ -80,6 +92,12 @@ ROUTES: list[Route] = [
           None, wire.DeadLetter),
     Route("POST", "/api/v1/dlq/{id}/replay", dlq.replay_dead_letter, "write", "dlq", "replayDeadLetter",
           "Replay a dead letter as a fresh job", None, wire.ReplayDeadLetterResponse, 201),
+    Route("GET", "/api/v1/queues", queues.list_queues, "read", "system", "listQueues",
+          "The caller's backlog per queue", None, wire.QueuesResponse),
+    Route("POST", "/api/v1/queues/{queue}/pause", queues.pause_queue, "write", "system", "pauseQueue",
+          "Stop claims of the caller's jobs on a queue", None, wire.QueueControlResponse),
+    Route("POST", "/api/v1/queues/{queue}/resume", queues.resume_queue, "write", "system", "resumeQueue",
+          "Let claims of the caller's jobs on a queue resume", None, wire.QueueControlResponse),
     Route("GET", "/api/v1/stats", system.stats, "read", "system", "getStats", "Durable counts for the tenant",
           None, wire.StatsSnapshot),
     Route("GET", "/api/v1/tasks", system.tasks, "read", "system", "listTasks",

@@ -46,6 +46,7 @@ class Janitor:
             try:
                 await sweeps.reclaim_expired(self.res)
                 since = await sweeps.wake_due_queues(self.res, since)
+                await sweeps.fire_crons(self.res)
                 await sweeps.time_out_workflows(self.res)
                 if loop.time() >= next_housekeeping:
                     next_housekeeping = loop.time() + HOUSEKEEPING_SECS

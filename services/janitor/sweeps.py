@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 import structlog
 
 from shared import metrics
+from shared.db import crons
 from shared.db import workflows as workflows_db
 from shared.db.queries import Q
 from shared.runtime import Resources
@@ -65,11 +66,18 @@ async def wake_due_queues(res: Resources, since: datetime) -> datetime:
     return row["now"]  # type: ignore[no-any-return]
 
 
+async def fire_crons(res: Resources) -> int:
+    return await crons.fire_due(res.pool, res.settings.default_queue, res.settings.janitor_batch)
+
+
 async def seconds_until_next_due(res: Resources) -> float | None:
-    row = await res.pool.fetchrow(Q.next_due)
-    if row is None or row["at"] is None:
-        return None
-    return max(0.0, (row["at"] - row["now"]).total_seconds())
+    """Until the next delayed job or cron occurrence falls due; None when nothing is waiting."""
+    waits = []
+    for query in (Q.next_due, Q.next_cron_due):
+        row = await res.pool.fetchrow(query)
+        if row is not None and row["at"] is not None:
+            waits.append(max(0.0, (row["at"] - row["now"]).total_seconds()))
+    return min(waits) if waits else None
 
 
 async def prune(res: Resources, older_than_hours: float) -> int:

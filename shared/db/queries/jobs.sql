@@ -55,12 +55,32 @@ RETURNING j.id;
 -- name: claim_jobs
 -- Lease up to $2 due jobs of queue $1. $3 is the lease in seconds; $4, when not null, is the grace
 -- added to the job's own timeout so an in-process handler's lease always covers its timeout.
-WITH picked AS (
-    SELECT id FROM queueflow.jobs
-    WHERE queue_name = $1 AND status IN ('pending', 'retrying') AND scheduled_at <= now()
-    ORDER BY priority DESC, scheduled_at, created_at
-    LIMIT $2
-    FOR UPDATE SKIP LOCKED
+-- Fair share: the queue's tenants with due work (paused ones left out) each contribute at most
+-- ceil($2 / tenants) jobs, taken in their own priority, scheduled_at, created_at order with SKIP
+-- LOCKED; so one tenant's backlog can never starve another tenant's job.
+WITH tenants AS (
+    SELECT t.tenant_key FROM queueflow.tenant_queues t
+    WHERE t.queue_name = $1 AND NOT t.paused
+      AND EXISTS (SELECT 1 FROM queueflow.jobs j
+                  WHERE j.queue_name = $1 AND COALESCE(j.tenant_id, '') = t.tenant_key
+                    AND j.status IN ('pending', 'retrying') AND j.scheduled_at <= now())
+), share AS (
+    SELECT CEIL($2::numeric / GREATEST(count(*), 1))::int AS n FROM tenants
+), picked AS (
+    SELECT c.id, row_number() OVER (PARTITION BY t.tenant_key ORDER BY c.priority DESC, c.scheduled_at,
+                                    c.created_at) AS turn,
+           c.priority, c.scheduled_at, c.created_at
+    FROM tenants t CROSS JOIN share
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.priority, j.scheduled_at, j.created_at FROM queueflow.jobs j
+        WHERE j.queue_name = $1 AND COALESCE(j.tenant_id, '') = t.tenant_key
+          AND j.status IN ('pending', 'retrying') AND j.scheduled_at <= now()
+        ORDER BY j.priority DESC, j.scheduled_at, j.created_at
+        LIMIT share.n
+        FOR UPDATE SKIP LOCKED
+    ) c
+), chosen AS (
+    SELECT id FROM picked ORDER BY turn, priority DESC, scheduled_at, created_at LIMIT $2
 )
 UPDATE queueflow.jobs j
 SET status = 'running',
@@ -70,7 +90,7 @@ SET status = 'running',
     delivery_count = j.delivery_count + 1,
     started_at = COALESCE(j.started_at, now()),
     next_retry_at = NULL
-FROM picked WHERE j.id = picked.id
+FROM chosen WHERE j.id = chosen.id
 RETURNING j.*;
 
 -- name: heartbeat

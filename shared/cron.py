@@ -1,0 +1,35 @@
+"""Cron expressions, parsed by croniter and always evaluated in UTC.
+
+The 5-field crontab (`minute hour day-of-month month day-of-week`) and the 6- and 7-field forms
+with a leading seconds field (and a trailing year) are accepted. The next occurrence is always
+strictly later than the reference instant.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from croniter import croniter
+
+from shared.domain import ValidationFailed
+
+
+def next_after(expr: str, after: datetime) -> datetime | None:
+    """The first occurrence strictly after `after`, or None when the expression has no future."""
+    fields = expr.split()
+    try:
+        it = croniter(" ".join(fields), after.astimezone(UTC), second_at_beginning=len(fields) > 5)
+        value = it.get_next(datetime)
+    except (ValueError, KeyError, TypeError) as err:  # croniter's errors derive from ValueError
+        raise ValidationFailed(f"invalid cron expression '{expr}': {err}") from None
+    except StopIteration:
+        return None
+    return value.astimezone(UTC) if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def validate(expr: str) -> None:
+    fields = expr.split()
+    if len(fields) not in (5, 6, 7):
+        raise ValidationFailed(f"invalid cron expression '{expr}': expected 5, 6 or 7 fields, got {len(fields)}")
+    if next_after(expr, datetime.now(UTC)) is None:
+        raise ValidationFailed(f"invalid cron expression '{expr}': it never fires again")
