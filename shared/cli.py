@@ -26,7 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="queueflow", description="QueueFlow: a PostgreSQL-native job queue.")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    serve = sub.add_parser("serve", help="run QueueFlow services (--mode all|api|janitor|worker)")
+    serve = sub.add_parser("serve", help="run QueueFlow services (--mode all|api|janitor|workflow|worker)")
     add_serve_arguments(serve)
 
     migrate = sub.add_parser("migrate", help="apply database migrations and exit")

@@ -6,6 +6,7 @@ contract's error body in one middleware.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 JOB_STATUSES = ("pending", "running", "completed", "failed", "retrying", "cancelled")
@@ -87,6 +88,23 @@ class Conflict(DomainError):
 
 class PayloadTooLarge(DomainError):
     status = 413
+
+
+_EARLIEST = datetime(1, 1, 2, tzinfo=UTC)
+_LATEST = datetime(9999, 12, 30, tzinfo=UTC)
+
+
+def instant(name: str, value: datetime | None) -> datetime | None:
+    """A request timestamp in UTC (naive means UTC), inside the range PostgreSQL stores finitely."""
+    if value is None:
+        return None
+    try:
+        value = value.astimezone(UTC) if value.tzinfo is not None else value.replace(tzinfo=UTC)
+    except OverflowError:
+        raise ValidationFailed(f"{name} is out of range") from None
+    if not _EARLIEST <= value <= _LATEST:
+        raise ValidationFailed(f"{name} is out of range")
+    return value
 
 
 def resolve_config(

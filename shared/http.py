@@ -49,11 +49,27 @@ async def decode(request: web.Request, typ: type[T]) -> T:
         decoder = _decoders[typ] = msgspec.json.Decoder(typ)
     raw = await request.read()
     try:
-        return decoder.decode(raw if raw.strip() else b"{}")
+        value = decoder.decode(raw if raw.strip() else b"{}")
     except msgspec.ValidationError as err:
         raise ValidationFailed(_validation_detail(err)) from None
     except msgspec.DecodeError as err:
         raise ValidationFailed(f"malformed JSON: {_validation_detail(err)}") from None
+    except RecursionError:
+        raise ValidationFailed("JSON nested too deeply") from None
+    if b"\\u0000" in raw and _has_nul(msgspec.to_builtins(value)):
+        raise ValidationFailed("NUL characters (\\u0000) cannot be stored")
+    return value
+
+
+def _has_nul(value: Any) -> bool:
+    """PostgreSQL text and jsonb cannot hold U+0000: look for it anywhere in a decoded body."""
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_nul(v) for v in value)
+    return False
 
 
 def _route_label(request: web.Request) -> str:
@@ -68,6 +84,8 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     started = time.perf_counter()
     status = 500
     try:
+        if "\x00" in request.path or any("\x00" in v for v in request.query.values()):
+            raise ValidationFailed("NUL characters are not allowed in the path or query")
         response = await handler(request)
         status = response.status
         return response

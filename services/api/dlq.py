@@ -9,7 +9,7 @@ from services.api.params import page_from, replayed_filter
 from shared import wire
 from shared.db import jobs as jobs_db
 from shared.db.listing import fetch_page
-from shared.domain import Conflict, NotFound, ValidationFailed
+from shared.domain import Conflict, NotFound, ValidationFailed, instant
 from shared.http import decode, json_response
 from shared.runtime import RESOURCES
 
@@ -65,8 +65,9 @@ async def replay_dead_letters(request: web.Request) -> web.Response:
         raise ValidationFailed(f"limit cannot exceed {max_batch}")
     tenant = tenant_of(request).id
     pool = request.app[RESOURCES].pool
-    ids = await jobs_db.dead_letters_to_replay(pool, tenant, body.queue, body.task_name, body.created_after,
-                                               body.created_before, limit)
+    ids = await jobs_db.dead_letters_to_replay(pool, tenant, body.queue, body.task_name,
+                                               instant("created_after", body.created_after),
+                                               instant("created_before", body.created_before), limit)
     results = []
     async with pool.acquire() as conn:
         for dl_id in ids:

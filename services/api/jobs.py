@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from datetime import UTC
 
 import msgspec
 from aiohttp import web
@@ -22,6 +21,7 @@ from shared.domain import (
     Conflict,
     NotFound,
     ValidationFailed,
+    instant,
 )
 from shared.http import decode, json_response
 from shared.runtime import RESOURCES
@@ -34,9 +34,7 @@ def _new_job(item: wire.CreateJobRequest, default_queue: str, key: str | None) -
     if not item.task_name.strip():
         raise ValidationFailed("task_name is required")
     config = item.config or wire.JobConfigRequest()
-    run_at = item.run_at
-    if run_at is not None and run_at.tzinfo is None:
-        run_at = run_at.replace(tzinfo=UTC)
+    run_at = instant("run_at", item.run_at)
     return jobs_db.NewJob(
         task_name=item.task_name,
         queue=config.queue or default_queue,
@@ -106,11 +104,11 @@ async def get_job(request: web.Request) -> web.Response:
 
 async def cancel_job(request: web.Request) -> web.Response:
     job_id = request.match_info["id"]
-    outcome = await jobs_db.cancel_job(request.app[RESOURCES].pool, tenant_of(request).id, job_id)
+    outcome, status = await jobs_db.cancel_job(request.app[RESOURCES].pool, tenant_of(request).id, job_id)
     if outcome == "missing":
         raise NotFound(f"job not found: {job_id}")
-    if outcome != "cancelled":
-        raise Conflict(f"job is already {outcome}")
+    if outcome == "conflict":
+        raise Conflict(f"job is already {status}")
     return web.Response(status=204)
 
 
@@ -123,7 +121,7 @@ async def cancel_jobs(request: web.Request) -> web.Response:
     statuses = [body.status] if body.status else list(ACTIVE_JOB_STATUSES)
     count = await jobs_db.cancel_matching(
         request.app[RESOURCES].pool, tenant_of(request).id, statuses, body.queue, body.task_name,
-        body.created_after, body.created_before, limit)
+        instant("created_after", body.created_after), instant("created_before", body.created_before), limit)
     return json_response(wire.CancelJobsResponse(cancelled=count))
 
 
@@ -155,7 +153,8 @@ async def job_events(request: web.Request) -> web.StreamResponse:
             if job.status in TERMINAL_JOB_STATUSES or loop.time() >= deadline or res.draining:
                 break
             try:
-                await asyncio.wait_for(changed.wait(), min(SSE_KEEPALIVE_SECS, deadline - loop.time()))
+                async with asyncio.timeout(min(SSE_KEEPALIVE_SECS, deadline - loop.time())):
+                    await changed.wait()
             except TimeoutError:
                 await response.write(b": keep-alive\n\n")
             changed.clear()

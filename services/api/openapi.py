@@ -50,7 +50,9 @@ def build_spec() -> dict[str, Any]:
             "tags": [route.tag],
             "security": [{"bearerAuth": []}],
             "parameters": [
-                {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+                {"name": name, "in": "path", "required": True,
+                 "schema": {"type": "integer", "format": "int64"} if route.tag == "dlq" and name == "id"
+                 else {"type": "string"}}
                 for name in re.findall(r"{(\w+)}", route.path)
             ],
             "responses": {},

@@ -3,12 +3,14 @@ what cannot be read with a 400."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 
 from aiohttp import web
 
 from shared.db.listing import Page, decode_cursor
-from shared.domain import ValidationFailed
+from shared.domain import ValidationFailed, instant
+
+MAX_OFFSET = 2**62  # beyond PostgreSQL's bigint there is nothing to skip to anyway
 
 
 def parse_time(name: str, raw: str) -> datetime:
@@ -20,12 +22,15 @@ def parse_time(name: str, raw: str) -> datetime:
         value = datetime.fromisoformat(text)
     except ValueError:
         raise ValidationFailed(f"{name} is not an RFC 3339 timestamp: {raw!r}") from None
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+    return instant(name, value)  # type: ignore[return-value]
 
 
 def _int(name: str, raw: str) -> int:
     try:
-        return int(raw)
+        value = int(raw)
+        if abs(value) > 2**63:
+            raise ValueError
+        return value
     except ValueError:
         raise ValidationFailed(f"{name} must be an integer, not {raw!r}") from None
 
@@ -47,7 +52,7 @@ def page_from(request: web.Request, filters: dict[str, tuple[str, tuple[str, ...
     if "limit" in q:
         page.limit = min(100, max(1, _int("limit", q["limit"])))
     if "offset" in q:
-        page.offset = max(0, _int("offset", q["offset"]))
+        page.offset = min(MAX_OFFSET, max(0, _int("offset", q["offset"])))
     page.ascending = q.get("order_by", "").strip() == "created_at ASC"
     if "include_total" in q:
         page.include_total = _bool("include_total", q["include_total"])

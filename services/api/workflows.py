@@ -61,21 +61,21 @@ async def get_diagram(request: web.Request) -> web.Response:
 
 async def cancel_workflow(request: web.Request) -> web.Response:
     wf_id = request.match_info["id"]
-    outcome = await workflows_db.cancel_workflow(request.app[RESOURCES].pool, tenant_of(request).id, wf_id)
+    outcome, status = await workflows_db.cancel_workflow(request.app[RESOURCES].pool, tenant_of(request).id, wf_id)
     if outcome == "missing":
         raise NotFound(f"workflow not found: {wf_id}")
-    if outcome != "cancelled":
-        raise Conflict(f"workflow is already {outcome}")
+    if outcome == "conflict":
+        raise Conflict(f"workflow is already {status}")
     return web.Response(status=204)
 
 
 async def retry_workflow(request: web.Request) -> web.Response:
     wf_id = request.match_info["id"]
-    outcome = await workflows_db.retry_workflow(request.app[RESOURCES].pool, tenant_of(request).id, wf_id)
+    outcome, status = await workflows_db.retry_workflow(request.app[RESOURCES].pool, tenant_of(request).id, wf_id)
     if outcome == "missing":
         raise NotFound(f"workflow not found: {wf_id}")
-    if outcome != "retried":
-        raise Conflict(f"workflow is {outcome}; only a failed, partially_failed or cancelled workflow can be retried")
+    if outcome == "conflict":
+        raise Conflict(f"workflow is {status}; only a failed, partially_failed or cancelled workflow can be retried")
     return web.Response(status=204)
 
 
@@ -106,7 +106,8 @@ async def workflow_events(request: web.Request) -> web.StreamResponse:
             if current.status in TERMINAL_WORKFLOW_STATUSES or loop.time() >= deadline or res.draining:
                 break
             try:
-                await asyncio.wait_for(changed.wait(), min(SSE_KEEPALIVE_SECS, deadline - loop.time()))
+                async with asyncio.timeout(min(SSE_KEEPALIVE_SECS, deadline - loop.time())):
+                    await changed.wait()
             except TimeoutError:
                 await response.write(b": keep-alive\n\n")
             changed.clear()

@@ -23,12 +23,15 @@ class Janitor:
         self.res = res
         self._poke = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
 
     def start(self) -> None:
         self._unwatch = self.res.hub.watch_delayed(lambda _queue: self._poke.set())
         self._task = asyncio.create_task(self._run(), name="queueflow-janitor")
 
     async def stop(self) -> None:
+        self._stopping = True
+        self._poke.set()
         self._unwatch()
         if self._task is not None:
             self._task.cancel()
@@ -41,7 +44,7 @@ class Janitor:
         since = await self.res.pool.fetchval("SELECT now()") - timedelta(seconds=max(60.0, s.janitor_interval_secs))
         next_retention = loop.time() + s.retention_interval_secs
         next_housekeeping = loop.time()
-        while True:
+        while not self._stopping:
             self._poke.clear()  # a delayed-job notification from now on re-runs the loop early
             try:
                 await sweeps.reclaim_expired(self.res)
@@ -63,7 +66,8 @@ class Janitor:
                 due_in = None
             sleep = s.janitor_interval_secs if due_in is None else min(s.janitor_interval_secs, due_in + 0.001)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._poke.wait(), max(0.005, sleep))
+                async with asyncio.timeout(max(0.005, sleep)):
+                    await self._poke.wait()
 
 
 def janitor_ctx(res: Resources):  # noqa: ANN201 - aiohttp cleanup-context factory

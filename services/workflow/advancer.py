@@ -32,12 +32,14 @@ class Advancer:
         self.res = res
         self.consumers = consumers
         self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = False
 
     def start(self) -> None:
         self._tasks = [asyncio.create_task(self._consume(), name=f"queueflow-advancer-{i}")
                        for i in range(self.consumers)]
 
     async def stop(self) -> None:
+        self._stopping = True
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:
@@ -66,7 +68,7 @@ class Advancer:
 
     async def _consume(self) -> None:
         hub = self.res.hub
-        while True:
+        while not self._stopping:
             seen = hub.epoch(ADVANCE)
             try:
                 took = await self.step()

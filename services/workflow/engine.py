@@ -14,6 +14,7 @@ cancelled or policy-skipped step is `partially_failed`, or `failed` when no step
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,7 +90,7 @@ class Advancement:
     async def start(self) -> None:
         await self.conn.execute(Q.set_workflow_running, self.id)
 
-    async def job_finished(self, event: asyncpg.Record) -> None:
+    async def job_finished(self, event: Mapping[str, Any]) -> None:
         step = self.steps.get(event["step_name"])
         if step is None or step.status != "running" or step.attempt != event["step_attempt"]:
             return  # stale: the step was cancelled, retried or already settled
@@ -112,7 +113,7 @@ class Advancement:
             error = (job["error_message"] if job else None) if outcome == "failed" else None
             await self._fail(step, error or f"step job {outcome}")
 
-    async def child_finished(self, event: asyncpg.Record) -> None:
+    async def child_finished(self, event: Mapping[str, Any]) -> None:
         step = self.steps.get(event["step_name"])
         if step is None or step.status != "running" or step.child_workflow_id != event["child_workflow_id"]:
             return
@@ -122,6 +123,32 @@ class Advancement:
             await self._complete(step, result)
         else:
             await self._fail(step, f"sub-workflow {event['child_workflow_id']} ended {event['outcome']}")
+
+    async def reconcile(self) -> None:
+        """Heal: re-derive running steps from their jobs and children, for an outcome whose
+        outbox row never arrived (rows are written by the outcome's own transaction, so this is
+        a safety net, not a path the engine relies on)."""
+        for step in list(self.steps.values()):
+            if step.status != "running":
+                continue
+            if step.child_workflow_id is not None:
+                child = await self.conn.fetchrow(Q.lock_workflow, step.child_workflow_id)
+                if child is not None and child["status"] in TERMINAL_WORKFLOW_STATUSES:
+                    await self.child_finished({"step_name": step.name, "child_workflow_id": child["id"],
+                                               "outcome": child["status"]})
+            elif step.fan_total is not None:
+                rows = await self.conn.fetch(Q.fan_out_results, self.id, step.name, step.attempt)
+                step.fan_completed = sum(r["status"] == "completed" for r in rows)
+                step.fan_failed = sum(r["status"] in ("failed", "cancelled") for r in rows)
+                await self.conn.execute(Q.step_fan_progress, self.id, step.name, step.fan_completed,
+                                        step.fan_failed)
+                if step.fan_completed + step.fan_failed == step.fan_total:
+                    await self._finish_fan_out(step)
+            elif step.job_id is not None:
+                job = await self.conn.fetchrow(Q.job_outcome, step.job_id)
+                if job is not None and job["status"] in ("completed", "failed", "cancelled"):
+                    await self.job_finished({"step_name": step.name, "step_attempt": step.attempt,
+                                             "job_id": step.job_id, "outcome": job["status"]})
 
     # -- scheduling -----------------------------------------------------------------------------
 
@@ -265,4 +292,6 @@ async def advance(conn: asyncpg.Connection, event: asyncpg.Record, default_queue
         await state.job_finished(event)
     elif kind == "child":
         await state.child_finished(event)
+    elif kind == "heal":
+        await state.reconcile()
     await state.evaluate()

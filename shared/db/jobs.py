@@ -140,16 +140,17 @@ async def get_job(db: Executor, tenant: str, job_id: str) -> wire.Job | None:
     return None if row is None else to_job(row)
 
 
-async def cancel_job(db: Executor, tenant: str, job_id: str) -> Literal["cancelled", "missing"] | str:
-    """'cancelled', 'missing', or the terminal status that made the cancel a conflict."""
+async def cancel_job(db: Executor, tenant: str, job_id: str
+                     ) -> tuple[Literal["cancelled", "missing", "conflict"], str | None]:
+    """('cancelled', None), ('missing', None), or ('conflict', the terminal status it already has)."""
     jid = parse_id(job_id)
     if jid is None:
-        return "missing"
+        return "missing", None
     if await db.fetchval(Q.cancel_job, jid, tenant) is not None:
         metrics.JOBS_CANCELLED.inc()
-        return "cancelled"
+        return "cancelled", None
     status = await db.fetchval(Q.job_owner_state, jid, tenant)
-    return "missing" if status is None else str(status)
+    return ("missing", None) if status is None else ("conflict", str(status))
 
 
 async def cancel_matching(db: Executor, tenant: str, statuses: list[str], queue: str | None,

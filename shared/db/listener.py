@@ -72,7 +72,10 @@ class Hub:
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         sig.waiters.append(fut)
         try:
-            await asyncio.wait_for(fut, timeout)
+            # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation that
+            # races with the future completing, and a shutdown would then never end.
+            async with asyncio.timeout(timeout):
+                await fut
             return True
         except TimeoutError:
             return False

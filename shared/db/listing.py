@@ -6,6 +6,7 @@ continued by an opaque cursor "<created_at as unix microseconds>:<id>".
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -48,8 +49,21 @@ def decode_cursor(raw: str) -> tuple[datetime, str]:
     try:
         if not sep or not row_id:
             raise ValueError
-        return _EPOCH + timedelta(microseconds=int(micros)), row_id
+        at = _EPOCH + timedelta(microseconds=int(micros))
+        if not 1 < at.year < 9999:
+            raise ValueError
+        return at, row_id
     except (ValueError, OverflowError):
+        raise ValidationFailed("invalid cursor") from None
+
+
+def _check_cursor_id(row_id: str, id_type: str) -> None:
+    try:
+        if id_type == "uuid":
+            uuid.UUID(row_id)
+        elif id_type == "bigint" and not -(2**63) <= int(row_id) < 2**63:
+            raise ValueError
+    except ValueError:
         raise ValidationFailed("invalid cursor") from None
 
 
@@ -73,6 +87,7 @@ async def fetch_page(db: Any, table: str, tenant: str, page: Page, id_type: str)
     count_where, count_args = list(where), list(args)
     if page.cursor is not None:
         at, row_id = page.cursor
+        _check_cursor_id(row_id, id_type)
         op = ">" if page.ascending else "<"
         where.append(f"(created_at, id) {op} ({arg(at)}, {arg(row_id)}::text::{id_type})")
     direction = "ASC" if page.ascending else "DESC"
@@ -80,10 +95,7 @@ async def fetch_page(db: Any, table: str, tenant: str, page: Page, id_type: str)
     sql += f" LIMIT {arg(page.limit + 1)}"
     if page.cursor is None and page.offset:
         sql += f" OFFSET {arg(page.offset)}"
-    try:
-        rows = await db.fetch(sql, *args)
-    except asyncpg.DataError:
-        raise ValidationFailed("invalid cursor") from None
+    rows = await db.fetch(sql, *args)
     has_more = len(rows) > page.limit
     rows = rows[: page.limit]
     total = None

@@ -98,27 +98,30 @@ async def finish_workflow(conn: asyncpg.Connection, row: asyncpg.Record, status:
     return True
 
 
-async def cancel_workflow(pool: asyncpg.Pool, tenant: str, wf_id: str) -> Literal["cancelled", "missing"] | str:
+async def cancel_workflow(pool: asyncpg.Pool, tenant: str, wf_id: str
+                          ) -> tuple[Literal["cancelled", "missing", "conflict"], str | None]:
+    """('cancelled', None), ('missing', None) or ('conflict', the terminal status it has)."""
     async with pool.acquire() as conn, conn.transaction():
         row = await conn.fetchrow(Q.lock_tenant_workflow, wf_id, tenant)
         if row is None:
-            return "missing"
+            return "missing", None
         if row["status"] in TERMINAL_WORKFLOW_STATUSES:
-            return str(row["status"])
+            return "conflict", str(row["status"])
         await cancel_below(conn, wf_id, CANCELLED_BY_USER)
         await finish_workflow(conn, row, "cancelled", CANCELLED_BY_USER)
-    return "cancelled"
+    return "cancelled", None
 
 
-async def retry_workflow(pool: asyncpg.Pool, tenant: str, wf_id: str) -> Literal["retried", "missing"] | str:
+async def retry_workflow(pool: asyncpg.Pool, tenant: str, wf_id: str
+                         ) -> tuple[Literal["retried", "missing", "conflict"], str | None]:
     """Re-run what did not complete: failed and cancelled steps, steps a failure policy skipped, and
     everything downstream of them; completed upstream steps keep their results."""
     async with pool.acquire() as conn, conn.transaction():
         row = await conn.fetchrow(Q.lock_tenant_workflow, wf_id, tenant)
         if row is None:
-            return "missing"
+            return "missing", None
         if row["status"] not in ("failed", "partially_failed", "cancelled"):
-            return str(row["status"])
+            return "conflict", str(row["status"])
         steps = await conn.fetch(Q.workflow_steps, wf_id)
         rerun = {s["name"] for s in steps if s["status"] in ("failed", "cancelled")
                  or (s["status"] == "skipped" and s["skip_kind"] == "policy")}
@@ -133,7 +136,7 @@ async def retry_workflow(pool: asyncpg.Pool, tenant: str, wf_id: str) -> Literal
         await conn.execute(Q.reset_steps_for_retry, wf_id, names)
         await conn.execute(Q.restart_workflow, wf_id, names)
         await conn.execute(Q.insert_outbox, wf_id, "retry", None, None, None)
-    return "retried"
+    return "retried", None
 
 
 async def time_out_expired(pool: asyncpg.Pool, batch: int) -> int:

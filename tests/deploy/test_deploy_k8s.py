@@ -488,6 +488,45 @@ def test_worker_pools_fit_their_handlers(overlay: Rendered, secret_example: dict
             assert settings.max_db_connections >= handlers + 2, deployment["metadata"]["name"]
 
 
+def test_workflow_pools_fit_their_consumers(overlay: Rendered, secret_example: dict[str, Any]) -> None:
+    """Every advancer consumer can hold a connection for its transaction, with two to spare for
+    /health, /ready and /metrics (probes time out after 2 s waiting for one)."""
+    from services.workflow.advancer import CONSUMERS
+
+    seen = False
+    for deployment, container in serve_containers(overlay):
+        settings = settings_of(overlay, deployment, container, secret_example)
+        if settings.runs("workflow"):
+            seen = True
+            assert settings.max_db_connections >= CONSUMERS + 2, deployment["metadata"]["name"]
+    assert seen, "no Deployment runs the workflow advancer"
+
+
+def test_replicated_services_have_disruption_budgets(rendered_overlays: dict[str, Rendered]) -> None:
+    """In prod every Deployment that runs more than one pod keeps some of them through node drains;
+    the workflow advancer runs two, so workflows keep advancing while one is evicted."""
+    prod = rendered_overlays["prod"]
+    assert min_replicas(prod, prod.get("Deployment", "queueflow-workflow")) >= 2
+    for deployment in prod.deployments():
+        if min_replicas(prod, deployment) < 2:
+            continue
+        labels = deployment["spec"]["template"]["metadata"]["labels"]
+        budgets = [p for p in prod.of_kind("PodDisruptionBudget")
+                   if selector_matches(p["spec"]["selector"]["matchLabels"], labels)]
+        assert len(budgets) == 1, f"{deployment['metadata']['name']}: {len(budgets)} PodDisruptionBudgets"
+    # dev runs one pod of each and drops the budgets (they would block drains or protect nothing).
+    assert not rendered_overlays["dev"].of_kind("PodDisruptionBudget")
+    for deployment in rendered_overlays["dev"].deployments():
+        assert min_replicas(rendered_overlays["dev"], deployment) == 1, deployment["metadata"]["name"]
+
+
+def test_mode_all_runs_every_service() -> None:
+    """The image's default command (`serve --mode all`) runs every service mode, the new ones too."""
+    from shared.config import MODES, Settings
+
+    assert all(Settings(mode="all").runs(mode) for mode in MODES if mode != "all")
+
+
 # --- migrations -------------------------------------------------------------------------------
 
 
@@ -556,6 +595,16 @@ def test_service_monitor(rendered_overlays: dict[str, Rendered]) -> None:
 
 
 # --- documentation ------------------------------------------------------------------------------
+
+
+def test_docs_describe_every_service_mode() -> None:
+    """The services table and the rollout command in docs/deployment.md name every mode."""
+    from shared.config import MODES
+
+    doc = (REPO / "docs" / "deployment.md").read_text()
+    for mode in set(MODES) - {"all"}:
+        assert f"`queueflow serve --mode {mode}`" in doc, f"docs/deployment.md: no row for --mode {mode}"
+        assert f"deployment/queueflow-{mode}" in doc, f"docs/deployment.md: the rollout skips queueflow-{mode}"
 
 
 def test_docs_point_at_real_paths() -> None:

@@ -142,7 +142,7 @@ FOR UPDATE SKIP LOCKED;
 INSERT INTO queueflow.workflow_outbox (workflow_id, kind)
 SELECT w.id, 'heal' FROM queueflow.workflows w
 WHERE w.status IN ('created', 'running') AND w.created_at < now() - make_interval(secs => $1)
-  AND NOT EXISTS (SELECT 1 FROM queueflow.workflow_outbox o WHERE o.workflow_id = w.id)
+  AND NOT EXISTS (SELECT 1 FROM queueflow.workflow_outbox o WHERE o.workflow_id = w.id AND o.attempts < 5)
   AND NOT EXISTS (SELECT 1 FROM queueflow.jobs j
                   WHERE j.workflow_id = w.id AND j.status IN ('pending', 'retrying', 'running'))
   AND NOT EXISTS (SELECT 1 FROM queueflow.workflows c

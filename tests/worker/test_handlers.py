@@ -1,0 +1,201 @@
+"""The in-process runtime with the test's own handlers: results, failure classification, the
+concurrency bound, cancellation reaching the handler, task timeouts, and shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from services.worker.registry import JobContext, PermanentError
+from services.worker.runtime import default_registry
+from tests.protocol.helpers import cancel, create_job, dead_letters, finished, get_job, job_row, reaches
+from tests.support.waiting import eventually
+
+
+class Gate:
+    """A handler that parks until released, recording what happened to it."""
+
+    def __init__(self) -> None:
+        self.started: list[str] = []
+        self.cancelled: list[str] = []
+        self.saw_flag: list[str] = []
+        self.release = asyncio.Event()
+
+    async def handle(self, ctx: JobContext) -> dict:
+        self.started.append(ctx.job.id)
+        try:
+            await self.release.wait()
+        except asyncio.CancelledError:
+            self.cancelled.append(ctx.job.id)
+            if ctx.cancelled.is_set():
+                self.saw_flag.append(ctx.job.id)
+            raise
+        return {"released": True}
+
+
+async def test_cancelling_a_running_job_cancels_its_handler(worker_app, db):
+    gate = Gate()
+    registry = default_registry()
+    registry.register("gate", gate.handle)
+    client = await worker_app(registry)
+    job_id = await create_job(client, "gate")
+    await eventually(lambda: gate.started == [job_id])
+
+    assert await cancel(client, job_id) == 204
+
+    await eventually(lambda: gate.cancelled == [job_id], message="the handler's task was cancelled")
+    assert gate.saw_flag == [job_id]  # ctx.cancelled was set before the task was cancelled
+    gate.release.set()
+    follower = await create_job(client, "echo")
+    await finished(client, follower)
+    job = await get_job(client, job_id)
+    assert job["status"] == "cancelled"
+    assert "result" not in job
+    assert await dead_letters(db, job_id) == []
+
+
+async def test_at_most_workers_handlers_run_at_once_per_queue(worker_app):
+    gate = Gate()
+    registry = default_registry()
+    registry.register("gate", gate.handle)
+    client = await worker_app(registry, workers=3)
+    ids = [await create_job(client, "gate") for _ in range(5)]
+
+    await eventually(lambda: len(gate.started) == 3)
+    running = [j for j in ids if (await get_job(client, j))["status"] == "running"]
+    assert len(running) == 3
+    assert len(gate.started) == 3
+
+    gate.release.set()
+    for job_id in ids:
+        assert (await finished(client, job_id))["result"] == {"released": True}
+
+
+async def test_sync_handlers_run_and_none_means_an_empty_result(worker_app):
+    seen: list[str] = []
+
+    def blocking(ctx: JobContext) -> None:
+        seen.append(threading.current_thread().name)
+
+    registry = default_registry()
+    registry.register("blocking", blocking)
+    client = await worker_app(registry)
+    job = await finished(client, await create_job(client, "blocking"))
+    assert (job["status"], job["result"]) == ("completed", {})
+    assert seen and seen[0] != threading.main_thread().name  # off the event loop
+
+
+async def test_failures_are_classified_by_the_exception(worker_app, db):
+    class Permanent(Exception):
+        retryable = False
+
+    async def permanent(ctx: JobContext) -> dict:
+        raise PermanentError("bad input")
+
+    async def flagged(ctx: JobContext) -> dict:
+        raise Permanent("flagged permanent")
+
+    async def transient(ctx: JobContext) -> dict:
+        raise ConnectionError("try later")
+
+    async def wrong_type(ctx: JobContext) -> list:
+        return [1, 2]
+
+    registry = default_registry()
+    for name, fn in [("permanent", permanent), ("flagged", flagged), ("transient", transient),
+                     ("wrong_type", wrong_type)]:
+        registry.register(name, fn)
+    client = await worker_app(registry)
+
+    ids = {name: await create_job(client, name, max_retries=2) for name in
+           ("permanent", "flagged", "transient", "wrong_type")}
+
+    for name in ("permanent", "flagged", "wrong_type"):
+        job = await finished(client, ids[name])
+        assert job["status"] == "failed", name
+        assert [d["reason"] for d in await dead_letters(db, ids[name])] == ["non_retryable"], name
+    assert (await get_job(client, ids["permanent"]))["error_message"] == "bad input"
+    assert "list" in (await get_job(client, ids["wrong_type"]))["error_message"]
+    retrying = await reaches(client, ids["transient"], "retrying")
+    assert retrying["error_message"] == "try later"
+
+
+async def test_a_handler_error_does_not_stop_the_worker(worker_app):
+    async def boom(ctx: JobContext) -> dict:
+        raise RuntimeError("boom")
+
+    registry = default_registry()
+    registry.register("boom", boom)
+    client = await worker_app(registry, workers=1)
+    bad = await create_job(client, "boom", max_retries=0)
+    good = await create_job(client, "echo", {"still": "alive"})
+    assert (await finished(client, bad))["status"] == "failed"
+    assert (await finished(client, good))["result"] == {"still": "alive", "echoed": True}
+
+
+async def test_a_task_level_timeout_overrides_the_jobs_own(worker_app):
+    gate = Gate()
+    registry = default_registry()
+    registry.register("slow", gate.handle, timeout_secs=1)
+    client = await worker_app(registry)
+    job_id = await create_job(client, "slow", timeout=3600, max_retries=0)
+    job = await finished(client, job_id)
+    assert job["status"] == "failed"
+    assert job["error_message"].startswith("job exceeded its timeout")
+    assert gate.cancelled == [job_id]  # the timed-out handler was cancelled, not left running
+
+
+async def test_shutdown_lets_an_in_flight_handler_finish_and_report(worker_app, db):
+    async def brief(ctx: JobContext) -> dict:
+        await asyncio.sleep(0.3)
+        return {"finished": True}
+
+    registry = default_registry()
+    registry.register("brief", brief)
+    worker = await worker_app(registry)
+    job_id = await create_job(worker, "brief")
+    await reaches(worker, job_id, "running")
+
+    await worker.close()
+
+    row = await job_row(db, job_id)
+    assert row["status"] == "completed"
+
+
+async def test_shutdown_past_the_grace_period_releases_the_job_without_spending_a_retry(worker_app, db):
+    gate = Gate()
+    registry = default_registry()
+    registry.register("gate", gate.handle)
+    worker = await worker_app(registry, shutdown_grace_secs=0.2)
+    job_id = await create_job(worker, "gate", max_retries=2)
+    await eventually(lambda: gate.started == [job_id])
+
+    await worker.close()
+
+    assert gate.cancelled == [job_id]
+    row = await job_row(db, job_id)
+    assert row["status"] == "pending"  # given back, claimable at once
+    assert (row["retry_count"], row["lease_token"], row["result"]) == (0, None, None)
+
+    gate.release.set()
+    successor = await worker_app(registry)
+    job = await finished(successor, job_id)
+    assert (job["status"], job["delivery_count"], job["retry_count"]) == ("completed", 2, 0)
+
+
+@pytest.mark.filterwarnings("ignore:coroutine .* was never awaited:RuntimeWarning")
+async def test_an_async_callable_object_is_awaited_as_a_handler(worker_app):
+    """Handler is typed Callable[[JobContext], Awaitable | dict | None]: an object whose __call__ is
+    async (or any callable returning an awaitable) is a valid handler, and its result is awaited."""
+
+    class Resize:
+        async def __call__(self, ctx: JobContext) -> dict:
+            return {"resized": ctx.payload["name"]}
+
+    registry = default_registry()
+    registry.register("resize", Resize())
+    client = await worker_app(registry)
+    job = await finished(client, await create_job(client, "resize", {"name": "a.png"}))
+    assert (job["status"], job.get("result"), job.get("error_message")) == ("completed", {"resized": "a.png"}, None)

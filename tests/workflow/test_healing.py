@@ -1,0 +1,62 @@
+"""The janitor's self-heal: a live workflow that nothing can move any more (no pending outbox row,
+no live job, no live child) is re-evaluated and runs to completion. The states are built with SQL
+while no advancer runs, as a crash or a lost event would leave them."""
+
+from __future__ import annotations
+
+from tests.support.api import resources_of
+from tests.workflow.helpers import (
+    create,
+    lease_step,
+    manual,
+    step,
+    step_jobs,
+    steps,
+    wait_status,
+    wait_step_job,
+)
+
+
+async def _stall(pool, wf_id: str) -> None:
+    """No outbox row left for the workflow, and old enough for the stalled-workflow sweep."""
+    await pool.execute("DELETE FROM queueflow.workflow_outbox WHERE workflow_id = $1", wf_id)
+    await pool.execute("UPDATE queueflow.workflows SET created_at = now() - interval '10 minutes' WHERE id = $1",
+                       wf_id)
+
+
+async def test_janitor_advances_a_stalled_workflow_whose_dependents_were_never_enqueued(api):
+    client = await api()  # API only: nothing advances yet
+    pool = resources_of(client).pool
+    wf_id = await create(client, [step("a"), step("b", after=["a"]), step("c", after=["b"])])
+    # As if step a completed and the process died before its dependents were enqueued.
+    await pool.execute("UPDATE queueflow.workflows SET status = 'running', started_at = now(),"
+                       " context = '{\"a\": {\"done\": true}}'::jsonb WHERE id = $1", wf_id)
+    await pool.execute("UPDATE queueflow.workflow_steps SET status = 'completed', started_at = now(),"
+                       " completed_at = now() WHERE workflow_id = $1 AND name = 'a'", wf_id)
+    await _stall(pool, wf_id)
+
+    await api(mode="all", janitor_interval_secs=0.2)
+    wf = await wait_status(client, wf_id, "completed")
+    assert wf["context"] == {"a": {"done": True}, "b": {"echoed": True}, "c": {"echoed": True}}
+    assert [j["workflow_step_id"] for j in await step_jobs(client, wf_id)] == ["b", "c"]
+
+
+async def test_janitor_heals_a_finished_step_job_whose_outcome_was_never_applied(api):
+    client = await api()
+    advancer = await api(mode="workflow")
+    pool = resources_of(client).pool
+    wf_id = await create(client, [manual("a"), step("b", after=["a"])])
+    await wait_step_job(client, wf_id, "a")
+    await advancer.close()  # the advancer goes away ...
+    job, token = await lease_step(client, wf_id, "a")
+    status = await pool.execute(
+        "UPDATE queueflow.jobs SET status = 'completed', result = '{\"r\": 1}'::jsonb, completed_at = now(),"
+        " locked_until = NULL WHERE id = $1::uuid AND lease_token = $2::uuid", job["id"], token)
+    assert status == "UPDATE 1"
+    await _stall(pool, wf_id)  # ... and the outcome's event is lost with it
+    assert (await steps(client, wf_id))["a"]["status"] == "running"
+
+    await api(mode="all", janitor_interval_secs=0.2)
+    wf = await wait_status(client, wf_id, "completed", timeout=10)
+    assert wf["context"] == {"a": {"r": 1}, "b": {"echoed": True}}
+    assert {n: s["status"] for n, s in (await steps(client, wf_id)).items()} == {"a": "completed", "b": "completed"}
