@@ -20,7 +20,7 @@ async def lease_jobs(res: Resources, queue: str, max_jobs: int, lease_secs: int,
     deadline = loop.time() + wait_secs
     while True:
         seen = hub.epoch(queue)  # read before the claim: a notification after it is never lost
-        rows = await jobs_db.claim(res.pool, queue, max_jobs, lease_secs, timeout_grace)
+        rows = await jobs_db.claim(res.pool, queue, max_jobs, lease_secs, timeout_grace, next(res.claim_turns))
         if rows:
             if len(rows) == max_jobs:
                 hub.poke(queue)  # more may be waiting: pass the wake-up on

@@ -7,6 +7,7 @@ them in reverse order at shutdown.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
@@ -31,6 +32,7 @@ class Resources:
     listener: Listener = field(init=False)
     completer: CompletionBatcher = field(init=False)
     draining: bool = False
+    claim_turns: itertools.count[int] = field(default_factory=itertools.count)  # fair-share rotation
     task_names: set[str] = field(default_factory=set)
 
     def start_draining(self) -> None:

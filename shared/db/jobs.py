@@ -165,9 +165,10 @@ async def cancel_matching(db: Executor, tenant: str, statuses: list[str], queue:
 
 
 async def claim(db: Executor, queue: str, max_jobs: int, lease_secs: int,
-                timeout_grace: int | None = None) -> list[asyncpg.Record]:
-    """Lease up to `max_jobs` due jobs, in priority, scheduled_at, created_at order."""
-    rows = await db.fetch(Q.claim_jobs, queue, max_jobs, lease_secs, timeout_grace)
+                timeout_grace: int | None = None, rotation: int = 0) -> list[asyncpg.Record]:
+    """Lease up to `max_jobs` due jobs, shared fairly between the queue's tenants (`rotation`
+    changes which tenant leads); returned in priority, scheduled_at, created_at order."""
+    rows = await db.fetch(Q.claim_jobs, queue, max_jobs, lease_secs, timeout_grace, rotation)
     if len(rows) > 1:
         rows.sort(key=lambda r: (-r["priority"], r["scheduled_at"], r["created_at"]))
     return rows

@@ -55,20 +55,24 @@ RETURNING j.id;
 -- name: claim_jobs
 -- Lease up to $2 due jobs of queue $1. $3 is the lease in seconds; $4, when not null, is the grace
 -- added to the job's own timeout so an in-process handler's lease always covers its timeout.
--- Fair share: the queue's tenants with due work (paused ones left out) each contribute at most
--- ceil($2 / tenants) jobs, taken in their own priority, scheduled_at, created_at order with SKIP
--- LOCKED; so one tenant's backlog can never starve another tenant's job.
+-- Fair share between the queue's tenants with due work (paused ones left out): a first pass takes
+-- at most ceil($2 / tenants) jobs per tenant, each tenant's in its own priority, scheduled_at,
+-- created_at order, with SKIP LOCKED; a fill pass tops the batch up from tenants with more work.
+-- The batch is then cut in rounds (every tenant's first job, then every tenant's second ...), and
+-- $5 rotates which tenant leads a round, so one tenant's backlog can never starve another's job.
 WITH tenants AS (
-    SELECT t.tenant_key FROM queueflow.tenant_queues t
+    SELECT t.tenant_key, row_number() OVER (ORDER BY t.tenant_key) AS pos
+    FROM queueflow.tenant_queues t
     WHERE t.queue_name = $1 AND NOT t.paused
       AND EXISTS (SELECT 1 FROM queueflow.jobs j
                   WHERE j.queue_name = $1 AND COALESCE(j.tenant_id, '') = t.tenant_key
                     AND j.status IN ('pending', 'retrying') AND j.scheduled_at <= now())
 ), share AS (
-    SELECT CEIL($2::numeric / GREATEST(count(*), 1))::int AS n FROM tenants
-), picked AS (
-    SELECT c.id, row_number() OVER (PARTITION BY t.tenant_key ORDER BY c.priority DESC, c.scheduled_at,
-                                    c.created_at) AS turn,
+    SELECT CEIL($2::numeric / GREATEST(count(*), 1))::int AS n, GREATEST(count(*), 1) AS tenants FROM tenants
+), first_pass AS (
+    SELECT c.id, (t.pos + $5::bigint) % share.tenants AS lead,
+           row_number() OVER (PARTITION BY t.tenant_key
+                              ORDER BY c.priority DESC, c.scheduled_at, c.created_at) AS round,
            c.priority, c.scheduled_at, c.created_at
     FROM tenants t CROSS JOIN share
     CROSS JOIN LATERAL (
@@ -79,8 +83,25 @@ WITH tenants AS (
         LIMIT share.n
         FOR UPDATE SKIP LOCKED
     ) c
+), fill AS (
+    SELECT c.id, (t.pos + $5::bigint) % share.tenants AS lead,
+           share.n + row_number() OVER (PARTITION BY t.tenant_key
+                                        ORDER BY c.priority DESC, c.scheduled_at, c.created_at) AS round,
+           c.priority, c.scheduled_at, c.created_at
+    FROM tenants t CROSS JOIN share
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.priority, j.scheduled_at, j.created_at FROM queueflow.jobs j
+        WHERE j.queue_name = $1 AND COALESCE(j.tenant_id, '') = t.tenant_key
+          AND j.status IN ('pending', 'retrying') AND j.scheduled_at <= now()
+          AND j.id NOT IN (SELECT id FROM first_pass)
+        ORDER BY j.priority DESC, j.scheduled_at, j.created_at
+        LIMIT GREATEST(0, $2 - (SELECT count(*) FROM first_pass))
+        FOR UPDATE SKIP LOCKED
+    ) c
 ), chosen AS (
-    SELECT id FROM picked ORDER BY turn, priority DESC, scheduled_at, created_at LIMIT $2
+    SELECT id FROM (SELECT * FROM first_pass UNION ALL SELECT * FROM fill) AS candidates
+    ORDER BY round, lead, priority DESC, scheduled_at, created_at
+    LIMIT $2
 )
 UPDATE queueflow.jobs j
 SET status = 'running',
