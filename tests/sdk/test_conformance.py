@@ -1,0 +1,214 @@
+"""The SDK conformance suite: every scenario of sdks/conformance/scenarios against every SDK's
+runner, on a real server (an api and a janitor process with real credentials). See
+sdks/conformance/README.md for the runner contract."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from tests.sdk.builds import LANGUAGES, build, runner_command
+from tests.support.procs import ServiceProcess
+from tests.support.waiting import eventually
+
+REPO = Path(__file__).resolve().parents[2]
+SCENARIOS = sorted((REPO / "sdks" / "conformance" / "scenarios").glob("*.json"))
+TENANT_TOKEN = "conf-tenant-key"
+WORKER_TOKEN = "conf-worker-token"
+CREDENTIALS = ["--worker-token", WORKER_TOKEN, "--api-keys", f"{TENANT_TOKEN}:conformance"]
+TENANT = {"Authorization": f"Bearer {TENANT_TOKEN}"}
+RUNNER_DEADLINE = 60.0
+
+
+class Cluster:
+    """An api and a janitor process on the test's database; the api can be restarted in place."""
+
+    def __init__(self, database_url: str, log_dir: Path) -> None:
+        self.database_url = database_url
+        self.log_dir = log_dir
+        self.procs: list[ServiceProcess] = []
+        self.api: ServiceProcess | None = None
+
+    async def start(self) -> None:
+        self.api = await self._spawn("api", [])
+        await self._spawn("janitor", ["--janitor-interval-secs", "0.2"])
+
+    async def _spawn(self, mode: str, extra: list[str], port: int | None = None) -> ServiceProcess:
+        args = [*CREDENTIALS, *extra] if mode == "api" else extra
+        proc = ServiceProcess(self.database_url, mode=mode, dev=False, extra_args=args, log_dir=self.log_dir)
+        if port is not None:
+            proc.api_port = port
+            proc.argv += ["--api-port", str(port)]
+        self.procs.append(proc)
+        return await proc.start()
+
+    async def restart_api(self) -> None:
+        assert self.api is not None
+        port = self.api.api_port
+        await self.api.kill()
+        self.api = await self._spawn("api", [], port=port)
+
+    async def stop(self) -> None:
+        for proc in reversed(self.procs):
+            if proc.started and proc.returncode is None:
+                await proc.kill()
+
+
+@pytest.fixture
+async def cluster(database_url, tmp_path):
+    c = Cluster(database_url, tmp_path)
+    await c.start()
+    yield c
+    await c.stop()
+
+
+async def create_jobs(base_url: str, queue: str, jobs: list[dict[str, Any]]) -> list[str]:
+    ids = []
+    async with aiohttp.ClientSession() as http:
+        for job in jobs:
+            body = {**job, "config": {**job.get("config", {}), "queue": queue}}
+            async with http.post(f"{base_url}/api/v1/jobs", json=body, headers=TENANT) as resp:
+                assert resp.status == 201, await resp.text()
+                ids.append((await resp.json())["job_id"])
+    return ids
+
+
+async def get_json(base_url: str, path: str) -> Any:
+    async with aiohttp.ClientSession() as http, http.get(f"{base_url}{path}", headers=TENANT) as resp:
+        return resp.status, await resp.json()
+
+
+class Run:
+    """One runner process and the events it has emitted."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+        self.events: list[dict[str, Any]] = []
+        self.stderr = b""
+
+    def count(self, name: str) -> int:
+        return sum(1 for e in self.events if e.get("event") == name)
+
+    def first(self, name: str) -> dict[str, Any] | None:
+        return next((e for e in self.events if e.get("event") == name), None)
+
+
+async def act(action: dict[str, Any], event: dict[str, Any], run: Run, cluster: Cluster, db) -> None:
+    what = action["do"]
+    if what == "cancel_job":
+        async with aiohttp.ClientSession() as http:
+            url = f"{cluster.api.base_url}/api/v1/jobs/{event['job_id']}/cancel"
+            async with http.post(url, headers=TENANT) as resp:
+                assert resp.status == 204, await resp.text()
+    elif what == "expire_lease_and_wait_reclaim":
+        job_id = uuid.UUID(event["job_id"])
+        await db.execute("UPDATE queueflow.jobs SET locked_until = now() - interval '1 second' WHERE id = $1", job_id)
+
+        async def reclaimed():
+            return await db.fetchval("SELECT status FROM queueflow.jobs WHERE id = $1", job_id) != "running"
+
+        await eventually(reclaimed, timeout=20)
+    elif what == "restart_api":
+        await cluster.restart_api()
+    else:
+        raise AssertionError(f"unknown scenario action {what!r}")
+    if action.get("then") == "continue":
+        run.proc.stdin.write(b"continue\n")
+        await run.proc.stdin.drain()
+
+
+async def drive(language: str, scenario: dict[str, Any], path: Path, cluster: Cluster, db, queue: str) -> Run:
+    env = {**os.environ, "QF_BASE_URL": cluster.api.base_url, "QF_TENANT_TOKEN": TENANT_TOKEN,
+           "QF_WORKER_TOKEN": WORKER_TOKEN, "QF_QUEUE": queue}
+    argv, extra_env = runner_command(language)
+    proc = await asyncio.create_subprocess_exec(
+        *argv, str(path), cwd=REPO, env={**env, **extra_env}, stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    run = Run(proc)
+    actions = scenario.get("actions", [])
+    stderr_task = asyncio.create_task(proc.stderr.read())
+
+    async def read_events() -> None:
+        while line := await proc.stdout.readline():
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue  # a runner's stray output is not an event
+            run.events.append(event)
+            for action in actions:
+                if action["on_event"] == event.get("event") and run.count(event["event"]) == action.get("nth", 1):
+                    await act(action, event, run, cluster, db)
+
+    try:
+        async with asyncio.timeout(RUNNER_DEADLINE):
+            await read_events()
+            await proc.wait()
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        run.stderr = await stderr_task
+        raise AssertionError(f"{language} runner did not finish {scenario['name']} within {RUNNER_DEADLINE}s; "
+                             f"events {run.events}; stderr {run.stderr.decode(errors='replace')[-2000:]}") from None
+    run.stderr = await stderr_task
+    return run
+
+
+def check_job(expected: dict[str, Any], job: dict[str, Any], dead: dict[str, Any] | None, where: str) -> None:
+    for key, want in expected.items():
+        if key == "dead_letter_reason":
+            assert dead is not None and dead["reason"] == want, f"{where}: dead letter {dead} != {want}"
+        elif want is None:
+            assert job.get(key) is None, f"{where}: {key} = {job.get(key)!r}, expected absent"
+        else:
+            assert job.get(key) == want, f"{where}: {key} = {job.get(key)!r}, expected {want!r}"
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("path", SCENARIOS, ids=[p.stem for p in SCENARIOS])
+@pytest.mark.parametrize("language", LANGUAGES)
+async def test_sdk_conformance(language, path, cluster, db):
+    await asyncio.to_thread(build, language)
+    scenario = json.loads(path.read_text())
+    queue = f"conf-{language}-{scenario['name']}"
+    job_ids = await create_jobs(cluster.api.base_url, queue, scenario["setup"]["jobs"])
+
+    run = await drive(language, scenario, path, cluster, db, queue)
+    where = f"{language}/{scenario['name']}"
+    assert run.proc.returncode == 0, (f"{where}: runner exited {run.proc.returncode}; events {run.events}; "
+                                      f"stderr {run.stderr.decode(errors='replace')[-3000:]}")
+
+    expect = scenario["expect"]
+    for name in expect.get("events", []):
+        assert run.count(name) >= 1, f"{where}: no {name!r} event; got {run.events}"
+    for name, fields in expect.get("event_fields", {}).items():
+        event = run.first(name)
+        for key, want in fields.items():
+            assert event.get(key) == want, f"{where}: {name}.{key} = {event.get(key)!r}, expected {want!r} ({event})"
+    for i, (job_id, want) in enumerate(zip(job_ids, expect.get("jobs", []), strict=True)):
+        status, job = await get_json(cluster.api.base_url, f"/api/v1/jobs/{job_id}")
+        assert status == 200
+        _, dlq = await get_json(cluster.api.base_url, f"/api/v1/dlq?queue={queue}&limit=100")
+        dead = next((d for d in dlq["dead_letters"] if d["job_id"] == job_id), None)
+        check_job(want, job, dead, f"{where} job {i}")
+
+
+def test_every_language_has_a_runner_and_every_scenario_is_listed():
+    assert set(LANGUAGES) == {"python", "typescript", "go", "rust"}
+    names = {json.loads(p.read_text())["name"] for p in SCENARIOS}
+    assert names == {p.stem for p in SCENARIOS}
+    readme = (REPO / "sdks" / "conformance" / "README.md").read_text()
+    modes = {json.loads(p.read_text())["worker"]["mode"] for p in SCENARIOS}
+    for mode in modes:
+        assert f"**`{mode}`**" in readme, f"worker mode {mode} is not documented in the runner contract"
+
+
+if sys.platform == "win32":  # pragma: no cover
+    pytest.skip("the runners are POSIX programs", allow_module_level=True)
