@@ -33,6 +33,7 @@ class Settings:
     metrics_port: int = 9090
     workers: int = 10
     queues: tuple[str, ...] = ()
+    handlers: tuple[str, ...] = ()  # modules whose @task functions the in-process workers run
     default_queue: str = "default"
     dev: bool = False
     worker_token: str | None = None
@@ -126,6 +127,8 @@ _SERVE_OPTIONS: list[tuple[str, str, object, object, str]] = [
     ("--workers", "QUEUEFLOW_WORKERS", int, 10, "concurrent in-process handlers per queue"),
     ("--queues", "QUEUEFLOW_QUEUES", str, "", "queues the in-process workers drain (comma-separated)"),
     ("--default-queue", "QUEUEFLOW_DEFAULT_QUEUE", str, "default", "queue for jobs that name none"),
+    ("--handlers", "QUEUEFLOW_HANDLERS", str, "",
+     "Python modules whose @task handlers the in-process workers run (comma-separated)"),
     ("--worker-token", "QUEUEFLOW_WORKER_TOKEN", str, None, "credential for the worker protocol routes"),
     ("--jwt-secret", "QUEUEFLOW_JWT_SECRET", str, None, "HS256 secret for tenant JWTs"),
     ("--api-keys", "QUEUEFLOW_API_KEYS", str, None, "tenant API keys: token:tenant[:ro],..."),
@@ -185,6 +188,7 @@ def settings_from(args: argparse.Namespace, environ: dict[str, str] | None = Non
         metrics_port=int(values["metrics_port"]),  # type: ignore[arg-type]
         workers=max(1, int(values["workers"])),  # type: ignore[arg-type]
         queues=_csv(values["queues"]),  # type: ignore[arg-type]
+        handlers=_csv(values["handlers"]),  # type: ignore[arg-type]
         default_queue=str(values["default_queue"]),
         dev=bool(dev),
         worker_token=values["worker_token"] or None,  # type: ignore[arg-type]

@@ -1,32 +1,45 @@
 """The in-process worker runtime: per queue, lease up to --workers jobs at a time and run their
 handlers concurrently, with the same guarantees as remote workers.
 
+- The registry holds the built-ins and the tasks of the --handlers modules; it is built when the
+  process composes its services, so a bad module stops `serve` before anything opens.
+- Async handlers run on the event loop; sync ones in this runtime's thread pool (one thread per
+  handler slot, threads named `queueflow-task-N`).
 - The lease covers the job's timeout plus --lease-grace-secs, so a healthy handler never needs a
   heartbeat; a crashed process's jobs are reclaimed by the janitor through the retry policy.
-- `timeout_secs` cancels the handler (a retryable failure: "job exceeded its timeout").
+- A task's `timeout_secs` overrides the job's; exceeding it cancels the handler and fails the job
+  retryably ("job exceeded its timeout of Ns").
+- A task's `concurrency` caps how many of its handlers run at once in this process, on top of
+  --workers per queue. A leased job waiting for a slot keeps its lease alive with heartbeats and
+  gets a fresh lease (timeout + grace) when its handler starts.
 - Cancelling a running job through the API cancels its handler: the job-events notification for
-  the job reaches this process, which cancels the handler's task and reports nothing.
-- Shutdown stops leasing, then waits up to --shutdown-grace-secs for in-flight handlers; what is
-  still running after that is cancelled and released (claimable again at once, no retry spent).
+  the job reaches this process, which cancels an async handler's task, sets `ctx.is_cancelled`
+  for a sync one, and reports nothing (the server already owns the outcome).
+- Shutdown stops leasing and gives back at once the jobs still waiting for a task slot, then
+  waits up to --shutdown-grace-secs for running handlers; what is still running after that is
+  cancelled and released (claimable again at once, no retry spent).
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
+import contextvars
 import os
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import asyncpg
+import msgspec
 import structlog
 from aiohttp import web
 
 from services.worker.builtins import register_builtins
-from services.worker.registry import JobContext, Registry, Task
-from shared import metrics
+from services.worker.registry import JobContext, Registry, Task, import_handler_modules
+from shared import metrics, wire
 from shared.db import jobs as jobs_db
 from shared.db.queries import Q
 from shared.leasing import lease_jobs
@@ -35,6 +48,7 @@ from shared.runtime import Resources
 log = structlog.get_logger("queueflow.worker")
 
 TASK_HEARTBEAT_SECS = 10.0
+_encode_result = msgspec.json.Encoder().encode
 
 
 class WorkerRuntime:
@@ -45,38 +59,57 @@ class WorkerRuntime:
         self._loops: list[asyncio.Task[None]] = []
         self._inflight: set[asyncio.Task[None]] = set()
         self._leases: dict[asyncio.Task[None], tuple[uuid.UUID, uuid.UUID]] = {}
+        self._waiting: set[asyncio.Task[Any]] = set()  # leased, waiting for a task slot
+        self._slots = {t.name: asyncio.Semaphore(t.concurrency) for t in registry if t.concurrency}
+        self._threads: concurrent.futures.ThreadPoolExecutor | None = None
         self._stopping = False
 
     async def start(self) -> None:
+        s = self.res.settings
+        if any(not t.is_async for t in self.registry):
+            self._threads = concurrent.futures.ThreadPoolExecutor(
+                max_workers=s.workers * len(s.worker_queues), thread_name_prefix="queueflow-task")
         await self._register_tasks()
         self._loops = [asyncio.create_task(self._queue_loop(q), name=f"queueflow-worker-{q}")
-                       for q in self.res.settings.worker_queues]
+                       for q in s.worker_queues]
         self._loops.append(asyncio.create_task(self._task_heartbeat(), name="queueflow-task-heartbeat"))
         self.res.task_names.update(self.registry.names())
 
     async def stop(self) -> None:
-        """Stop leasing, drain in-flight handlers for up to the grace period, then cancel the rest."""
+        """Stop leasing; give back the jobs waiting for a task slot; drain running handlers for up
+        to the grace period, then cancel and give back the rest."""
         self._stopping = True
         for t in self._loops:
             t.cancel()
         for t in self._loops:
             with contextlib.suppress(asyncio.CancelledError):
                 await t
-        if self._inflight:
-            log.info("worker_draining", jobs=len(self._inflight))
-            _, pending = await asyncio.wait(self._inflight, timeout=self.res.settings.shutdown_grace_secs)
-            leases = [self._leases[t] for t in pending if t in self._leases]
+        leases = dict(self._leases)  # entries leave the dict as their tasks finish
+        give_back = {t for t in self._inflight if t in self._waiting}
+        for t in give_back:
+            t.cancel()
+        running = self._inflight - give_back
+        if running:
+            log.info("worker_draining", jobs=len(running))
+            _, pending = await asyncio.wait(running, timeout=self.res.settings.shutdown_grace_secs)
             for t in pending:
                 t.cancel()
-            if pending:
-                await asyncio.wait(pending, timeout=2)
-                released = 0
-                for job_id, token in leases:
+            give_back |= pending
+        if give_back:
+            await asyncio.wait(give_back, timeout=2)
+            released = 0
+            for t in give_back:
+                if t in leases:
+                    job_id, token = leases[t]
                     with contextlib.suppress(Exception):
                         released += await self.res.pool.fetchval(Q.release_job, job_id, token) is not None
-                log.warning("worker_released_jobs", jobs=len(pending), released=released)
+            log.warning("worker_released_jobs", jobs=len(give_back), released=released)
         with contextlib.suppress(Exception):
             await self.res.pool.execute(Q.unregister_tasks, self.process_id)
+        if self._threads is not None:
+            # A sync handler cannot be interrupted: its thread finishes on its own (it was told
+            # through ctx.is_cancelled); nothing queued behind it is started.
+            self._threads.shutdown(wait=False, cancel_futures=True)
 
     async def _register_tasks(self) -> None:
         await self.res.pool.execute(Q.register_tasks, self.process_id, self.registry.names(),
@@ -116,12 +149,14 @@ class WorkerRuntime:
     def _forget(self, task: asyncio.Task[None]) -> None:
         self._inflight.discard(task)
         self._leases.pop(task, None)
+        self._waiting.discard(task)
 
     async def _run(self, row: asyncpg.Record) -> None:
         job = jobs_db.to_job(row)
         token: uuid.UUID = row["lease_token"]
-        metrics.QUEUE_WAIT.labels(job.queue_name).observe(
-            max(0.0, (row["started_at"] - row["scheduled_at"]).total_seconds()) if job.delivery_count == 1 else 0.0)
+        if job.delivery_count == 1:  # started_at is the first claim; a redelivery has no wait to measure
+            metrics.QUEUE_WAIT.labels(job.queue_name).observe(
+                max(0.0, (row["started_at"] - row["scheduled_at"]).total_seconds()))
         task = self.registry.get(job.task_name)
         if task is None:
             await jobs_db.fail(self.res.pool, row["id"], token, f"no handler registered for task '{job.task_name}'",
@@ -133,69 +168,192 @@ class WorkerRuntime:
         except Exception:  # a report that failed: the lease expires and the janitor retries
             log.exception("job_report_failed", job_id=job.id)
 
-    async def _execute(self, task: Task, job: Any, job_id: uuid.UUID, token: uuid.UUID) -> None:
-        ctx = JobContext(job=job, cancelled=asyncio.Event())
-        handler_task = asyncio.create_task(self._call(task, ctx))
+    async def _execute(self, task: Task, job: wire.Job, job_id: uuid.UUID, token: uuid.UUID) -> None:
+        ctx = JobContext(job)
+        timeout = max(1, task.timeout_secs or int(job.config.get("timeout_secs") or 300))
+        handler: asyncio.Future[Any] | None = None
 
         def on_status(status: str) -> None:
             if status == "cancelled":
-                ctx.cancelled.set()
-                handler_task.cancel()
+                ctx.abandon()
+                if handler is not None:
+                    handler.cancel()
 
         unsubscribe = self.res.hub.watch_job(job.id, on_status)
-        timeout = task.timeout_secs or int(job.config.get("timeout_secs") or 300)
-        started = time.perf_counter()
+        release: Callable[[], None] | None = None
         try:
-            result = await asyncio.wait_for(asyncio.shield(handler_task), max(1, timeout))
-        except TimeoutError:
-            handler_task.cancel()
-            await self._fail(job_id, token, f"job exceeded its timeout of {max(1, timeout)}s", True)
-            return
-        except asyncio.CancelledError:
-            if ctx.cancelled.is_set() and not self._current_cancelled():
-                log.info("job_handler_cancelled", job_id=job.id)
-                return  # cancelled through the API: the server owns the outcome
-            handler_task.cancel()
-            raise
-        except Exception as err:  # noqa: BLE001 - handler errors are the retry policy's business
-            retryable = getattr(err, "retryable", True) is not False
-            await self._fail(job_id, token, str(err) or type(err).__name__, retryable)
-            return
+            # The claim leased the job for its own timeout plus the grace; a longer task timeout,
+            # or time spent waiting for a task slot, needs a fresh lease before the handler starts.
+            extend = task.timeout_secs is not None and task.timeout_secs > int(job.config.get("timeout_secs") or 0)
+            slots = self._slots.get(task.name)
+            if slots is not None:
+                waited = slots.locked()
+                if not await self._take_slot(slots, ctx, job_id, token, timeout):
+                    log.info("job_handler_cancelled", job_id=job.id, task=task.name, started=False)
+                    return
+                release = slots.release
+                extend = extend or waited
+            if extend and not await self._extend_lease(job_id, token, timeout):
+                log.info("job_handler_cancelled", job_id=job.id, task=task.name, started=False)
+                return
+            handler = self._start(task, ctx, release)
+            release = None  # the handler owns the slot now and gives it back when it finishes
+            handler.add_done_callback(_observed)
+            await self._await_handler(task, ctx, handler, job_id, token, timeout)
         finally:
             unsubscribe()
+            if release is not None:
+                release()
+
+    async def _take_slot(self, slots: asyncio.Semaphore, ctx: JobContext, job_id: uuid.UUID,
+                         token: uuid.UUID, timeout: int) -> bool:
+        """Wait for a free slot of a concurrency-limited task while keeping the job's lease alive.
+        False when the job was cancelled or its lease lost meanwhile (no slot is then held)."""
+        if not slots.locked():
+            await slots.acquire()  # free: returns without suspending
+            return True
+        current = asyncio.current_task()
+        assert current is not None
+        self._waiting.add(current)
+        acquiring = asyncio.ensure_future(slots.acquire())
+        cancelled = asyncio.ensure_future(ctx.cancelled.wait())
+        keepalive = max(1.0, min(30.0, (timeout + self.res.settings.lease_grace_secs) / 3))
+        got = False
+        try:
+            while True:
+                done, _ = await asyncio.wait((acquiring, cancelled), timeout=keepalive,
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if acquiring in done:
+                    got = True
+                    return True
+                if cancelled in done or not await self._extend_lease(job_id, token, timeout):
+                    return False
+        finally:
+            self._waiting.discard(current)
+            cancelled.cancel()
+            if not got:
+                acquiring.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    if await acquiring:  # acquired just as we gave up: hand the slot on
+                        slots.release()
+
+    async def _extend_lease(self, job_id: uuid.UUID, token: uuid.UUID, timeout: int) -> bool:
+        """Lease the job for its timeout plus the grace, from now; False when it is no longer ours
+        (cancelled through the API, or reclaimed)."""
+        verdict, _ = await jobs_db.heartbeat(self.res.pool, job_id, token,
+                                             timeout + self.res.settings.lease_grace_secs)
+        return verdict == "extended"
+
+    def _start(self, task: Task, ctx: JobContext, release: Callable[[], None] | None) -> asyncio.Future[Any]:
+        """Start the handler. `release` runs when it has really finished: for a sync handler that is
+        when its thread returns, even if the job was given up earlier, so a task's concurrency
+        counts every handler still running."""
+        if task.is_async:
+            running: asyncio.Future[Any] = asyncio.ensure_future(_call_async(task, ctx))
+            if release is not None:
+                running.add_done_callback(lambda _: release())
+            return running
+        assert self._threads is not None
+        loop = asyncio.get_running_loop()
+        thread_job = self._threads.submit(contextvars.copy_context().run, task.handler, ctx)
+        if release is not None:
+            def released(_: concurrent.futures.Future[Any]) -> None:
+                with contextlib.suppress(RuntimeError):  # the loop is gone: nothing left to release
+                    loop.call_soon_threadsafe(release)
+
+            thread_job.add_done_callback(released)
+        return asyncio.wrap_future(thread_job, loop=loop)
+
+    async def _await_handler(self, task: Task, ctx: JobContext, handler: asyncio.Future[Any],
+                             job_id: uuid.UUID, token: uuid.UUID, timeout: int) -> None:
+        started = time.perf_counter()
+        try:
+            done, _ = await asyncio.wait((handler,), timeout=timeout)
+        except asyncio.CancelledError:  # shutdown: stop() gives the lease back
+            ctx.abandon()
+            handler.cancel()
+            raise
+        finally:
             metrics.HANDLER_DURATION.labels(task.name).observe(time.perf_counter() - started)
+        if not done:
+            ctx.abandon()
+            handler.cancel()
+            await self._fail(job_id, token, f"job exceeded its timeout of {timeout}s", True, task.name)
+            return
+        if ctx.cancelled.is_set():
+            # Cancelled through the API: whatever the handler did last, the server owns the outcome.
+            log.info("job_handler_cancelled", job_id=ctx.job.id, task=task.name, started=True)
+            return
+        if handler.cancelled():
+            await self._fail(job_id, token, "handler was cancelled", True, task.name)
+            return
+        err = handler.exception()
+        if err is not None:
+            retryable = getattr(err, "retryable", True) is not False
+            await self._fail(job_id, token, str(err) or type(err).__name__, retryable, task.name)
+            return
+        result = handler.result()
         if result is not None and not isinstance(result, dict):
-            await self._fail(job_id, token, f"handler returned {type(result).__name__}, not an object", False)
+            await self._fail(job_id, token, f"handler returned {type(result).__name__}, not an object", False,
+                             task.name)
+            return
+        problem = _unstorable(result or {})
+        if problem is not None:
+            await self._fail(job_id, token, f"handler returned a result that cannot be stored: {problem}", False,
+                             task.name)
             return
         await self.res.completer.complete(job_id, token, result or {})
 
-    @staticmethod
-    def _current_cancelled() -> bool:
-        current = asyncio.current_task()
-        return current is not None and current.cancelling() > 0
-
-    async def _call(self, task: Task, ctx: JobContext) -> Any:
-        if task.is_async:
-            return await task.handler(ctx)  # type: ignore[misc]
-        return await asyncio.to_thread(task.handler, ctx)
-
-    async def _fail(self, job_id: uuid.UUID, token: uuid.UUID, error: str, retryable: bool) -> None:
+    async def _fail(self, job_id: uuid.UUID, token: uuid.UUID, error: str, retryable: bool, task: str) -> None:
         verdict, _ = await jobs_db.fail(self.res.pool, job_id, token, error, retryable)
-        log.info("job_failed", job_id=str(job_id), outcome=verdict, retryable=retryable)
+        log.info("job_failed", job_id=str(job_id), task=task, outcome=verdict, retryable=retryable)
 
 
-def default_registry() -> Registry:
+def _observed(handler: asyncio.Future[Any]) -> None:
+    """Mark the outcome seen: a handler that raises after it was timed out or cancelled has no
+    one left to report to, and asyncio would log "exception was never retrieved"."""
+    if not handler.cancelled():
+        handler.exception()
+
+
+async def _call_async(task: Task, ctx: JobContext) -> Any:
+    return await task.handler(ctx)  # type: ignore[misc]
+
+
+def _unstorable(result: dict[str, Any]) -> str | None:
+    """Why `result` cannot be a jsonb value, or None. Checked before the group commit, where one bad
+    value would fail every completion of its batch."""
+    try:
+        encoded = _encode_result(result)
+    except (TypeError, ValueError, OverflowError) as err:
+        return str(err)
+    if b"\\u0000" in encoded:
+        return "a string contains a NUL character"
+    return None
+
+
+def build_registry(handler_modules: tuple[str, ...] = ()) -> Registry:
+    """The built-ins, then every task of the --handlers modules (ConfigError naming a bad one)."""
     registry = Registry()
     register_builtins(registry)
+    import_handler_modules(registry, handler_modules)
     return registry
 
 
+def default_registry() -> Registry:
+    return build_registry()
+
+
 def worker_ctx(res: Resources, registry: Registry | None = None):  # noqa: ANN201 - cleanup-context factory
+    """The worker service's cleanup context. The registry is built here, when the process composes
+    its services, so an unimportable --handlers module fails start-up before anything opens."""
+    tasks = registry if registry is not None else build_registry(res.settings.handlers)
+
     async def ctx(app: web.Application) -> AsyncIterator[None]:
-        runtime = WorkerRuntime(res, registry or default_registry())
+        runtime = WorkerRuntime(res, tasks)
         await runtime.start()
         log.info("worker_started", queues=list(res.settings.worker_queues), workers=res.settings.workers,
-                 tasks=runtime.registry.names())
+                 tasks=runtime.registry.names(), handler_modules=list(res.settings.handlers))
         try:
             yield
         finally:
