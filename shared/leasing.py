@@ -22,6 +22,10 @@ async def lease_jobs(res: Resources, queue: str, max_jobs: int, lease_secs: int,
         seen = hub.epoch(queue)  # read before the claim: a notification after it is never lost
         rows = await jobs_db.claim(res.pool, queue, max_jobs, lease_secs, timeout_grace, next(res.claim_turns))
         if rows:
+            for row in rows:
+                if row["delivery_count"] == 1:  # started_at is this claim; a redelivery has no wait to measure
+                    metrics.QUEUE_WAIT.labels(queue).observe(
+                        max(0.0, (row["started_at"] - row["scheduled_at"]).total_seconds()))
             if len(rows) == max_jobs:
                 hub.poke(queue)  # more may be waiting: pass the wake-up on
             return rows

@@ -154,9 +154,6 @@ class WorkerRuntime:
     async def _run(self, row: asyncpg.Record) -> None:
         job = jobs_db.to_job(row)
         token: uuid.UUID = row["lease_token"]
-        if job.delivery_count == 1:  # started_at is the first claim; a redelivery has no wait to measure
-            metrics.QUEUE_WAIT.labels(job.queue_name).observe(
-                max(0.0, (row["started_at"] - row["scheduled_at"]).total_seconds()))
         task = self.registry.get(job.task_name)
         if task is None:
             await jobs_db.fail(self.res.pool, row["id"], token, f"no handler registered for task '{job.task_name}'",
