@@ -28,16 +28,23 @@ WORKFLOW = "queueflow_workflow"    # an outbox row was written: the advancer has
 WORKFLOW_EVENTS = "queueflow_workflow_events"  # payload: workflow id; a watched workflow changed
 CHANNELS = (WORK, DELAYED, JOB_EVENTS, WORKFLOW, WORKFLOW_EVENTS)
 
+# Claim queries one process runs at once for one queue: enough to keep a busy queue's batches
+# flowing, and a cap on the burst when thousands of long-polls arrive together.
+CLAIMS_PER_QUEUE = 4
+
 # The advancer parks on this pseudo-queue (no real queue name can contain a NUL byte).
 ADVANCE = "\0advance"
 
 
 class _QueueSignal:
-    __slots__ = ("epoch", "waiters")
+    __slots__ = ("epoch", "waiters", "empty_epoch", "checked_at", "gate")
 
     def __init__(self) -> None:
         self.epoch = 0
         self.waiters: deque[asyncio.Future[None]] = deque()
+        self.empty_epoch: int | None = None  # the epoch at which a claim last found nothing
+        self.checked_at = float("-inf")      # when a claim last looked (loop time)
+        self.gate = asyncio.Semaphore(CLAIMS_PER_QUEUE)
 
 
 class Hub:
@@ -59,6 +66,22 @@ class Hub:
 
     def epoch(self, queue: str) -> int:
         return self._signal(queue).epoch
+
+    def gate(self, queue: str) -> asyncio.Semaphore:
+        return self._signal(queue).gate
+
+    def known_empty(self, queue: str, seen_epoch: int, max_age: float) -> bool:
+        """True when a claim found the queue empty at `seen_epoch`, nothing was announced since,
+        the listener is connected (so nothing could have been missed), and that claim is younger
+        than `max_age` seconds. Then a claim would find nothing: park instead of asking."""
+        sig = self._signal(queue)
+        return (self.connected and sig.empty_epoch == seen_epoch
+                and asyncio.get_running_loop().time() - sig.checked_at < max_age)
+
+    def claimed(self, queue: str, seen_epoch: int, found: bool) -> None:
+        sig = self._signal(queue)
+        sig.checked_at = asyncio.get_running_loop().time()
+        sig.empty_epoch = None if found else seen_epoch
 
     def waiting(self, queue: str) -> int:
         sig = self._queues.get(queue)

@@ -31,7 +31,7 @@ async def create_pool(dsn: str, min_size: int = 2, max_size: int = 50) -> asyncp
         max_size=max_size,
         init=init_connection,
         server_settings={"application_name": "queueflow", "timezone": "UTC"},
-        max_inactive_connection_lifetime=300,
+        max_inactive_connection_lifetime=60,  # a burst's extra connections do not linger
     )
     assert pool is not None
     return pool
