@@ -10,6 +10,7 @@ from aiohttp import web
 
 from services.api.context import settings_of, tenant_of
 from services.api.params import page_from
+from services.api.sse import stream_status
 from shared import wire
 from shared.db import jobs as jobs_db
 from shared.db.listing import fetch_page
@@ -27,7 +28,6 @@ from shared.http import decode, json_response
 from shared.runtime import RESOURCES
 
 SSE_MAX_SECS = 15 * 60
-SSE_KEEPALIVE_SECS = 15.0
 
 
 def _new_job(item: wire.CreateJobRequest, default_queue: str, key: str | None) -> jobs_db.NewJob:
@@ -126,45 +126,22 @@ async def cancel_jobs(request: web.Request) -> web.Response:
 
 
 async def job_events(request: web.Request) -> web.StreamResponse:
-    """`status` events carrying the whole job, one per status change, until a terminal status.
-
-    Woken by the job-events NOTIFY channel; the keep-alive tick doubles as a safety re-check."""
+    """`status` events carrying the whole job, one per change (a job's JSON changes only with its
+    status), until a terminal status."""
     res = request.app[RESOURCES]
     tenant = tenant_of(request).id
-    await _job_or_404(request)
-    job_id = request.match_info["id"]
+    job_id = (await _job_or_404(request)).id
     changed = asyncio.Event()
     unsubscribe = res.hub.watch_job(job_id, lambda _status: changed.set())
-    # Registered before the job is read: a change after the read is announced to this stream.
     watcher = await res.pool.fetchval(Q.watch_job, jobs_db.parse_id(job_id), SSE_MAX_SECS + 60)
-    job = await jobs_db.get_job(res.pool, tenant, job_id)
-    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
-                                           "X-Accel-Buffering": "no"})
-    await response.prepare(request)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + SSE_MAX_SECS
-    last_status = None
+
+    async def read() -> tuple[bytes, bool] | None:
+        job = await jobs_db.get_job(res.pool, tenant, job_id)
+        return None if job is None else (msgspec.json.encode(job), job.status in TERMINAL_JOB_STATUSES)
+
     try:
-        while job is not None:
-            if job.status != last_status:
-                data = msgspec.json.encode(job).decode()
-                await response.write(f"event: status\ndata: {data}\n\n".encode())
-                last_status = job.status
-            if job.status in TERMINAL_JOB_STATUSES or loop.time() >= deadline or res.draining:
-                break
-            try:
-                async with asyncio.timeout(min(SSE_KEEPALIVE_SECS, deadline - loop.time())):
-                    await changed.wait()
-            except TimeoutError:
-                await response.write(b": keep-alive\n\n")
-            changed.clear()
-            job = await jobs_db.get_job(res.pool, tenant, job_id)
-    except ConnectionResetError:
-        pass
+        return await stream_status(request, res, changed, read, SSE_MAX_SECS)
     finally:
         unsubscribe()
         with contextlib.suppress(Exception):
             await res.pool.execute(Q.unwatch_job, watcher)
-    with contextlib.suppress(ConnectionResetError):
-        await response.write_eof()
-    return response

@@ -10,6 +10,7 @@ from aiohttp import web
 
 from services.api.context import tenant_of
 from services.api.params import page_from
+from services.api.sse import stream_status
 from shared import dag, wire
 from shared.db import workflows as workflows_db
 from shared.db.listing import fetch_page
@@ -19,7 +20,6 @@ from shared.http import decode, json_response
 from shared.runtime import RESOURCES
 
 SSE_MAX_SECS = 60 * 60
-SSE_KEEPALIVE_SECS = 15.0
 
 
 async def create_workflow(request: web.Request) -> web.Response:
@@ -83,41 +83,22 @@ async def workflow_events(request: web.Request) -> web.StreamResponse:
     """One `status` event (a WorkflowEvent) on every workflow or step change, until terminal."""
     res = request.app[RESOURCES]
     tenant = tenant_of(request).id
-    wf = await _workflow_or_404(request)
+    wf_id = (await _workflow_or_404(request)).id
     changed = asyncio.Event()
-    unsubscribe = res.hub.watch_workflow(wf.id, lambda _payload: changed.set())
-    watcher = await res.pool.fetchval(Q.watch_workflow, wf.id, SSE_MAX_SECS + 60)
-    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
-                                           "X-Accel-Buffering": "no"})
-    await response.prepare(request)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + SSE_MAX_SECS
-    last: bytes | None = None
+    unsubscribe = res.hub.watch_workflow(wf_id, lambda _payload: changed.set())
+    watcher = await res.pool.fetchval(Q.watch_workflow, wf_id, SSE_MAX_SECS + 60)
+
+    async def read() -> tuple[bytes, bool] | None:
+        wf = await workflows_db.get_workflow(res.pool, tenant, wf_id)
+        if wf is None:
+            return None
+        event = wire.WorkflowEvent(workflow_id=wf.id, status=wf.status, error_message=wf.error_message,
+                                   steps=await workflows_db.step_states(res.pool, wf.id))
+        return msgspec.json.encode(event), wf.status in TERMINAL_WORKFLOW_STATUSES
+
     try:
-        current: wire.Workflow | None = await workflows_db.get_workflow(res.pool, tenant, wf.id)
-        while current is not None:
-            event = wire.WorkflowEvent(workflow_id=current.id, status=current.status,
-                                       steps=await workflows_db.step_states(res.pool, current.id),
-                                       error_message=current.error_message)
-            data = msgspec.json.encode(event)
-            if data != last:
-                await response.write(b"event: status\ndata: " + data + b"\n\n")
-                last = data
-            if current.status in TERMINAL_WORKFLOW_STATUSES or loop.time() >= deadline or res.draining:
-                break
-            try:
-                async with asyncio.timeout(min(SSE_KEEPALIVE_SECS, deadline - loop.time())):
-                    await changed.wait()
-            except TimeoutError:
-                await response.write(b": keep-alive\n\n")
-            changed.clear()
-            current = await workflows_db.get_workflow(res.pool, tenant, wf.id)
-    except ConnectionResetError:
-        pass
+        return await stream_status(request, res, changed, read, SSE_MAX_SECS)
     finally:
         unsubscribe()
         with contextlib.suppress(Exception):
             await res.pool.execute(Q.unwatch_workflow, watcher)
-    with contextlib.suppress(ConnectionResetError):
-        await response.write_eof()
-    return response
