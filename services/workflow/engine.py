@@ -106,11 +106,10 @@ class Advancement:
             return
         if event["job_id"] != step.job_id:
             return
-        job = await self.conn.fetchrow(Q.job_outcome, event["job_id"])
         if outcome == "completed":
-            await self._complete(step, (job["result"] if job else None) or {})
+            await self._complete(step, event["result"] or {})
         else:
-            error = (job["error_message"] if job else None) if outcome == "failed" else None
+            error = event["error_message"] if outcome == "failed" else None
             await self._fail(step, error or f"step job {outcome}")
 
     async def child_finished(self, event: Mapping[str, Any]) -> None:
@@ -148,7 +147,8 @@ class Advancement:
                 job = await self.conn.fetchrow(Q.job_outcome, step.job_id)
                 if job is not None and job["status"] in ("completed", "failed", "cancelled"):
                     await self.job_finished({"step_name": step.name, "step_attempt": step.attempt,
-                                             "job_id": step.job_id, "outcome": job["status"]})
+                                             "job_id": step.job_id, "outcome": job["status"],
+                                             "result": job["result"], "error_message": job["error_message"]})
 
     # -- scheduling -----------------------------------------------------------------------------
 
@@ -158,6 +158,7 @@ class Advancement:
         progressed = True
         while progressed and not self.halted:
             progressed = False
+            tasks: list[Step] = []  # plain task steps ready in this pass: scheduled together
             for step in self.steps.values():
                 if step.status != "pending":
                     continue
@@ -170,23 +171,35 @@ class Advancement:
                     await self._finish(step, "skipped", f"dependency '{blocker.name}' did not complete", "policy")
                 elif "when" in step.definition and not holds(step.definition["when"], self.context):
                     await self._finish(step, "skipped", "condition not met", "condition")
-                else:
+                elif "workflow" in step.definition or "fan_out" in step.definition:
                     await self._schedule(step)
+                else:
+                    step.status = "running"  # its job is inserted with the rest of this pass
+                    tasks.append(step)
                 if self.halted:
                     break
+            if tasks:
+                await self._schedule_tasks(tasks)
         if all(s.status in TERMINAL_STEP_STATUSES for s in self.steps.values()):
             await self._settle()
 
     async def _schedule(self, step: Step) -> None:
-        d = step.definition
         attempt = step.attempt + 1
-        if "workflow" in d:
+        if "workflow" in step.definition:
             await self._spawn_child(step, attempt)
-        elif "fan_out" in d:
-            await self._fan_out(step, attempt)
         else:
-            [job_id] = await jobs_db.insert_jobs(self.conn, self.row["tenant_id"], [self._job(step, attempt)])
-            await self._mark_scheduled(step, attempt, job_id=job_id)
+            await self._fan_out(step, attempt)
+
+    async def _schedule_tasks(self, steps: list[Step]) -> None:
+        """One job per step, inserted by one statement, and the steps marked in one round trip."""
+        ids = await jobs_db.insert_jobs(self.conn, self.row["tenant_id"],
+                                        [self._job(s, s.attempt + 1) for s in steps])
+        for step, job_id in zip(steps, ids, strict=True):
+            step.attempt += 1
+            step.job_id, step.child_workflow_id, step.fan_total = jobs_db.parse_id(job_id), None, None
+            step.fan_completed = step.fan_failed = 0
+        await self.conn.executemany(Q.step_scheduled, [(self.id, s.name, s.attempt, s.job_id, None, None)
+                                                       for s in steps])
 
     def _job(self, step: Step, attempt: int, extra: dict[str, Any] | None = None,
              index: int | None = None) -> jobs_db.NewJob:
@@ -250,8 +263,8 @@ class Advancement:
 
     async def _complete(self, step: Step, result: dict[str, Any]) -> None:
         # The result is in the context before the step counts as completed: a join never sees less.
-        self.context = await self.conn.fetchval(Q.merge_context, self.id, step.name, result)
-        await self._finish(step, "completed")
+        self.context = await self.conn.fetchval(Q.complete_step, self.id, step.name, result)
+        step.status, step.skip_kind = "completed", None
 
     async def _fail(self, step: Step, error: str) -> None:
         await self._finish(step, "failed", error)

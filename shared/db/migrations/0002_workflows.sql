@@ -55,6 +55,8 @@ CREATE TABLE queueflow.workflow_outbox (
     step_index        integer,
     step_attempt      integer,
     outcome           text,
+    result            jsonb,                     -- the step job's result, copied by the trigger
+    error_message     text,                      -- and its last error
     child_workflow_id text,
     attempts          integer     NOT NULL DEFAULT 0,  -- failed applications (a bug, not an outcome)
     last_error        text,
@@ -64,8 +66,10 @@ CREATE INDEX workflow_outbox_workflow_idx ON queueflow.workflow_outbox (workflow
 
 CREATE FUNCTION queueflow.step_job_finished() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    INSERT INTO queueflow.workflow_outbox (workflow_id, kind, step_name, job_id, step_index, step_attempt, outcome)
-    VALUES (NEW.workflow_id, 'job', NEW.workflow_step_id, NEW.id, NEW.step_index, NEW.step_attempt, NEW.status);
+    INSERT INTO queueflow.workflow_outbox
+        (workflow_id, kind, step_name, job_id, step_index, step_attempt, outcome, result, error_message)
+    VALUES (NEW.workflow_id, 'job', NEW.workflow_step_id, NEW.id, NEW.step_index, NEW.step_attempt, NEW.status,
+            NEW.result, NEW.error_message);
     RETURN NULL;
 END $$;
 

@@ -45,10 +45,20 @@ DELETE FROM queueflow.workflow_outbox WHERE id = $1;
 UPDATE queueflow.workflows SET status = 'running', started_at = COALESCE(started_at, now())
 WHERE id = $1 AND status = 'created';
 
--- name: merge_context
-UPDATE queueflow.workflows SET context = context || jsonb_build_object($2::text, $3::jsonb)
-WHERE id = $1
-RETURNING context;
+-- name: complete_step
+-- The step's result joins the context in the same statement that marks the step completed: no
+-- reader can ever see the step completed without its result.
+WITH merged AS (
+    UPDATE queueflow.workflows SET context = context || jsonb_build_object($2::text, $3::jsonb)
+    WHERE id = $1
+    RETURNING context
+), finished AS (
+    UPDATE queueflow.workflow_steps
+    SET status = 'completed', skip_kind = NULL, error = NULL, completed_at = now(),
+        started_at = COALESCE(started_at, now())
+    WHERE workflow_id = $1 AND name = $2
+)
+SELECT context FROM merged;
 
 -- name: settle_workflow
 UPDATE queueflow.workflows

@@ -1,0 +1,321 @@
+"""The Python SDK's conformance runner (sdks/conformance/README.md): `runner.py <scenario.json>`.
+
+Built on the SDK's public API only. Events go to stdout as JSON lines; commands come on stdin.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+from queueflow_sdk import (
+    ApiError,
+    Client,
+    CreateJobRequest,
+    JobConfigRequest,
+    JobContext,
+    PermanentError,
+    Worker,
+    WorkflowStep,
+)
+
+
+def emit(event: str, **fields: Any) -> None:
+    sys.stdout.write(json.dumps({"event": event, **fields}) + "\n")
+    sys.stdout.flush()
+
+
+def body_ok(err: ApiError) -> bool:
+    """The error exposes the server's body with string `error` and `timestamp` fields."""
+    raw = err.raw if isinstance(err.raw, dict) else {}
+    return (err.body is not None and isinstance(err.body.error, str) and isinstance(raw.get("error"), str)
+            and isinstance(raw.get("timestamp"), str))
+
+
+async def read_command() -> str:
+    line = await asyncio.to_thread(sys.stdin.readline)
+    return line.strip()
+
+
+# --- loop mode ---------------------------------------------------------------------------------------
+
+
+def make_handler(behaviour: str, on_finished: Any):
+    async def handler(ctx: JobContext) -> dict[str, Any] | None:
+        job_id = ctx.job.id
+        emit("handler_started", job_id=job_id)
+        outcome = "ok"
+        try:
+            if behaviour == "return_payload":
+                return ctx.payload
+            if behaviour == "sleep_200ms_then_return_payload":
+                await asyncio.sleep(0.2)
+                return ctx.payload
+            if behaviour == "sleep_1500ms_then_return_payload":
+                await asyncio.sleep(1.5)
+                return ctx.payload
+            if behaviour == "fail_retryable":
+                outcome = "error"
+                raise RuntimeError("boom")
+            if behaviour == "fail_permanent":
+                outcome = "error"
+                raise PermanentError("invalid input")
+            if behaviour == "wait_for_cancel":
+                try:
+                    async with asyncio.timeout(20):
+                        await ctx.cancelled.wait()
+                except TimeoutError:
+                    outcome = "error"
+                    raise RuntimeError("no cancellation signal within 20 s") from None
+                emit("handler_observed_cancel", job_id=job_id)
+                outcome = "cancelled"
+                return None
+            outcome = "error"
+            raise RuntimeError(f"unknown behaviour {behaviour!r}")
+        except asyncio.CancelledError:
+            outcome = "cancelled"
+            raise
+        finally:
+            emit("job_done", job_id=job_id, outcome=outcome)
+            on_finished()
+
+    return handler
+
+
+async def run_loop(spec: dict[str, Any], env: dict[str, str]) -> None:
+    concurrency = int(spec.get("concurrency", 1))
+    stop_after = int(spec["stop_after_jobs"])
+    finished = 0
+    worker: Worker | None = None
+
+    def on_finished() -> None:
+        nonlocal finished
+        finished += 1
+        if finished >= stop_after and worker is not None:
+            worker.stop()
+
+    handlers = {task: make_handler(behaviour, on_finished) for task, behaviour in spec["handlers"].items()}
+    async with Client(env["base"], env["tenant"], worker_token=env["worker"]) as client:
+        worker = Worker(client, env["queue"], handlers, lease_secs=int(spec.get("lease_secs", 30)), wait_secs=1,
+                        concurrency=concurrency, batch_size=spec.get("batch_size"), drain_timeout=30)
+        await worker.run()
+
+
+# --- raw_stale_lease ---------------------------------------------------------------------------------
+
+
+async def run_stale_lease(spec: dict[str, Any], env: dict[str, str]) -> None:
+    async with Client(env["base"], env["tenant"], worker_token=env["worker"]) as client:
+        leased = None
+        for _ in range(30):
+            leased = await client.lease(env["queue"], max_jobs=1, lease_secs=int(spec.get("lease_secs", 30)),
+                                        wait_secs=1)
+            if leased.jobs:
+                break
+        if leased is None or not leased.jobs:
+            raise SystemExit("no job to lease")
+        item = leased.jobs[0]
+        emit("leased", job_id=item.job.id, lease_token=item.lease_token)
+        command = await read_command()
+        if command != "continue":
+            raise SystemExit(f"expected 'continue', got {command!r}")
+        statuses: dict[str, int | None] = {"heartbeat": None, "complete": None}
+        ok = True
+        try:
+            await client.heartbeat(item.job.id, item.lease_token, extend_secs=30)
+            ok = False
+        except ApiError as err:
+            statuses["heartbeat"] = err.status
+            ok = ok and body_ok(err)
+        try:
+            await client.complete(item.job.id, item.lease_token, {"late": True})
+            ok = False
+        except ApiError as err:
+            statuses["complete"] = err.status
+            ok = ok and body_ok(err)
+        emit("stale_rejected", heartbeat_status=statuses["heartbeat"], complete_status=statuses["complete"],
+             error_body_ok=ok)
+
+
+# --- auth_errors -------------------------------------------------------------------------------------
+
+
+async def run_auth_errors(env: dict[str, str]) -> None:
+    checks = [("loop_bad_token", "not-the-token"), ("loop_tenant_token", env["tenant"])]
+    for name, worker_token in checks:
+        async with Client(env["base"], env["tenant"], worker_token=worker_token) as client:
+            worker = Worker(client, env["queue"], {}, lease_secs=10, wait_secs=1)
+            try:
+                async with asyncio.timeout(20):
+                    await worker.run()
+            except ApiError as err:
+                emit(name, status=err.status, error_body_ok=body_ok(err))
+            except TimeoutError:
+                emit(name, status=None, error_body_ok=False, note="the loop did not stop")
+            else:
+                emit(name, status=None, error_body_ok=False, note="the loop returned")
+    async with Client(env["base"], env["worker"]) as client:
+        try:
+            await client.create_job("conf.raw", {"a": 1}, config=JobConfigRequest(queue=env["queue"]))
+        except ApiError as err:
+            emit("raw_worker_token_on_tenant_route", status=err.status, error_body_ok=body_ok(err))
+        else:
+            emit("raw_worker_token_on_tenant_route", status=201, error_body_ok=False)
+
+
+# --- raw_calls ---------------------------------------------------------------------------------------
+
+
+class Checks:
+    def __init__(self) -> None:
+        self.failures: list[str] = []
+
+    def check(self, condition: bool, message: str) -> bool:
+        if not condition:
+            self.failures.append(message)
+        return condition
+
+    async def expect_error(self, status: int, what: str, call: Any) -> None:
+        try:
+            await call
+        except ApiError as err:
+            self.check(err.status == status, f"{what}: status {err.status}, expected {status}")
+            self.check(body_ok(err), f"{what}: error body not exposed ({err.raw!r})")
+        else:
+            self.failures.append(f"{what}: succeeded, expected HTTP {status}")
+
+
+async def raw_calls(client: Client, queue: str, c: Checks) -> None:
+    # 1. whoami
+    me = await client.whoami()
+    c.check(me.tenant == "conformance" and me.access == "read_write", f"whoami: {me}")
+
+    # 2. create with an idempotency key, twice
+    config = JobConfigRequest(queue=queue, priority=5)
+    first = await client.create_job("conf.raw", {"a": 1}, config=config, idempotency_key="raw-1")
+    again = await client.create_job("conf.raw", {"a": 1}, config=config, idempotency_key="raw-1")
+    c.check(first.job_id == again.job_id, f"idempotency: {first.job_id} != {again.job_id}")
+
+    # 3. get
+    job = await client.get_job(first.job_id)
+    c.check(job.task_name == "conf.raw", f"get: task_name {job.task_name}")
+    c.check(job.payload == {"a": 1}, f"get: payload {job.payload}")
+    c.check(job.queue_name == queue, f"get: queue_name {job.queue_name}")
+    c.check(job.status == "pending", f"get: status {job.status}")
+    c.check(job.config.get("priority") == 5, f"get: config {job.config}")
+
+    # 4. batch
+    batch = await client.create_jobs([CreateJobRequest(task_name="conf.raw", payload={"i": i},
+                                                       config=JobConfigRequest(queue=queue)) for i in range(3)])
+    c.check(batch.count == 3 and len(batch.job_ids) == 3, f"batch: {batch}")
+
+    # 5. list with a cursor
+    page = await client.list_jobs(queue=queue, limit=2, include_total=True)
+    c.check(len(page.jobs) == 2 and page.has_more and page.total == 4 and page.next_cursor is not None,
+            f"list: {len(page.jobs)} jobs, has_more {page.has_more}, total {page.total}, "
+            f"cursor {page.next_cursor}")
+    if page.next_cursor:
+        rest = await client.list_jobs(queue=queue, limit=2, cursor=page.next_cursor)
+        seen = {j.id for j in page.jobs} | {j.id for j in rest.jobs}
+        c.check(len(rest.jobs) == 2 and seen == {first.job_id, *batch.job_ids},
+                f"list page 2: {[j.id for j in rest.jobs]}")
+
+    # 6. cancel, twice
+    await client.cancel_job(first.job_id)
+    await c.expect_error(409, "cancel again", client.cancel_job(first.job_id))
+
+    # 7. cancel by filter
+    cancelled = await client.cancel_jobs(queue=queue)
+    c.check(cancelled.cancelled == 3, f"cancel_jobs: {cancelled.cancelled}")
+
+    # 8. unknown job
+    await c.expect_error(404, "get unknown job", client.get_job(str(uuid.uuid4())))
+
+    # 9. workflow
+    steps = [WorkflowStep(name="a", task_name="conf.raw", queue=queue),
+             WorkflowStep(name="b", task_name="conf.raw", depends_on=["a"], queue=queue)]
+    wf = await client.create_workflow("conf-wf", steps)
+    got = await client.get_workflow(wf.workflow_id)
+    c.check(got.status in ("created", "running"), f"workflow status {got.status}")
+    states = await client.workflow_steps(wf.workflow_id)
+    c.check([s.name for s in states.steps] == ["a", "b"], f"workflow steps {[s.name for s in states.steps]}")
+    diagram = await client.workflow_diagram(wf.workflow_id)
+    c.check(diagram.format == "mermaid" and "a --> b" in diagram.diagram, f"diagram {diagram}")
+    await client.cancel_workflow(wf.workflow_id)
+    await client.retry_workflow(wf.workflow_id)
+    await client.cancel_workflow(wf.workflow_id)
+    workflows = await client.list_workflows(limit=10)
+    c.check(any(w.id == wf.workflow_id for w in workflows.workflows), "list_workflows: workflow missing")
+
+    # 10. a cycle
+    cycle = [WorkflowStep(name="a", task_name="conf.raw", depends_on=["b"], queue=queue),
+             WorkflowStep(name="b", task_name="conf.raw", depends_on=["a"], queue=queue)]
+    await c.expect_error(400, "workflow with a cycle", client.create_workflow("conf-cycle", cycle))
+
+    # 11. cron
+    cron = await client.create_cron(name="conf-cron", cron_expr="*/5 * * * *", task_name="conf.raw", queue=queue)
+    schedule = await client.get_cron(cron.cron_id)
+    c.check(schedule.name == "conf-cron" and schedule.enabled, f"get_cron {schedule}")
+    crons = await client.list_crons(limit=100)
+    c.check(any(s.id == cron.cron_id for s in crons.crons), "list_crons: schedule missing")
+    await client.pause_cron(cron.cron_id)
+    c.check((await client.get_cron(cron.cron_id)).enabled is False, "pause_cron: still enabled")
+    await client.resume_cron(cron.cron_id)
+    c.check((await client.get_cron(cron.cron_id)).enabled is True, "resume_cron: not enabled")
+    await client.delete_cron(cron.cron_id)
+    await c.expect_error(404, "get deleted cron", client.get_cron(cron.cron_id))
+
+    # 12. dlq, stats, queues, tasks
+    dlq = await client.list_dead_letters(limit=5)
+    c.check(isinstance(dlq.dead_letters, list), "dlq: not a list")
+    stats = await client.stats()
+    c.check(all(getattr(stats, f) >= 0 for f in stats.__struct_fields__), f"stats {stats}")
+    queues = await client.list_queues()
+    c.check(any(q.queue == queue for q in queues.queues), f"queues: {queue} not listed")
+    paused = await client.pause_queue(queue)
+    c.check(paused.paused is True and paused.queue == queue, f"pause_queue {paused}")
+    resumed = await client.resume_queue(queue)
+    c.check(resumed.paused is False, f"resume_queue {resumed}")
+    tasks = await client.tasks()
+    c.check(isinstance(tasks.tasks, list), "tasks: not a list")
+
+
+async def run_raw_calls(env: dict[str, str]) -> None:
+    checks = Checks()
+    async with Client(env["base"], env["tenant"], worker_token=env["worker"]) as client:
+        try:
+            await raw_calls(client, env["queue"], checks)
+        except Exception as err:  # an unexpected error ends the checks: report it as a failure
+            checks.failures.append(f"unexpected {type(err).__name__}: {err}")
+    emit("raw_calls_done", ok=not checks.failures, failures=checks.failures)
+
+
+# --- main --------------------------------------------------------------------------------------------
+
+
+async def main(scenario: dict[str, Any]) -> None:
+    env = {"base": os.environ["QF_BASE_URL"], "tenant": os.environ["QF_TENANT_TOKEN"],
+           "worker": os.environ["QF_WORKER_TOKEN"], "queue": os.environ["QF_QUEUE"]}
+    spec = scenario["worker"]
+    mode = spec["mode"]
+    if mode == "loop":
+        await run_loop(spec, env)
+    elif mode == "raw_stale_lease":
+        await run_stale_lease(spec, env)
+    elif mode == "auth_errors":
+        await run_auth_errors(env)
+    elif mode == "raw_calls":
+        await run_raw_calls(env)
+    else:
+        raise SystemExit(f"unknown worker mode {mode!r}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit("usage: runner.py <scenario.json>")
+    asyncio.run(main(json.loads(Path(sys.argv[1]).read_text())))

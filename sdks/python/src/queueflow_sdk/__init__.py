@@ -1,0 +1,47 @@
+"""QueueFlow SDK for Python: an asyncio REST client and a remote-worker runtime.
+
+    from queueflow_sdk import Client, Worker
+
+See the README for a walkthrough.
+"""
+
+from queueflow_sdk import models
+from queueflow_sdk.backoff import Backoff
+from queueflow_sdk.client import Client
+from queueflow_sdk.errors import (
+    ApiError,
+    BadRequest,
+    Conflict,
+    Forbidden,
+    MethodNotAllowed,
+    NotFound,
+    PayloadTooLarge,
+    PermanentError,
+    QueueFlowError,
+    ServerError,
+    ServiceUnavailable,
+    TransportError,
+    Unauthorized,
+    UnexpectedResponse,
+)
+from queueflow_sdk.models import (
+    CreateJobRequest,
+    CreateWorkflowRequest,
+    ErrorBody,
+    Job,
+    JobConfig,
+    JobConfigRequest,
+    WorkflowStep,
+)
+from queueflow_sdk.sse import ServerSentEvent
+from queueflow_sdk.worker import Handler, JobContext, Worker
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ApiError", "Backoff", "BadRequest", "Client", "Conflict", "CreateJobRequest", "CreateWorkflowRequest",
+    "ErrorBody", "Forbidden", "Handler", "Job", "JobConfig", "JobConfigRequest", "JobContext",
+    "MethodNotAllowed", "NotFound", "PayloadTooLarge", "PermanentError", "QueueFlowError", "ServerError",
+    "ServerSentEvent", "ServiceUnavailable", "TransportError", "Unauthorized", "UnexpectedResponse", "Worker",
+    "WorkflowStep", "__version__", "models",
+]

@@ -1,0 +1,438 @@
+"""Typed request and response bodies of the QueueFlow REST API, as msgspec Structs.
+
+Requests leave out fields that are ``None`` (``omit_defaults``), so only what you set goes on the
+wire. Responses ignore fields they do not know, so a newer server does not break an older SDK.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+import msgspec
+from msgspec import Struct
+
+__all__ = [
+    "Backoff", "CancelJobsRequest", "CancelJobsResponse", "CompleteJobRequest", "CreateBatchJobsRequest",
+    "CreateBatchJobsResponse", "CreateCronRequest", "CreateCronResponse", "CreateJobRequest",
+    "CreateJobResponse", "CreateWorkflowRequest", "CreateWorkflowResponse", "CronSchedule", "DeadLetter",
+    "ErrorBody", "FailJobRequest", "FanOut", "FanOutProgress", "HealthStatus", "HeartbeatRequest",
+    "HeartbeatResponse", "Job", "JobConfig", "JobConfigRequest", "JobStatus", "LeaseJobsRequest",
+    "LeaseJobsResponse", "LeasedJob", "ListCronsResponse", "ListDeadLettersResponse", "ListJobsResponse",
+    "ListWorkflowsResponse", "QueueControlResponse", "QueueStats", "QueuesResponse", "ReadyStatus",
+    "ReplayDeadLetterResponse", "ReplayDeadLettersRequest", "ReplayDeadLettersResponse",
+    "ReplayedDeadLetter", "StatsSnapshot", "StepCondition", "StepStatus", "TasksResponse", "WhoAmIResponse",
+    "Workflow", "WorkflowDiagramResponse", "WorkflowEvent", "WorkflowStatus", "WorkflowStep",
+    "WorkflowStepState", "WorkflowStepStatesResponse", "to_builtins",
+]
+
+Object = dict[str, Any]
+Backoff = Literal["fixed", "linear", "exponential"]
+JobStatus = Literal["pending", "running", "completed", "failed", "retrying", "cancelled"]
+StepStatus = Literal["pending", "running", "completed", "failed", "cancelled", "skipped"]
+WorkflowStatus = Literal["created", "running", "completed", "failed", "partially_failed", "cancelled"]
+ConditionOp = Literal["eq", "ne", "gt", "gte", "lt", "lte", "exists", "contains", "in"]
+
+
+class _Body(Struct, omit_defaults=True, kw_only=True):
+    """Base of every body: optional fields left at their default are not sent."""
+
+
+def to_builtins(value: Any) -> Any:
+    """A Struct (or anything msgspec can encode) as plain dicts, lists and strings."""
+    return msgspec.to_builtins(value)
+
+
+# --- configuration -------------------------------------------------------------------------------
+
+
+class JobConfigRequest(_Body):
+    """Per-job execution policy when enqueueing (the request spelling: ``timeout``, ``queue``)."""
+
+    priority: int | None = None
+    max_retries: int | None = None
+    timeout: int | None = None
+    queue: str | None = None
+    retry_backoff: Backoff | None = None
+    retry_delay_secs: int | None = None
+    retry_max_delay_secs: int | None = None
+    jitter_factor: float | None = None
+
+
+class JobConfig(_Body):
+    """The stored execution policy (workflow steps and cron schedules use these names)."""
+
+    priority: int | None = None
+    max_retries: int | None = None
+    timeout_secs: int | None = None
+    retry_backoff: Backoff | None = None
+    retry_delay_secs: int | None = None
+    retry_max_delay_secs: int | None = None
+    jitter_factor: float | None = None
+
+
+# --- jobs ----------------------------------------------------------------------------------------
+
+
+class CreateJobRequest(_Body):
+    task_name: str
+    payload: Object | None = None
+    config: JobConfigRequest | None = None
+    run_at: datetime | None = None
+    metadata: Object | None = None
+    idempotency_key: str | None = None
+
+
+class CreateBatchJobsRequest(_Body):
+    jobs: list[CreateJobRequest]
+
+
+class CreateJobResponse(_Body):
+    job_id: str
+
+
+class CreateBatchJobsResponse(_Body):
+    job_ids: list[str]
+    count: int
+
+
+class Job(_Body):
+    id: str
+    queue_name: str
+    task_name: str
+    payload: Object
+    config: Object
+    status: JobStatus
+    retry_count: int
+    delivery_count: int
+    created_at: datetime
+    scheduled_at: datetime
+    metadata: Object = msgspec.field(default_factory=dict)
+    started_at: datetime | None = None
+    completed_at: datetime | None = None
+    next_retry_at: datetime | None = None
+    error_message: str | None = None
+    result: Object | None = None
+    idempotency_key: str | None = None
+    tenant_id: str | None = None
+    workflow_id: str | None = None
+    workflow_step_id: str | None = None
+
+
+class ListJobsResponse(_Body):
+    jobs: list[Job]
+    limit: int
+    offset: int
+    has_more: bool
+    total: int | None = None
+    next_cursor: str | None = None
+
+
+class CancelJobsRequest(_Body):
+    queue: str | None = None
+    task_name: str | None = None
+    status: Literal["pending", "retrying", "running"] | None = None
+    created_after: datetime | None = None
+    created_before: datetime | None = None
+    limit: int | None = None
+
+
+class CancelJobsResponse(_Body):
+    cancelled: int
+
+
+# --- worker protocol -----------------------------------------------------------------------------
+
+
+class LeaseJobsRequest(_Body):
+    max_jobs: int | None = None
+    lease_secs: int | None = None
+    wait_secs: int | None = None
+
+
+class LeasedJob(_Body):
+    job: Job
+    lease_token: str
+
+
+class LeaseJobsResponse(_Body):
+    jobs: list[LeasedJob]
+
+
+class HeartbeatRequest(_Body):
+    lease_token: str
+    extend_secs: int
+
+
+class HeartbeatResponse(_Body):
+    status: JobStatus
+
+
+class CompleteJobRequest(_Body):
+    lease_token: str
+    result: Object | None = None
+
+
+class FailJobRequest(_Body):
+    lease_token: str
+    error: str
+    retryable: bool | None = None
+
+
+# --- dead letters --------------------------------------------------------------------------------
+
+
+class DeadLetter(_Body):
+    id: int
+    job_id: str
+    reason: str
+    created_at: datetime
+    error_message: str | None = None
+    queue_name: str | None = None
+    task_name: str | None = None
+    replayed_at: datetime | None = None
+    replay_job_id: str | None = None
+    tenant_id: str | None = None
+
+
+class ListDeadLettersResponse(_Body):
+    dead_letters: list[DeadLetter]
+    limit: int
+    offset: int
+    has_more: bool
+    total: int | None = None
+    next_cursor: str | None = None
+
+
+class ReplayDeadLetterResponse(_Body):
+    job_id: str
+
+
+class ReplayDeadLettersRequest(_Body):
+    queue: str | None = None
+    task_name: str | None = None
+    created_after: datetime | None = None
+    created_before: datetime | None = None
+    limit: int | None = None
+
+
+class ReplayedDeadLetter(_Body):
+    dead_letter_id: int
+    job_id: str | None = None
+    error: str | None = None
+
+
+class ReplayDeadLettersResponse(_Body):
+    replayed: int
+    results: list[ReplayedDeadLetter]
+
+
+# --- system --------------------------------------------------------------------------------------
+
+
+class StatsSnapshot(_Body):
+    jobs_created: int
+    jobs_completed: int
+    jobs_failed: int
+    jobs_retried: int
+    jobs_dead_lettered: int
+    workflows_created: int
+    workflows_completed: int
+    workflows_failed: int
+
+
+class TasksResponse(_Body):
+    tasks: list[str]
+
+
+class WhoAmIResponse(_Body):
+    tenant: str
+    access: Literal["read_write", "read_only"]
+
+
+class HealthStatus(_Body):
+    status: str
+    timestamp: datetime
+    version: str
+
+
+class ReadyStatus(_Body):
+    status: str
+
+
+class ErrorBody(_Body):
+    """The body of every error response."""
+
+    error: str
+    timestamp: datetime
+
+
+# --- workflows -----------------------------------------------------------------------------------
+
+
+class StepCondition(_Body):
+    """A leaf (``path`` compared with ``value`` by ``op``) or a combination (``all``, ``any``, ``not_``)."""
+
+    op: ConditionOp | None = None
+    path: str | None = None
+    value: Any | msgspec.UnsetType = msgspec.UNSET
+    all: list[StepCondition] | None = None
+    any: list[StepCondition] | None = None
+    not_: StepCondition | None = msgspec.field(default=None, name="not")
+
+
+class FanOut(_Body):
+    path: str
+    item_key: str | None = None
+    max_items: int | None = None
+
+
+class WorkflowStep(_Body):
+    name: str
+    task_name: str | None = None
+    depends_on: list[str] | None = None
+    payload: Object | None = None
+    config: JobConfig | None = None
+    on_failure: Literal["halt", "skip", "continue"] | None = None
+    on_success: Literal["continue"] | None = None
+    metadata: Object | None = None
+    queue: str | None = None
+    when: StepCondition | None = None
+    fan_out: FanOut | None = None
+    workflow: CreateWorkflowRequest | None = None
+
+
+class CreateWorkflowRequest(_Body):
+    name: str
+    steps: list[WorkflowStep]
+    context: Object | None = None
+    metadata: Object | None = None
+    timeout_secs: int | None = None
+
+
+class CreateWorkflowResponse(_Body):
+    workflow_id: str
+
+
+class Workflow(_Body):
+    id: str
+    name: str
+    status: WorkflowStatus
+    steps: list[WorkflowStep]
+    created_at: datetime
+    context: Object = msgspec.field(default_factory=dict)
+    metadata: Object = msgspec.field(default_factory=dict)
+    retry_count: int = 0
+    started_at: datetime | None = None
+    completed_at: datetime | None = None
+    tenant_id: str | None = None
+    timeout_secs: int | None = None
+    deadline_at: datetime | None = None
+    error_message: str | None = None
+    parent_workflow_id: str | None = None
+    parent_step_name: str | None = None
+
+
+class ListWorkflowsResponse(_Body):
+    workflows: list[Workflow]
+    limit: int
+    offset: int
+    has_more: bool
+    total: int | None = None
+    next_cursor: str | None = None
+
+
+class FanOutProgress(_Body):
+    total: int
+    completed: int
+    failed: int
+
+
+class WorkflowStepState(_Body):
+    name: str
+    status: StepStatus
+    job_id: str | None = None
+    error: str | None = None
+    started_at: datetime | None = None
+    completed_at: datetime | None = None
+    child_workflow_id: str | None = None
+    fan_out: FanOutProgress | None = None
+
+
+class WorkflowStepStatesResponse(_Body):
+    steps: list[WorkflowStepState]
+
+
+class WorkflowDiagramResponse(_Body):
+    format: str
+    diagram: str
+
+
+class WorkflowEvent(_Body):
+    workflow_id: str
+    status: WorkflowStatus
+    steps: list[WorkflowStepState]
+    error_message: str | None = None
+
+
+# --- queues --------------------------------------------------------------------------------------
+
+
+class QueueStats(_Body):
+    queue: str
+    pending: int
+    scheduled: int
+    running: int
+    paused: bool
+    oldest_pending_age_secs: int | None = None
+
+
+class QueuesResponse(_Body):
+    queues: list[QueueStats]
+
+
+class QueueControlResponse(_Body):
+    queue: str
+    paused: bool
+    pending: int
+    running: int
+
+
+# --- cron ----------------------------------------------------------------------------------------
+
+
+class CreateCronRequest(_Body):
+    name: str
+    cron_expr: str
+    task_name: str
+    payload: Object | None = None
+    queue: str | None = None
+    config: JobConfig | None = None
+
+
+class CreateCronResponse(_Body):
+    cron_id: str
+
+
+class CronSchedule(_Body):
+    id: str
+    name: str
+    cron_expr: str
+    task_name: str
+    enabled: bool
+    next_run_at: datetime
+    created_at: datetime
+    payload: Object | None = None
+    queue_name: str | None = None
+    config: JobConfig | None = None
+    last_enqueued_at: datetime | None = None
+    tenant_id: str | None = None
+
+
+class ListCronsResponse(_Body):
+    crons: list[CronSchedule]
+    limit: int
+    offset: int
+    has_more: bool
+    total: int | None = None
+    next_cursor: str | None = None

@@ -1,0 +1,359 @@
+"""The worker loop: lease jobs from a queue, run handlers, heartbeat, and report outcomes.
+
+It implements the remote-worker protocol's rules: heartbeat every held job (those waiting their
+turn included) at half the lease; a heartbeat answering anything but ``running``, or a 409, cancels
+the handler and nothing is reported; handler errors become retryable failures unless permanent;
+401/403 stop the loop; transport errors and 5xx back off with jitter and the loop recovers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from queueflow_sdk.backoff import Backoff
+from queueflow_sdk.client import Client
+from queueflow_sdk.errors import ApiError, Conflict, NotFound, TransportError, UnexpectedResponse
+from queueflow_sdk.models import Job, LeasedJob
+
+__all__ = ["Handler", "JobContext", "Worker"]
+
+log = logging.getLogger("queueflow_sdk.worker")
+
+
+@dataclass(eq=False)
+class JobContext:
+    """What a handler gets: the job, its lease token, and its cancellation signal.
+
+    ``cancelled`` is set when the server takes the job back (cancelled, finished elsewhere, or the
+    lease was lost) or the worker shuts down past its drain timeout. A cooperative handler awaits
+    it (or checks ``is_cancelled``) and returns; one that does not is cancelled with
+    `asyncio.CancelledError` after the worker's ``cancel_grace`` seconds. Nothing is reported for a
+    cancelled job either way: the server owns its outcome.
+    """
+
+    job: Job
+    lease_token: str
+    client: Client
+    cancelled: asyncio.Event = field(default_factory=asyncio.Event)
+    cancel_reason: str | None = None
+    _task: asyncio.Task[Any] | None = field(default=None, repr=False)
+
+    @property
+    def payload(self) -> dict[str, Any]:
+        return self.job.payload
+
+    @property
+    def is_cancelled(self) -> bool:
+        return self.cancelled.is_set()
+
+    async def wait_cancelled(self) -> str | None:
+        """Wait for the cancellation signal; returns the reason."""
+        await self.cancelled.wait()
+        return self.cancel_reason
+
+
+Handler = Callable[[JobContext], Awaitable[Any] | Any]
+
+
+@dataclass(frozen=True, slots=True)
+class _Outcome:
+    ok: bool
+    result: dict[str, Any] | None = None
+    error: str = ""
+    retryable: bool = True
+
+
+def _result_of(value: Any) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if isinstance(value, msgspec.Struct):
+        value = msgspec.to_builtins(value)
+    if isinstance(value, Mapping):
+        return dict(value)
+    raise TypeError(f"a handler must return a dict (or None), not {type(value).__name__}")
+
+
+def _failure_of(exc: BaseException) -> _Outcome:
+    message = str(exc) or type(exc).__name__
+    retryable = getattr(exc, "retryable", True) is not False
+    return _Outcome(ok=False, error=message, retryable=retryable)
+
+
+class Worker:
+    """Runs ``handlers`` (task name -> handler) for the jobs of ``queue``.
+
+    A handler takes a `JobContext` and returns a dict (the job's result; ``None`` means ``{}``),
+    or raises: `PermanentError` (or any exception with ``retryable = False``) dead-letters the job,
+    anything else is a retryable failure. Handlers may be coroutines or plain functions.
+
+    ``lease_secs``: each lease and heartbeat extension; heartbeats go every ``lease_secs / 2``.
+    ``wait_secs``: the lease long-poll (<= 30). ``concurrency``: handlers at once.
+    ``batch_size``: jobs per lease (default ``concurrency``); extra jobs wait their turn, heartbeated.
+    ``drain_timeout``: on `stop`, how long in-flight jobs may take before they are cancelled.
+    ``cancel_grace``: how long a handler whose job was taken back may take to return on its own.
+
+    `run` returns after `stop` once the jobs in hand are done; it raises `Unauthorized` /
+    `Forbidden` (and other non-retryable 4xx answers to a lease) instead of spinning.
+    """
+
+    def __init__(self, client: Client, queue: str, handlers: Mapping[str, Handler], lease_secs: int = 30,
+                 wait_secs: int = 20, concurrency: int = 1, batch_size: int | None = None, *,
+                 drain_timeout: float = 30.0, cancel_grace: float = 1.0, backoff: Backoff | None = None) -> None:
+        if not 1 <= lease_secs <= 3600:
+            raise ValueError("lease_secs must be within 1..=3600")
+        if not 0 <= wait_secs <= 30:
+            raise ValueError("wait_secs must be within 0..=30")
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        if batch_size is not None and not 1 <= batch_size <= 100:
+            raise ValueError("batch_size must be within 1..=100")
+        self.client = client
+        self.queue = queue
+        self.handlers = dict(handlers)
+        self.lease_secs = lease_secs
+        self.wait_secs = wait_secs
+        self.concurrency = concurrency
+        self.batch_size = batch_size if batch_size is not None else min(concurrency, 100)
+        self.drain_timeout = drain_timeout
+        self.cancel_grace = cancel_grace
+        self.backoff = backoff or Backoff()
+        self._stopping = False
+        self._running = False
+        self._wake: asyncio.Event | None = None
+        self._slots: asyncio.Semaphore | None = None
+        self._held: dict[str, asyncio.Task[None]] = {}
+        self._contexts: dict[str, JobContext] = {}
+        self._heartbeats: set[asyncio.Task[None]] = set()
+
+    # --- public ----------------------------------------------------------------------------------
+
+    @property
+    def held(self) -> int:
+        """Jobs this worker holds: running, waiting their turn, or being reported."""
+        return len(self._held)
+
+    def stop(self) -> None:
+        """Ask the loop to stop gracefully: no new leases; the jobs in hand finish (up to
+        ``drain_timeout``), then `run` returns. A lease already waiting completes first (at most
+        ``wait_secs``). Call it from the event loop's thread."""
+        self._stopping = True
+        if self._wake is not None:
+            self._wake.set()
+
+    async def run(self) -> None:
+        """Lease and run jobs until `stop`."""
+        if self._running:
+            raise RuntimeError("this worker is already running")
+        self._running = True
+        self._wake = asyncio.Event()
+        self._slots = asyncio.Semaphore(self.concurrency)
+        try:
+            await self._lease_loop()
+        except BaseException:
+            await self._abandon_all("worker stopped by an error")
+            raise
+        finally:
+            self._running = False
+        await self._drain()
+
+    # --- the lease loop ----------------------------------------------------------------------------
+
+    async def _lease_loop(self) -> None:
+        assert self._wake is not None
+        capacity = max(self.batch_size, self.concurrency)
+        while not self._stopping:
+            if len(self._held) >= self.concurrency:
+                self._wake.clear()
+                if len(self._held) >= self.concurrency and not self._stopping:
+                    await self._wake.wait()
+                continue
+            max_jobs = max(1, min(self.batch_size, capacity - len(self._held)))
+            try:
+                leased = await self.client.lease(self.queue, max_jobs=max_jobs, lease_secs=self.lease_secs,
+                                                 wait_secs=self.wait_secs)
+            except ApiError as err:
+                if not err.retryable:
+                    log.error("lease on %s rejected: %s", self.queue, err)
+                    raise
+                await self._back_off(f"lease on {self.queue} failed: {err}")
+                continue
+            except (TransportError, UnexpectedResponse) as err:
+                await self._back_off(f"lease on {self.queue} failed: {err}")
+                continue
+            self.backoff.reset()
+            for item in leased.jobs:
+                self._take(item)
+
+    async def _back_off(self, why: str) -> None:
+        assert self._wake is not None
+        delay = self.backoff.next()
+        log.warning("%s; retrying in %.2fs", why, delay)
+        self._wake.clear()
+        if self._stopping:
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(delay):
+                await self._wake.wait()  # stop() cuts the wait short
+
+    def _take(self, item: LeasedJob) -> None:
+        ctx = JobContext(job=item.job, lease_token=item.lease_token, client=self.client)
+        job_id = item.job.id
+        self._contexts[job_id] = ctx
+        beat = asyncio.create_task(self._heartbeat(ctx), name=f"queueflow-heartbeat-{job_id}")
+        self._heartbeats.add(beat)
+        beat.add_done_callback(self._heartbeats.discard)
+        self._held[job_id] = asyncio.create_task(self._hold(ctx, beat), name=f"queueflow-job-{job_id}")
+
+    # --- one held job ----------------------------------------------------------------------------
+
+    async def _hold(self, ctx: JobContext, beat: asyncio.Task[None]) -> None:
+        assert self._slots is not None
+        job_id = ctx.job.id
+        try:
+            async with self._slots:
+                if ctx.is_cancelled:  # taken back while it waited its turn
+                    log.info("job %s was taken back before it ran (%s)", job_id, ctx.cancel_reason)
+                    return
+                outcome = await self._execute(ctx)
+            if outcome is not None:
+                await self._report(ctx, outcome)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # a bug in the runtime itself: never let it kill the loop silently
+            log.exception("job %s: unexpected worker error", job_id)
+        finally:
+            beat.cancel()
+            self._held.pop(job_id, None)
+            self._contexts.pop(job_id, None)
+            if self._wake is not None:
+                self._wake.set()
+
+    async def _execute(self, ctx: JobContext) -> _Outcome | None:
+        """Run the handler; the outcome to report, or None when nothing may be reported."""
+        handler = self.handlers.get(ctx.job.task_name)
+        if handler is None:
+            return _Outcome(ok=False, error=f"no handler for task {ctx.job.task_name!r} on this worker")
+        task = asyncio.create_task(self._invoke(handler, ctx), name=f"queueflow-handler-{ctx.job.id}")
+        ctx._task = task
+        try:
+            value = await task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if ctx.is_cancelled and (current is None or not current.cancelling()):
+                log.info("job %s: handler cancelled (%s); reporting nothing", ctx.job.id, ctx.cancel_reason)
+                return None
+            raise
+        except Exception as exc:
+            if ctx.is_cancelled:
+                log.info("job %s: handler raised after cancellation (%s); reporting nothing",
+                         ctx.job.id, ctx.cancel_reason)
+                return None
+            return _failure_of(exc)
+        if ctx.is_cancelled:
+            log.info("job %s: handler returned after cancellation (%s); reporting nothing",
+                     ctx.job.id, ctx.cancel_reason)
+            return None
+        try:
+            return _Outcome(ok=True, result=_result_of(value))
+        except TypeError as exc:
+            return _Outcome(ok=False, error=str(exc), retryable=False)
+
+    @staticmethod
+    async def _invoke(handler: Handler, ctx: JobContext) -> Any:
+        value = handler(ctx)
+        if inspect.isawaitable(value):
+            value = await value
+        return value
+
+    def _take_back(self, ctx: JobContext, reason: str) -> None:
+        """The server owns the job now: signal the handler, and cancel it after the grace period."""
+        if ctx.is_cancelled:
+            return
+        ctx.cancel_reason = reason
+        ctx.cancelled.set()
+        task = ctx._task
+        if task is not None and not task.done():
+            asyncio.get_running_loop().call_later(self.cancel_grace, task.cancel)
+
+    async def _heartbeat(self, ctx: JobContext) -> None:
+        interval = self.lease_secs / 2
+        wait = interval
+        while True:
+            await asyncio.sleep(wait)
+            wait = interval
+            try:
+                answer = await self.client.heartbeat(ctx.job.id, ctx.lease_token, self.lease_secs)
+            except (Conflict, NotFound) as err:
+                self._take_back(ctx, f"lease lost: HTTP {err.status}")
+                return
+            except (ApiError, TransportError, UnexpectedResponse) as err:
+                log.warning("job %s: heartbeat failed: %s", ctx.job.id, err)
+                wait = max(0.2, interval / 4)  # the lease is running out: try again sooner
+                continue
+            if answer.status != "running":
+                self._take_back(ctx, f"job is {answer.status}")
+                return
+
+    async def _report(self, ctx: JobContext, outcome: _Outcome) -> None:
+        """Send the outcome, retrying transport errors and 5xx (complete and fail are safe to
+        repeat with the same token). A rejected report is logged, never turned into a failure."""
+        backoff = Backoff(initial=self.backoff.initial, maximum=self.backoff.maximum,
+                          jitter=self.backoff.jitter)
+        deadline = time.monotonic() + max(30.0, 2.0 * self.lease_secs)
+        what = "complete" if outcome.ok else "fail"
+        while True:
+            if ctx.is_cancelled:
+                log.info("job %s: not reporting %s (%s)", ctx.job.id, what, ctx.cancel_reason)
+                return
+            try:
+                if outcome.ok:
+                    await self.client.complete(ctx.job.id, ctx.lease_token, outcome.result)
+                else:
+                    await self.client.fail(ctx.job.id, ctx.lease_token, outcome.error, outcome.retryable)
+                return
+            except ApiError as err:
+                if not err.retryable or time.monotonic() >= deadline:
+                    log.warning("job %s: %s rejected: %s", ctx.job.id, what, err)
+                    return
+                problem: Exception = err
+            except (TransportError, UnexpectedResponse) as err:
+                if time.monotonic() >= deadline:
+                    log.warning("job %s: %s not delivered: %s", ctx.job.id, what, err)
+                    return
+                problem = err
+            delay = backoff.next()
+            log.warning("job %s: %s failed (%s); retrying in %.2fs", ctx.job.id, what, problem, delay)
+            await asyncio.sleep(delay)
+
+    # --- shutdown --------------------------------------------------------------------------------
+
+    async def _drain(self) -> None:
+        tasks = list(self._held.values())
+        if not tasks:
+            return
+        _, pending = await asyncio.wait(tasks, timeout=self.drain_timeout)
+        if pending:
+            log.warning("%d job(s) still running after the %.1fs drain timeout; abandoning them",
+                        len(pending), self.drain_timeout)
+            await self._abandon_all("worker shut down before the job finished")
+
+    async def _abandon_all(self, reason: str) -> None:
+        """Cancel every held job without reporting (their leases expire and the server redelivers)."""
+        for ctx in list(self._contexts.values()):
+            if not ctx.is_cancelled:
+                ctx.cancel_reason = reason
+                ctx.cancelled.set()
+        tasks = list(self._held.values()) + list(self._heartbeats)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)

@@ -1,0 +1,154 @@
+"""The REST client against a stub server: what goes on the wire, how answers and failures come back."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from datetime import UTC, datetime
+
+import pytest
+from aiohttp import web
+from conftest import error, job_json
+
+from queueflow_sdk import Client
+from queueflow_sdk import models as m
+from queueflow_sdk.errors import Conflict, NotFound, TransportError, Unauthorized, UnexpectedResponse
+
+
+async def test_tenant_and_worker_tokens_go_where_they_belong(stub):
+    stub.add_jobs(job_json())
+    async with Client(stub.url, "tenant", worker_token="worker") as qf:
+        stub.routes[("GET", "/api/v1/whoami")] = lambda r: web.json_response(
+            {"tenant": "acme", "access": "read_only"})
+        me = await qf.whoami()
+        leased = await qf.lease("q", max_jobs=3, lease_secs=10, wait_secs=0)
+    assert me == m.WhoAmIResponse(tenant="acme", access="read_only")
+    assert len(leased.jobs) == 1
+    (_, _, whoami_headers, _), (_, path, lease_headers, body) = stub.requests
+    assert whoami_headers["Authorization"] == "Bearer tenant"
+    assert lease_headers["Authorization"] == "Bearer worker"
+    assert path == "/api/v1/queues/q/lease" and body == {"max_jobs": 3, "lease_secs": 10, "wait_secs": 0}
+
+
+async def test_the_worker_token_defaults_to_the_tenant_token(stub):
+    async with Client(stub.url, "only") as qf:
+        await qf.heartbeat("j1", "tok", 15)
+    _, path, headers, body = stub.requests[0]
+    assert headers["Authorization"] == "Bearer only"
+    assert path == "/api/v1/jobs/j1/heartbeat" and body == {"lease_token": "tok", "extend_secs": 15}
+
+
+async def test_create_job_sends_the_idempotency_key_header(stub):
+    stub.routes[("POST", "/api/v1/jobs")] = lambda r: web.json_response({"job_id": "j1"}, status=201)
+    async with Client(stub.url, "t") as qf:
+        created = await qf.create_job("send", {"to": "x"}, config=m.JobConfigRequest(queue="mail"),
+                                      idempotency_key="k-1")
+    assert created.job_id == "j1"
+    _, _, headers, body = stub.requests[0]
+    assert headers["Idempotency-Key"] == "k-1"
+    assert body == {"task_name": "send", "payload": {"to": "x"}, "config": {"queue": "mail"}}
+
+
+async def test_list_parameters_are_encoded(stub):
+    stub.routes[("GET", "/api/v1/jobs")] = lambda r: web.json_response(
+        {"jobs": [job_json()], "limit": 2, "offset": 0, "has_more": False})
+    async with Client(stub.url, "t") as qf:
+        page = await qf.list_jobs(status="pending", queue="q", limit=2, include_total=True, cursor="c1",
+                                  created_after=datetime(2026, 1, 1, tzinfo=UTC), order_by="created_at ASC")
+    assert len(page.jobs) == 1 and page.total is None and page.next_cursor is None
+    path = stub.requests[0][1]
+    for part in ("status=pending", "queue=q", "limit=2", "include_total=true", "cursor=c1",
+                 "created_after=2026-01-01T00:00:00%2B00:00", "order_by=created_at+ASC"):
+        assert part in path, path
+
+
+async def test_path_segments_are_escaped(stub):
+    stub.routes[("POST", "/api/v1/queues/a%2Fb/pause")] = lambda r: web.json_response({})
+    async with Client(stub.url, "t") as qf:
+        with pytest.raises(NotFound):  # the stub routes the raw path; what matters is what was sent
+            await qf.pause_queue("a/b")
+    assert stub.requests[0][1] == "/api/v1/queues/a%2Fb/pause"
+
+
+async def test_iter_jobs_follows_the_cursor(stub):
+    pages = iter([{"jobs": [job_json(), job_json()], "limit": 2, "offset": 0, "has_more": True, "next_cursor": "n"},
+                  {"jobs": [job_json()], "limit": 2, "offset": 0, "has_more": False}])
+    stub.routes[("GET", "/api/v1/jobs")] = lambda r: web.json_response(next(pages))
+    async with Client(stub.url, "t") as qf:
+        jobs = [j async for j in qf.iter_jobs(queue="q", limit=2)]
+    assert len(jobs) == 3 and "cursor=n" in stub.requests[1][1]
+
+
+async def test_error_answers_carry_status_and_body(stub):
+    stub.routes[("POST", "/api/v1/jobs/x/complete")] = lambda r: error(409, "lease is no longer held")
+    async with Client(stub.url, "t") as qf:
+        with pytest.raises(Conflict) as caught:
+            await qf.complete("x", "tok", {"late": True})
+        with pytest.raises(Unauthorized):
+            stub.routes[("GET", "/api/v1/stats")] = lambda r: error(401, "missing credential")
+            await qf.stats()
+    assert caught.value.status == 409 and caught.value.body.error == "lease is no longer held"
+    assert isinstance(caught.value.raw["timestamp"], str)
+    assert stub.requests[0][3] == {"lease_token": "tok", "result": {"late": True}}
+
+
+async def test_204_routes_return_none_and_fail_sends_retryable(stub):
+    async with Client(stub.url, "t") as qf:
+        assert await qf.fail("j", "tok", "bad", retryable=False) is None
+    assert stub.requests[0][3] == {"lease_token": "tok", "error": "bad", "retryable": False}
+
+
+async def test_a_body_of_the_wrong_shape_is_unexpected(stub):
+    stub.routes[("GET", "/api/v1/stats")] = lambda r: web.json_response({"jobs_created": "many"})
+    async with Client(stub.url, "t") as qf:
+        with pytest.raises(UnexpectedResponse):
+            await qf.stats()
+
+
+async def test_health_is_unauthenticated(stub):
+    stub.routes[("GET", "/health")] = lambda r: web.json_response(
+        {"status": "healthy", "timestamp": "2026-01-01T00:00:00Z", "version": "1"})
+    async with Client(stub.url, "t") as qf:
+        health = await qf.health()
+    assert health.status == "healthy" and "Authorization" not in stub.requests[0][2]
+
+
+async def test_connection_refused_is_a_transport_error():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    async with Client(f"http://127.0.0.1:{port}", "t") as qf:
+        with pytest.raises(TransportError):
+            await qf.whoami()
+
+
+async def test_a_timeout_is_a_transport_error(stub):
+    async def slow(request):
+        await asyncio.sleep(1)
+        return web.json_response({"tenant": "a", "access": "read_write"})
+
+    stub.routes[("GET", "/api/v1/whoami")] = slow
+    async with Client(stub.url, "t", timeout=0.1) as qf:
+        with pytest.raises(TransportError):
+            await qf.whoami()
+
+
+async def test_job_events_stream_decoded_jobs(stub):
+    first, last = job_json(status="running"), job_json(status="completed")
+
+    async def events(request):
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for job in (first, last):
+            await resp.write(b": keep-alive\n\n")
+            await resp.write(b"event: status\ndata: " + web.json_response(job).body + b"\n\n")
+        await resp.write_eof()
+        return resp
+
+    stub.routes[("GET", "/api/v1/jobs/j/events")] = events
+    async with Client(stub.url, "t") as qf:
+        statuses = [job.status async for job in qf.job_events("j")]
+        with pytest.raises(NotFound):
+            async for _ in qf.workflow_events("missing"):
+                pass
+    assert statuses == ["running", "completed"]

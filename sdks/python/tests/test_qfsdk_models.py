@@ -1,0 +1,104 @@
+"""Models, error decoding, backoff, and the SSE parser: no server involved."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import msgspec
+import pytest
+
+from queueflow_sdk import errors
+from queueflow_sdk import models as m
+from queueflow_sdk.backoff import Backoff
+from queueflow_sdk.sse import parse_sse
+
+
+def test_requests_leave_out_unset_fields():
+    req = m.CreateJobRequest(task_name="t", config=m.JobConfigRequest(queue="q", priority=5))
+    assert msgspec.json.decode(msgspec.json.encode(req)) == {"task_name": "t",
+                                                             "config": {"priority": 5, "queue": "q"}}
+    assert msgspec.json.encode(m.LeaseJobsRequest(max_jobs=2)) == b'{"max_jobs":2}'
+
+
+def test_step_condition_spells_not_as_on_the_wire():
+    cond = m.StepCondition(not_=m.StepCondition(op="exists", path="a"))
+    assert msgspec.json.decode(msgspec.json.encode(cond)) == {"not": {"op": "exists", "path": "a"}}
+    leaf = m.StepCondition(op="eq", path="x", value=None)
+    assert msgspec.json.decode(msgspec.json.encode(leaf)) == {"op": "eq", "path": "x", "value": None}
+
+
+def test_job_decodes_times_and_ignores_unknown_fields():
+    raw = (b'{"id":"j","queue_name":"q","task_name":"t","payload":{"a":1},"config":{"priority":5},'
+           b'"status":"pending","retry_count":0,"delivery_count":0,"created_at":"2026-01-02T03:04:05Z",'
+           b'"scheduled_at":"2026-01-02T03:04:05+00:00","metadata":{},"brand_new_field":true}')
+    job = msgspec.json.decode(raw, type=m.Job)
+    assert job.created_at == datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    assert job.payload == {"a": 1} and job.result is None and job.error_message is None
+
+
+def test_a_wrong_status_is_a_validation_error():
+    with pytest.raises(msgspec.ValidationError):
+        msgspec.json.decode(b'{"status":"exploded"}', type=m.HeartbeatResponse)
+
+
+@pytest.mark.parametrize(("status", "cls"), [
+    (400, errors.BadRequest), (401, errors.Unauthorized), (403, errors.Forbidden), (404, errors.NotFound),
+    (405, errors.MethodNotAllowed), (409, errors.Conflict), (413, errors.PayloadTooLarge),
+    (500, errors.ServerError), (502, errors.ServerError), (503, errors.ServiceUnavailable), (418, errors.ApiError),
+])
+def test_errors_by_status_carry_the_decoded_body(status, cls):
+    err = errors.error_for_status(status, b'{"error":"nope","timestamp":"2026-01-02T03:04:05Z"}')
+    assert type(err) is cls and isinstance(err, errors.ApiError)
+    assert err.status == status and err.message == "nope"
+    assert err.body == m.ErrorBody(error="nope", timestamp=datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC))
+    assert err.raw == {"error": "nope", "timestamp": "2026-01-02T03:04:05Z"}
+    assert str(err) == f"HTTP {status}: nope"
+    assert err.retryable is (status >= 500)
+
+
+def test_an_error_without_the_usual_body_keeps_the_raw_text():
+    err = errors.error_for_status(502, b"<html>bad gateway</html>")
+    assert isinstance(err, errors.ServerError) and err.body is None and err.message is None
+    assert err.raw == "<html>bad gateway</html>"
+    assert errors.error_for_status(404, b"").raw is None
+
+
+def test_permanent_error_is_not_retryable():
+    assert errors.PermanentError("x").retryable is False
+
+
+def test_backoff_doubles_up_to_the_cap_and_resets():
+    b = Backoff(initial=0.1, maximum=5.0, jitter=0.5, rng=lambda: 0.0)
+    delays = [b.next() for _ in range(10)]
+    assert delays[:4] == pytest.approx([0.1, 0.2, 0.4, 0.8])
+    assert max(delays) == 5.0 and delays[-1] == 5.0
+    b.reset()
+    assert b.next() == pytest.approx(0.1)
+
+
+def test_backoff_jitter_shrinks_each_delay_within_bounds():
+    low = Backoff(initial=1.0, maximum=8.0, jitter=0.5, rng=lambda: 1.0)
+    assert [low.next() for _ in range(3)] == pytest.approx([0.5, 1.0, 2.0])
+    real = Backoff(initial=1.0, maximum=1.0, jitter=0.5)
+    samples = {real.next() for _ in range(200)}
+    assert all(0.5 <= s <= 1.0 for s in samples) and len(samples) > 100  # spread, not lockstep
+
+
+@pytest.mark.parametrize("kwargs", [{"initial": 0}, {"initial": 2, "maximum": 1}, {"jitter": 1.5},
+                                    {"factor": 0.5}])
+def test_backoff_rejects_nonsense(kwargs):
+    with pytest.raises(ValueError):
+        Backoff(**kwargs)
+
+
+async def _lines(*chunks: bytes):
+    for chunk in chunks:
+        yield chunk
+
+
+async def test_sse_parser_skips_comments_and_joins_data():
+    stream = _lines(b": keep-alive\n", b"\n", b"event: status\n", b"data: {\"a\":\n", b"data: 1}\n", b"\n",
+                    b"id: 7\n", b"data: plain\r\n", b"\r\n", b"event: status\n", b"data: tail\n")
+    events = [e async for e in parse_sse(stream)]
+    assert [(e.event, e.data, e.id) for e in events] == [
+        ("status", '{"a":\n1}', None), ("message", "plain", "7"), ("status", "tail", "7")]
