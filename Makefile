@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-fast bench lint fmt clean
+.PHONY: install run test test-sdks bench lint fmt clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -18,10 +18,19 @@ install: $(STAMP)
 run: $(STAMP)
 	$(BIN)/python -m shared.devrun
 
-# The whole suite against a PostgreSQL that the tests start themselves.
+# The whole suite against a PostgreSQL that the tests start themselves: the server's tests, the
+# SDK conformance suite (tests/sdk builds every SDK and runs its runner against a real server),
+# then each SDK's own tests with its own toolchain.
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -n 2 --dist loadgroup -q
+	$(MAKE) test-sdks
+
+test-sdks: $(STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider sdks/python/tests
+	cd sdks/typescript && npm install --no-audit --no-fund --loglevel=error && npm test
+	cd sdks/go && go vet ./... && go test ./...
+	cd sdks/rust && cargo test --quiet
 
 bench: $(STAMP)
 	$(BIN)/python -m bench

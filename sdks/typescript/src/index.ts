@@ -1,0 +1,41 @@
+/** @queueflow/sdk: the TypeScript client and remote-worker runtime for QueueFlow. */
+
+export { QueueFlow, SDK_VERSION, Jobs, Workflows, Cron, DeadLetters, Queues, System } from "./client.js";
+export type { QueueFlowOptions, WaitOptions } from "./client.js";
+export { Worker, toResult } from "./worker.js";
+export { wf, WorkflowBuilder, validateWorkflow } from "./builder.js";
+export type { StepOptions } from "./builder.js";
+export type {
+  Handler,
+  HandlerResult,
+  Handlers,
+  JobContext,
+  LeaseOptions,
+  LeaseRef,
+  RunOptions,
+  WorkerErrorInfo,
+  WorkerHandle,
+} from "./worker.js";
+export {
+  QueueFlowError,
+  ApiError,
+  BadRequestError,
+  UnauthorizedError,
+  ForbiddenError,
+  NotFoundError,
+  ConflictError,
+  ConnectionError,
+  TimeoutError,
+  AbortError,
+  WorkflowValidationError,
+  NonRetryableError,
+  apiErrorFor,
+  isTransient,
+  isNonRetryable,
+} from "./errors.js";
+export type { ErrorBody } from "./errors.js";
+export type { CallOptions, FetchLike } from "./http.js";
+export { backoffDelay, sleep } from "./backoff.js";
+export { SseParser, parseSseStream } from "./sse.js";
+export type { SseEvent } from "./sse.js";
+export * from "./types.js";

@@ -1,0 +1,420 @@
+/**
+ * Wire types: the request and response bodies of the QueueFlow REST API, field for field as the
+ * server sends and accepts them (snake_case). Timestamps are RFC 3339 strings.
+ */
+
+export type JsonObject = Record<string, unknown>;
+
+export type JobStatus = "pending" | "running" | "completed" | "failed" | "retrying" | "cancelled";
+export type RetryBackoff = "fixed" | "linear" | "exponential";
+export type StepStatus = "pending" | "running" | "completed" | "failed" | "cancelled" | "skipped";
+export type WorkflowStatus = "created" | "running" | "completed" | "failed" | "partially_failed" | "cancelled";
+export type ConditionOp = "eq" | "ne" | "gt" | "gte" | "lt" | "lte" | "exists" | "contains" | "in";
+
+// --- configuration ---------------------------------------------------------------------------
+
+/** Per-job execution policy on create; every field optional. */
+export interface JobConfigRequest {
+  priority?: number;
+  max_retries?: number;
+  /** Seconds. */
+  timeout?: number;
+  queue?: string;
+  retry_backoff?: RetryBackoff;
+  retry_delay_secs?: number;
+  retry_max_delay_secs?: number;
+  jitter_factor?: number;
+}
+
+/** The stored execution policy (stored field names), as on workflow steps and cron schedules. */
+export interface JobConfig {
+  priority?: number;
+  max_retries?: number;
+  timeout_secs?: number;
+  retry_backoff?: RetryBackoff;
+  retry_delay_secs?: number;
+  retry_max_delay_secs?: number;
+  jitter_factor?: number;
+}
+
+// --- jobs ------------------------------------------------------------------------------------
+
+export interface CreateJobRequest {
+  task_name: string;
+  payload?: JsonObject;
+  config?: JobConfigRequest;
+  /** RFC 3339; the job is not leased before it. */
+  run_at?: string;
+  metadata?: JsonObject;
+  /** In a batch, the per-item idempotency key (single creates use the `Idempotency-Key` header). */
+  idempotency_key?: string;
+}
+
+export interface CreateJobResponse {
+  job_id: string;
+}
+
+export interface CreateBatchJobsRequest {
+  jobs: CreateJobRequest[];
+}
+
+export interface CreateBatchJobsResponse {
+  job_ids: string[];
+  count: number;
+}
+
+export interface Job {
+  id: string;
+  queue_name: string;
+  task_name: string;
+  payload: JsonObject;
+  config: JsonObject;
+  status: JobStatus;
+  retry_count: number;
+  delivery_count: number;
+  created_at: string;
+  scheduled_at: string;
+  metadata: JsonObject;
+  started_at?: string;
+  completed_at?: string;
+  next_retry_at?: string;
+  error_message?: string;
+  result?: JsonObject;
+  idempotency_key?: string;
+  tenant_id?: string;
+  workflow_id?: string;
+  workflow_step_id?: string;
+}
+
+/** Parameters every list route shares. */
+export interface ListParams {
+  /** 1 to 100 (the server clamps); default 20. */
+  limit?: number;
+  offset?: number;
+  /** The `next_cursor` of the previous page (keyset pagination). */
+  cursor?: string;
+  /** `"created_at DESC"` (default) or `"created_at ASC"`. */
+  order_by?: "created_at DESC" | "created_at ASC";
+  include_total?: boolean;
+  /** RFC 3339. */
+  created_after?: string;
+  /** RFC 3339. */
+  created_before?: string;
+}
+
+export interface ListJobsParams extends ListParams {
+  status?: JobStatus;
+  queue?: string;
+  task_name?: string;
+}
+
+export interface Page {
+  limit: number;
+  offset: number;
+  has_more: boolean;
+  total?: number;
+  next_cursor?: string;
+}
+
+export interface ListJobsResponse extends Page {
+  jobs: Job[];
+}
+
+export interface CancelJobsRequest {
+  queue?: string;
+  task_name?: string;
+  status?: "pending" | "retrying" | "running";
+  created_after?: string;
+  created_before?: string;
+  limit?: number;
+}
+
+export interface CancelJobsResponse {
+  cancelled: number;
+}
+
+// --- worker protocol -------------------------------------------------------------------------
+
+export interface LeaseJobsRequest {
+  /** 1 to 100; default 1. */
+  max_jobs?: number;
+  /** 1 to 3600; default 30. */
+  lease_secs?: number;
+  /** 0 to 30 (long-poll); default 0. */
+  wait_secs?: number;
+}
+
+export interface LeasedJob {
+  job: Job;
+  lease_token: string;
+}
+
+export interface LeaseJobsResponse {
+  jobs: LeasedJob[];
+}
+
+export interface HeartbeatRequest {
+  lease_token: string;
+  extend_secs: number;
+}
+
+export interface HeartbeatResponse {
+  status: JobStatus;
+}
+
+export interface CompleteJobRequest {
+  lease_token: string;
+  result?: JsonObject;
+}
+
+export interface FailJobRequest {
+  lease_token: string;
+  error: string;
+  retryable?: boolean;
+}
+
+// --- dead letters ----------------------------------------------------------------------------
+
+export interface DeadLetter {
+  id: number;
+  job_id: string;
+  reason: string;
+  created_at: string;
+  error_message?: string;
+  queue_name?: string;
+  task_name?: string;
+  replayed_at?: string;
+  replay_job_id?: string;
+  tenant_id?: string;
+}
+
+export interface ListDeadLettersParams extends ListParams {
+  queue?: string;
+  task_name?: string;
+  /** true: only replayed ones; false: only those not replayed yet. */
+  replayed?: boolean;
+}
+
+export interface ListDeadLettersResponse extends Page {
+  dead_letters: DeadLetter[];
+}
+
+export interface ReplayDeadLetterResponse {
+  job_id: string;
+}
+
+export interface ReplayDeadLettersRequest {
+  queue?: string;
+  task_name?: string;
+  created_after?: string;
+  created_before?: string;
+  limit?: number;
+}
+
+export interface ReplayedDeadLetter {
+  dead_letter_id: number;
+  job_id?: string;
+  error?: string;
+}
+
+export interface ReplayDeadLettersResponse {
+  replayed: number;
+  results: ReplayedDeadLetter[];
+}
+
+// --- system ----------------------------------------------------------------------------------
+
+export interface StatsSnapshot {
+  jobs_created: number;
+  jobs_completed: number;
+  jobs_failed: number;
+  jobs_retried: number;
+  jobs_dead_lettered: number;
+  workflows_created: number;
+  workflows_completed: number;
+  workflows_failed: number;
+}
+
+export interface TasksResponse {
+  tasks: string[];
+}
+
+export interface WhoAmIResponse {
+  tenant: string;
+  access: "read_write" | "read_only";
+}
+
+export interface HealthStatus {
+  status: string;
+  timestamp: string;
+  version: string;
+}
+
+export interface ReadyStatus {
+  status: string;
+}
+
+// --- workflows -------------------------------------------------------------------------------
+
+/** A leaf (`path` compared with `value` by `op`) or a combination (`all`, `any`, `not`). */
+export interface StepCondition {
+  op?: ConditionOp;
+  path?: string;
+  value?: unknown;
+  all?: StepCondition[];
+  any?: StepCondition[];
+  not?: StepCondition;
+}
+
+export interface FanOut {
+  path: string;
+  item_key?: string;
+  max_items?: number;
+}
+
+export interface WorkflowStep {
+  name: string;
+  task_name?: string;
+  depends_on?: string[];
+  payload?: JsonObject;
+  config?: JobConfig;
+  on_failure?: "halt" | "skip" | "continue";
+  on_success?: "continue";
+  metadata?: JsonObject;
+  queue?: string;
+  when?: StepCondition;
+  fan_out?: FanOut;
+  /** A child workflow run as this step. */
+  workflow?: CreateWorkflowRequest;
+}
+
+export interface CreateWorkflowRequest {
+  name: string;
+  steps: WorkflowStep[];
+  context?: JsonObject;
+  metadata?: JsonObject;
+  timeout_secs?: number;
+}
+
+export interface CreateWorkflowResponse {
+  workflow_id: string;
+}
+
+export interface Workflow {
+  id: string;
+  name: string;
+  status: WorkflowStatus;
+  steps: WorkflowStep[];
+  created_at: string;
+  context: JsonObject;
+  metadata: JsonObject;
+  retry_count: number;
+  started_at?: string;
+  completed_at?: string;
+  tenant_id?: string;
+  timeout_secs?: number;
+  deadline_at?: string;
+  error_message?: string;
+  parent_workflow_id?: string;
+  parent_step_name?: string;
+}
+
+export interface ListWorkflowsParams extends ListParams {
+  status?: WorkflowStatus;
+}
+
+export interface ListWorkflowsResponse extends Page {
+  workflows: Workflow[];
+}
+
+export interface FanOutProgress {
+  total: number;
+  completed: number;
+  failed: number;
+}
+
+export interface WorkflowStepState {
+  name: string;
+  status: StepStatus;
+  job_id?: string;
+  error?: string;
+  started_at?: string;
+  completed_at?: string;
+  child_workflow_id?: string;
+  fan_out?: FanOutProgress;
+}
+
+export interface WorkflowStepStatesResponse {
+  steps: WorkflowStepState[];
+}
+
+export interface WorkflowDiagramResponse {
+  format: string;
+  diagram: string;
+}
+
+/** The data of a workflow SSE `status` event. */
+export interface WorkflowEvent {
+  workflow_id: string;
+  status: WorkflowStatus;
+  steps: WorkflowStepState[];
+  error_message?: string;
+}
+
+// --- queues ----------------------------------------------------------------------------------
+
+export interface QueueStats {
+  queue: string;
+  pending: number;
+  scheduled: number;
+  running: number;
+  paused: boolean;
+  oldest_pending_age_secs?: number;
+}
+
+export interface QueuesResponse {
+  queues: QueueStats[];
+}
+
+export interface QueueControlResponse {
+  queue: string;
+  paused: boolean;
+  pending: number;
+  running: number;
+}
+
+// --- cron ------------------------------------------------------------------------------------
+
+export interface CreateCronRequest {
+  name: string;
+  cron_expr: string;
+  task_name: string;
+  payload?: JsonObject;
+  queue?: string;
+  config?: JobConfig;
+}
+
+export interface CreateCronResponse {
+  cron_id: string;
+}
+
+export interface CronSchedule {
+  id: string;
+  name: string;
+  cron_expr: string;
+  task_name: string;
+  enabled: boolean;
+  next_run_at: string;
+  created_at: string;
+  payload?: JsonObject;
+  queue_name?: string;
+  config?: JobConfig;
+  last_enqueued_at?: string;
+  tenant_id?: string;
+}
+
+export type ListCronsParams = ListParams;
+
+export interface ListCronsResponse extends Page {
+  crons: CronSchedule[];
+}

@@ -1,0 +1,190 @@
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { createServer } from "node:net";
+
+import {
+  AbortError,
+  ConnectionError,
+  NotFoundError,
+  QueueFlow,
+  TimeoutError,
+  UnauthorizedError,
+  type Job,
+} from "../dist/index.js";
+import { errorBody, fakeJob, json, startStub } from "./stub.js";
+
+test("requests carry the token, JSON bodies, and every list parameter", async () => {
+  const stub = await startStub((req, res) => {
+    if (req.path === "/api/v1/jobs" && req.method === "GET") json(res, 200, { jobs: [], limit: 2, offset: 0, has_more: false });
+    else json(res, 201, { job_id: "j1" });
+  });
+  try {
+    const qf = new QueueFlow({ baseUrl: stub.url + "/", token: "tenant-key" });
+    await qf.jobs.list({
+      queue: "q 1",
+      status: "pending",
+      task_name: "t",
+      limit: 2,
+      offset: 4,
+      cursor: "abc=",
+      include_total: true,
+      order_by: "created_at ASC",
+      created_after: "2026-01-01T00:00:00+00:00",
+      created_before: undefined,
+    });
+    const listed = stub.requests[0]!;
+    assert.equal(listed.headers.authorization, "Bearer tenant-key");
+    assert.equal(listed.query.get("queue"), "q 1");
+    assert.equal(listed.query.get("status"), "pending");
+    assert.equal(listed.query.get("task_name"), "t");
+    assert.equal(listed.query.get("limit"), "2");
+    assert.equal(listed.query.get("offset"), "4");
+    assert.equal(listed.query.get("cursor"), "abc=");
+    assert.equal(listed.query.get("include_total"), "true");
+    assert.equal(listed.query.get("order_by"), "created_at ASC");
+    assert.equal(listed.query.get("created_after"), "2026-01-01T00:00:00+00:00", "a '+' survives encoding");
+    assert.equal(listed.query.has("created_before"), false, "undefined parameters are left out");
+
+    const created = await qf.jobs.create({ task_name: "t", payload: { a: 1 } }, { idempotencyKey: "k-1" });
+    assert.equal(created.job_id, "j1");
+    const sent = stub.requests[1]!;
+    assert.equal(sent.method, "POST");
+    assert.equal(sent.headers["idempotency-key"], "k-1");
+    assert.equal(sent.headers["content-type"], "application/json");
+    assert.deepEqual(sent.body, { task_name: "t", payload: { a: 1 } });
+  } finally {
+    await stub.close();
+  }
+});
+
+test("the worker routes use the worker token; it defaults to the tenant token", async () => {
+  const stub = await startStub((_req, res) => json(res, 200, { jobs: [] }));
+  try {
+    await new QueueFlow({ baseUrl: stub.url, token: "tenant", workerToken: "worker" }).worker.lease("q", { waitSecs: 0 });
+    await new QueueFlow({ baseUrl: stub.url, token: "tenant" }).worker.lease("q", { maxJobs: 3, leaseSecs: 9, waitSecs: 0 });
+    assert.equal(stub.requests[0]!.headers.authorization, "Bearer worker");
+    assert.equal(stub.requests[1]!.headers.authorization, "Bearer tenant");
+    assert.deepEqual(stub.requests[1]!.body, { max_jobs: 3, lease_secs: 9, wait_secs: 0 });
+    assert.equal(stub.requests[1]!.path, "/api/v1/queues/q/lease");
+  } finally {
+    await stub.close();
+  }
+});
+
+test("error statuses become typed errors with the body", async () => {
+  const stub = await startStub((req, res) => {
+    if (req.path.endsWith("/whoami")) errorBody(res, 401, "missing or invalid token");
+    else errorBody(res, 404, "job not found: nope");
+  });
+  try {
+    const qf = new QueueFlow({ baseUrl: stub.url, token: "t" });
+    await assert.rejects(qf.jobs.get("nope"), (err: unknown) => {
+      assert.ok(err instanceof NotFoundError);
+      assert.equal(err.status, 404);
+      assert.equal(err.body?.error, "job not found: nope");
+      assert.equal(typeof err.body?.timestamp, "string");
+      return true;
+    });
+    await assert.rejects(qf.whoami(), UnauthorizedError);
+  } finally {
+    await stub.close();
+  }
+});
+
+test("idempotent calls retry 502/503/504; other calls do not", async () => {
+  let gets = 0;
+  let posts = 0;
+  const stub = await startStub((req, res) => {
+    if (req.method === "GET") {
+      gets += 1;
+      if (gets < 3) errorBody(res, 503, "draining");
+      else json(res, 200, { tasks: ["a"] });
+    } else {
+      posts += 1;
+      errorBody(res, 503, "draining");
+    }
+  });
+  try {
+    const qf = new QueueFlow({ baseUrl: stub.url, token: "t", maxRetries: 2 });
+    assert.deepEqual(await qf.tasks(), { tasks: ["a"] });
+    assert.equal(gets, 3);
+    await assert.rejects(qf.jobs.create({ task_name: "x" }), (err: unknown) => (err as { status?: number }).status === 503);
+    assert.equal(posts, 1, "a create without an idempotency key is not retried");
+    await assert.rejects(qf.jobs.create({ task_name: "x" }, { idempotencyKey: "k" }));
+    assert.equal(posts, 4, "with a key it is retried twice");
+  } finally {
+    await stub.close();
+  }
+});
+
+test("no server: ConnectionError", async () => {
+  const port = await new Promise<number>((resolve) => {
+    const s = createServer();
+    s.listen(0, "127.0.0.1", () => {
+      const p = (s.address() as { port: number }).port;
+      s.close(() => resolve(p));
+    });
+  });
+  const qf = new QueueFlow({ baseUrl: `http://127.0.0.1:${port}`, token: "t", maxRetries: 0 });
+  await assert.rejects(qf.health(), ConnectionError);
+});
+
+test("a slow answer: TimeoutError; an aborted call: AbortError", async () => {
+  const stub = await startStub(async (_req, res) => {
+    await new Promise((r) => setTimeout(r, 400));
+    json(res, 200, { status: "ok" });
+  });
+  try {
+    const qf = new QueueFlow({ baseUrl: stub.url, token: "t", timeoutMs: 50, maxRetries: 0 });
+    await assert.rejects(qf.ready(), TimeoutError);
+    const controller = new AbortController();
+    setTimeout(() => controller.abort(), 30);
+    await assert.rejects(qf.ready({ signal: controller.signal, timeoutMs: 5000 }), AbortError);
+  } finally {
+    await stub.close();
+  }
+});
+
+test("jobs.events streams status events until the server closes", async () => {
+  const stub = await startStub(async (req, res) => {
+    assert.equal(req.headers.accept, "text/event-stream");
+    res.writeHead(200, { "Content-Type": "text/event-stream" });
+    res.write(`event: status\ndata: ${JSON.stringify({ ...fakeJob("j1"), status: "pending" })}\n\n`);
+    await new Promise((r) => setTimeout(r, 20));
+    res.write(": keep-alive\n\n");
+    res.write(`event: status\ndata: ${JSON.stringify({ ...fakeJob("j1"), status: "completed" })}`);
+    await new Promise((r) => setTimeout(r, 20));
+    res.end("\n\n");
+  });
+  try {
+    const qf = new QueueFlow({ baseUrl: stub.url, token: "t" });
+    const seen: Job[] = [];
+    for await (const job of qf.jobs.events("j1")) seen.push(job);
+    assert.deepEqual(seen.map((j) => j.status), ["pending", "completed"]);
+    assert.equal(stub.requests[0]!.path, "/api/v1/jobs/j1/events");
+  } finally {
+    await stub.close();
+  }
+});
+
+test("jobs.waitFor polls until terminal, and times out", async () => {
+  let polls = 0;
+  const stub = await startStub((req, res) => {
+    polls += 1;
+    const status = req.path.endsWith("/done") && polls >= 3 ? "completed" : "running";
+    json(res, 200, { ...fakeJob("x"), status });
+  });
+  try {
+    const qf = new QueueFlow({ baseUrl: stub.url, token: "t" });
+    const job = await qf.jobs.waitFor("done", { intervalMs: 10 });
+    assert.equal(job.status, "completed");
+    await assert.rejects(qf.jobs.waitFor("never", { intervalMs: 10, timeoutMs: 60 }), TimeoutError);
+  } finally {
+    await stub.close();
+  }
+});
+
+test("constructor validates its options", () => {
+  assert.throws(() => new QueueFlow({ baseUrl: "", token: "t" }), TypeError);
+  assert.throws(() => new QueueFlow({ baseUrl: "http://x", token: "" }), TypeError);
+});
