@@ -1,0 +1,437 @@
+//! The conformance runner (sdks/conformance/README.md): `conformance <scenario.json>`.
+//!
+//! Events go to stdout as JSON lines; commands (`continue`) come from stdin. Everything here uses
+//! the SDK's public API only.
+
+use std::io::Write;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use queueflow_sdk::backoff::XorShift;
+use queueflow_sdk::*;
+use tokio::io::AsyncBufReadExt;
+
+fn emit(event: Value) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{event}");
+    let _ = out.flush();
+}
+
+fn env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| fail(&format!("{name} is not set")))
+}
+
+fn fail(message: &str) -> ! {
+    eprintln!("conformance: {message}");
+    std::process::exit(1)
+}
+
+struct Env {
+    base: String,
+    tenant: String,
+    worker: String,
+    queue: String,
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    let path = std::env::args().nth(1).unwrap_or_else(|| fail("usage: conformance <scenario.json>"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| fail(&format!("cannot read {path}: {e}")));
+    let scenario: Value = serde_json::from_str(&text).unwrap_or_else(|e| fail(&format!("bad scenario: {e}")));
+    let env = Env {
+        base: env("QF_BASE_URL"),
+        tenant: env("QF_TENANT_TOKEN"),
+        worker: env("QF_WORKER_TOKEN"),
+        queue: env("QF_QUEUE"),
+    };
+    let worker = &scenario["worker"];
+    let result = match worker["mode"].as_str().unwrap_or_default() {
+        "loop" => run_loop(&env, worker).await,
+        "raw_stale_lease" => raw_stale_lease(&env, worker).await,
+        "auth_errors" => auth_errors(&env).await,
+        "raw_calls" => raw_calls(&env).await,
+        other => Err(format!("unknown worker mode {other:?}")),
+    };
+    if let Err(message) = result {
+        fail(&message);
+    }
+}
+
+fn body_ok(err: &Error) -> bool {
+    err.body().is_some_and(|b| !b.error.is_empty() && !b.timestamp.is_empty())
+}
+
+fn u32_of(v: &Value, default: u32) -> u32 {
+    v.as_u64().map(|n| n as u32).unwrap_or(default)
+}
+
+// --- loop ---------------------------------------------------------------------------------------
+
+async fn run_loop(env: &Env, spec: &Value) -> Result<(), String> {
+    let client = Client::builder(&env.base, &env.tenant).worker_token(&env.worker).build();
+    let concurrency = spec["concurrency"].as_u64().unwrap_or(1) as usize;
+    let options = WorkerOptions {
+        lease_secs: u32_of(&spec["lease_secs"], 30),
+        wait_secs: 1,
+        concurrency,
+        batch_size: spec["batch_size"].as_u64().map(|n| n as usize),
+        ..WorkerOptions::default()
+    };
+    let stop_after = spec["stop_after_jobs"].as_u64().unwrap_or(1) as usize;
+    let mut worker = Worker::new(client, &env.queue, options);
+    let stop = worker.shutdown_token();
+    let finished = Arc::new(AtomicUsize::new(0));
+
+    let handlers = spec["handlers"].as_object().cloned().unwrap_or_default();
+    for (task, behaviour) in handlers {
+        let behaviour = behaviour.as_str().unwrap_or_default().to_string();
+        let finished = finished.clone();
+        let stop = stop.clone();
+        worker = worker.register_with_context(task, move |job, ctx| {
+            let behaviour = behaviour.clone();
+            let finished = finished.clone();
+            let stop = stop.clone();
+            async move {
+                emit(json!({"event": "handler_started", "job_id": job.id}));
+                let (outcome, result) = behave(&behaviour, &job, &ctx).await;
+                emit(json!({"event": "job_done", "job_id": job.id, "outcome": outcome}));
+                if finished.fetch_add(1, Ordering::SeqCst) + 1 >= stop_after {
+                    stop.cancel();
+                }
+                result
+            }
+        });
+    }
+    worker.run().await.map_err(|e| format!("worker loop failed: {e}"))
+}
+
+async fn behave(behaviour: &str, job: &Job, ctx: &JobContext) -> (&'static str, HandlerResult) {
+    match behaviour {
+        "return_payload" => ("ok", Ok(job.payload.clone())),
+        "sleep_200ms_then_return_payload" => {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            ("ok", Ok(job.payload.clone()))
+        }
+        "sleep_1500ms_then_return_payload" => {
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            ("ok", Ok(job.payload.clone()))
+        }
+        "fail_retryable" => ("error", Err(HandlerError::new("boom"))),
+        "fail_permanent" => ("error", Err(HandlerError::permanent("invalid input"))),
+        "wait_for_cancel" => {
+            tokio::select! {
+                _ = ctx.cancelled() => {
+                    emit(json!({"event": "handler_observed_cancel", "job_id": job.id}));
+                    ("cancelled", Err(HandlerError::new("cancelled")))
+                }
+                _ = tokio::time::sleep(Duration::from_secs(20)) => {
+                    ("error", Err(HandlerError::new("no cancellation within 20 s")))
+                }
+            }
+        }
+        other => ("error", Err(HandlerError::new(format!("unknown behaviour {other}")))),
+    }
+}
+
+// --- raw_stale_lease ----------------------------------------------------------------------------
+
+async fn raw_stale_lease(env: &Env, spec: &Value) -> Result<(), String> {
+    let client = Client::builder(&env.base, &env.tenant).worker_token(&env.worker).build();
+    let request =
+        LeaseJobsRequest { max_jobs: Some(1), lease_secs: Some(u32_of(&spec["lease_secs"], 30)), wait_secs: Some(5) };
+    let mut leased = None;
+    for _ in 0..6 {
+        let answer = client.lease(&env.queue, &request).await.map_err(|e| format!("lease: {e}"))?;
+        if let Some(item) = answer.jobs.into_iter().next() {
+            leased = Some(item);
+            break;
+        }
+    }
+    let leased = leased.ok_or("no job to lease")?;
+    let job_id = leased.job.id.clone();
+    emit(json!({"event": "leased", "job_id": job_id, "lease_token": leased.lease_token}));
+
+    let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
+    loop {
+        match lines.next_line().await {
+            Ok(Some(line)) if line.trim() == "continue" => break,
+            Ok(Some(_)) => continue,
+            Ok(None) => return Err("stdin closed before continue".into()),
+            Err(e) => return Err(format!("stdin: {e}")),
+        }
+    }
+
+    let heartbeat =
+        client.heartbeat(&job_id, &HeartbeatRequest { lease_token: leased.lease_token.clone(), extend_secs: 30 }).await;
+    let mut late = Map::new();
+    late.insert("late".into(), Value::Bool(true));
+    let complete = client
+        .complete(&job_id, &CompleteJobRequest { lease_token: leased.lease_token.clone(), result: Some(late) })
+        .await;
+    let status_of = |e: Option<&Error>| e.and_then(Error::status).map(Value::from).unwrap_or(Value::from(200));
+    emit(json!({
+        "event": "stale_rejected",
+        "heartbeat_status": status_of(heartbeat.as_ref().err()),
+        "complete_status": status_of(complete.as_ref().err()),
+        "error_body_ok": heartbeat.as_ref().err().is_some_and(body_ok) && complete.as_ref().err().is_some_and(body_ok),
+    }));
+    Ok(())
+}
+
+// --- auth_errors --------------------------------------------------------------------------------
+
+async fn loop_with_worker_token(env: &Env, token: &str) -> Result<(), Error> {
+    let client = Client::builder(&env.base, &env.tenant).worker_token(token).build();
+    let options = WorkerOptions { lease_secs: 10, wait_secs: 1, ..WorkerOptions::default() };
+    let worker = Worker::new(client, &env.queue, options).register("conf.never", |job| async move { Ok(job.payload) });
+    let stop = worker.shutdown_token();
+    match tokio::time::timeout(Duration::from_secs(15), worker.run()).await {
+        Ok(result) => result,
+        Err(_) => {
+            stop.cancel();
+            Ok(())
+        }
+    }
+}
+
+fn auth_event(name: &str, result: Result<(), Error>) {
+    match result {
+        Ok(()) => emit(json!({"event": name, "status": null, "error_body_ok": false})),
+        Err(e) => {
+            emit(json!({"event": name, "status": e.status(), "error_body_ok": body_ok(&e), "error": e.to_string()}))
+        }
+    }
+}
+
+async fn auth_errors(env: &Env) -> Result<(), String> {
+    auth_event("loop_bad_token", loop_with_worker_token(env, "not-the-token").await);
+    auth_event("loop_tenant_token", loop_with_worker_token(env, &env.tenant).await);
+    let client = Client::new(&env.base, &env.worker);
+    let created = client.create_job(&CreateJobRequest::new("conf.raw").queue(&env.queue)).await;
+    auth_event("raw_worker_token_on_tenant_route", created.map(|_| ()));
+    Ok(())
+}
+
+// --- raw_calls ----------------------------------------------------------------------------------
+
+#[derive(Default)]
+struct Checks {
+    failures: Vec<String>,
+}
+
+impl Checks {
+    fn check(&mut self, ok: bool, what: impl Into<String>) {
+        if !ok {
+            self.failures.push(what.into());
+        }
+    }
+
+    fn ok<T>(&mut self, what: &str, result: Result<T, Error>) -> Option<T> {
+        match result {
+            Ok(v) => Some(v),
+            Err(e) => {
+                self.failures.push(format!("{what}: {e}"));
+                None
+            }
+        }
+    }
+
+    fn err_status<T: std::fmt::Debug>(&mut self, what: &str, result: Result<T, Error>, want: u16, with_body: bool) {
+        match result {
+            Ok(v) => self.failures.push(format!("{what}: expected HTTP {want}, got success {v:?}")),
+            Err(e) => {
+                self.check(e.status() == Some(want), format!("{what}: expected HTTP {want}, got {e}"));
+                if with_body {
+                    self.check(body_ok(&e), format!("{what}: error without an {{error, timestamp}} body: {e:?}"));
+                }
+            }
+        }
+    }
+}
+
+fn random_uuid() -> String {
+    let mut rng = XorShift::from_entropy();
+    let (a, b) = (rng.next_u64(), rng.next_u64());
+    let b = (b & 0x3FFF_FFFF_FFFF_FFFF) | 0x8000_0000_0000_0000;
+    let a = (a & 0xFFFF_FFFF_FFFF_0FFF) | 0x0000_0000_0000_4000;
+    format!(
+        "{:08x}-{:04x}-{:04x}-{:04x}-{:012x}",
+        a >> 32,
+        (a >> 16) & 0xFFFF,
+        a & 0xFFFF,
+        b >> 48,
+        b & 0xFFFF_FFFF_FFFF
+    )
+}
+
+async fn raw_calls(env: &Env) -> Result<(), String> {
+    let client = Client::new(&env.base, &env.tenant);
+    let q = env.queue.clone();
+    let mut c = Checks::default();
+
+    // 1. whoami
+    if let Some(me) = c.ok("whoami", client.whoami().await) {
+        c.check(me.tenant == "conformance" && me.access == "read_write", format!("whoami: {me:?}"));
+    }
+
+    // 2. create with an idempotency key, twice
+    let mut payload = Map::new();
+    payload.insert("a".into(), json!(1));
+    let req = CreateJobRequest::new("conf.raw").payload(payload.clone()).config(JobConfigRequest {
+        queue: Some(q.clone()),
+        priority: Some(5),
+        ..Default::default()
+    });
+    let first = c.ok("create job", client.create_job_with_key(&req, "raw-1").await);
+    let again = c.ok("create job again", client.create_job_with_key(&req, "raw-1").await);
+    if let (Some(a), Some(b)) = (&first, &again) {
+        c.check(a.job_id == b.job_id, format!("idempotent create: {} != {}", a.job_id, b.job_id));
+    }
+    let first_id = first.map(|r| r.job_id).unwrap_or_default();
+
+    // 3. get it
+    if let Some(job) = c.ok("get job", client.get_job(&first_id).await) {
+        c.check(job.task_name == "conf.raw", format!("get job: task_name {}", job.task_name));
+        c.check(job.payload == payload, format!("get job: payload {:?}", job.payload));
+        c.check(job.queue_name == q, format!("get job: queue_name {}", job.queue_name));
+        c.check(job.status == "pending", format!("get job: status {}", job.status));
+        c.check(job.config.get("priority") == Some(&json!(5)), format!("get job: config {:?}", job.config));
+    }
+
+    // 4. batch
+    let batch = CreateBatchJobsRequest { jobs: (0..3).map(|_| CreateJobRequest::new("conf.raw").queue(&q)).collect() };
+    if let Some(r) = c.ok("batch create", client.create_jobs_batch(&batch).await) {
+        c.check(r.count == 3 && r.job_ids.len() == 3, format!("batch create: {r:?}"));
+    }
+
+    // 5. list with a cursor
+    let params = ListParams { queue: Some(q.clone()), limit: Some(2), include_total: Some(true), ..Default::default() };
+    if let Some(page) = c.ok("list jobs", client.list_jobs(&params).await) {
+        c.check(page.jobs.len() == 2, format!("list jobs: {} jobs", page.jobs.len()));
+        c.check(page.has_more, "list jobs: has_more is false");
+        c.check(page.total == Some(4), format!("list jobs: total {:?}", page.total));
+        match &page.next_cursor {
+            None => c.check(false, "list jobs: no next_cursor"),
+            Some(cursor) => {
+                let next = ListParams { cursor: Some(cursor.clone()), include_total: None, ..params.clone() };
+                if let Some(second) = c.ok("list jobs page 2", client.list_jobs(&next).await) {
+                    let mut ids: Vec<&str> =
+                        page.jobs.iter().chain(second.jobs.iter()).map(|j| j.id.as_str()).collect();
+                    c.check(second.jobs.len() == 2, format!("list jobs page 2: {} jobs", second.jobs.len()));
+                    ids.sort();
+                    ids.dedup();
+                    c.check(ids.len() == 4, format!("list jobs: pages overlap: {ids:?}"));
+                }
+            }
+        }
+    }
+
+    // 6. cancel one, twice
+    c.ok("cancel job", client.cancel_job(&first_id).await);
+    c.err_status("cancel job again", client.cancel_job(&first_id).await, 409, false);
+
+    // 7. cancel by filter
+    let by_filter = CancelJobsRequest { queue: Some(q.clone()), ..Default::default() };
+    if let Some(r) = c.ok("cancel jobs", client.cancel_jobs(&by_filter).await) {
+        c.check(r.cancelled == 3, format!("cancel jobs: cancelled {}", r.cancelled));
+    }
+
+    // 8. unknown job
+    c.err_status("get unknown job", client.get_job(&random_uuid()).await, 404, true);
+
+    // 9. a workflow through its routes
+    let wf = CreateWorkflowRequest {
+        name: "conf-wf".into(),
+        steps: vec![
+            WorkflowStep::new("a", "conf.raw").queue(&q),
+            WorkflowStep::new("b", "conf.raw").depends_on(["a"]).queue(&q),
+        ],
+        ..Default::default()
+    };
+    if let Some(created) = c.ok("create workflow", client.create_workflow(&wf).await) {
+        let id = created.workflow_id;
+        if let Some(w) = c.ok("get workflow", client.get_workflow(&id).await) {
+            c.check(w.status == "created" || w.status == "running", format!("get workflow: status {}", w.status));
+        }
+        if let Some(s) = c.ok("workflow steps", client.workflow_steps(&id).await) {
+            let names: Vec<&str> = s.steps.iter().map(|s| s.name.as_str()).collect();
+            c.check(names == ["a", "b"], format!("workflow steps: {names:?}"));
+        }
+        if let Some(d) = c.ok("workflow diagram", client.workflow_diagram(&id).await) {
+            c.check(d.format == "mermaid" && d.diagram.contains("a --> b"), format!("workflow diagram: {d:?}"));
+        }
+        c.ok("cancel workflow", client.cancel_workflow(&id).await);
+        c.ok("retry workflow", client.retry_workflow(&id).await);
+        c.ok("cancel workflow again", client.cancel_workflow(&id).await);
+    }
+
+    // 10. a cycle
+    let cycle = CreateWorkflowRequest {
+        name: "conf-cycle".into(),
+        steps: vec![
+            WorkflowStep::new("a", "conf.raw").depends_on(["b"]).queue(&q),
+            WorkflowStep::new("b", "conf.raw").depends_on(["a"]).queue(&q),
+        ],
+        ..Default::default()
+    };
+    c.err_status("create cyclic workflow", client.create_workflow(&cycle).await, 400, true);
+
+    // 11. cron
+    let cron = CreateCronRequest {
+        name: "conf-cron".into(),
+        cron_expr: "*/5 * * * *".into(),
+        task_name: "conf.raw".into(),
+        queue: Some(q.clone()),
+        ..Default::default()
+    };
+    if let Some(created) = c.ok("create cron", client.create_cron(&cron).await) {
+        let id = created.cron_id;
+        if let Some(s) = c.ok("get cron", client.get_cron(&id).await) {
+            c.check(s.name == "conf-cron" && s.enabled, format!("get cron: {s:?}"));
+        }
+        let all = ListParams { limit: Some(100), ..Default::default() };
+        if let Some(list) = c.ok("list crons", client.list_crons(&all).await) {
+            c.check(list.crons.iter().any(|s| s.id == id), "list crons: the schedule is missing");
+        }
+        c.ok("pause cron", client.pause_cron(&id).await);
+        if let Some(s) = c.ok("get paused cron", client.get_cron(&id).await) {
+            c.check(!s.enabled, "paused cron is still enabled");
+        }
+        c.ok("resume cron", client.resume_cron(&id).await);
+        if let Some(s) = c.ok("get resumed cron", client.get_cron(&id).await) {
+            c.check(s.enabled, "resumed cron is not enabled");
+        }
+        c.ok("delete cron", client.delete_cron(&id).await);
+        c.err_status("get deleted cron", client.get_cron(&id).await, 404, true);
+    }
+
+    // 12. dlq, stats, queues, tasks
+    c.ok("list dlq", client.list_dead_letters(&ListParams { limit: Some(5), ..Default::default() }).await);
+    if let Some(s) = c.ok("stats", client.stats().await) {
+        let fields = [
+            s.jobs_created,
+            s.jobs_completed,
+            s.jobs_failed,
+            s.jobs_retried,
+            s.jobs_dead_lettered,
+            s.workflows_created,
+            s.workflows_completed,
+            s.workflows_failed,
+        ];
+        c.check(fields.iter().all(|&n| n >= 0), format!("stats: {s:?}"));
+    }
+    if let Some(list) = c.ok("list queues", client.list_queues().await) {
+        c.check(list.queues.iter().any(|s| s.queue == q), format!("list queues: {q} missing"));
+    }
+    if let Some(r) = c.ok("pause queue", client.pause_queue(&q).await) {
+        c.check(r.paused, "pause queue: paused is false");
+    }
+    if let Some(r) = c.ok("resume queue", client.resume_queue(&q).await) {
+        c.check(!r.paused, "resume queue: paused is true");
+    }
+    c.ok("tasks", client.tasks().await);
+
+    emit(json!({"event": "raw_calls_done", "ok": c.failures.is_empty(), "failures": c.failures}));
+    Ok(())
+}

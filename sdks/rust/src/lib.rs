@@ -1,0 +1,35 @@
+//! # queueflow-sdk
+//!
+//! The Rust SDK of QueueFlow, a PostgreSQL-native job queue and workflow engine.
+//!
+//! * [`Client`]: typed async calls for every REST route (jobs, workflows, cron, dead letters,
+//!   queues, system, SSE event streams) and the remote-worker protocol (lease, heartbeat,
+//!   complete, fail).
+//! * [`Worker`]: the remote worker loop: long-poll leasing, concurrent handlers, heartbeats for
+//!   every held job at half the lease, cancellation, jittered backoff, graceful shutdown.
+//!
+//! ```no_run
+//! use queueflow_sdk::{Client, Map, Worker, WorkerOptions};
+//!
+//! # async fn demo() -> Result<(), queueflow_sdk::Error> {
+//! let client = Client::builder("http://localhost:8000", "tenant-key").worker_token("worker-token").build();
+//! Worker::new(client, "images", WorkerOptions::default())
+//!     .register("resize-image", |job| async move { Ok(Map::new()) })
+//!     .run()
+//!     .await
+//! # }
+//! ```
+
+pub mod backoff;
+pub mod client;
+pub mod error;
+pub mod sse;
+pub mod types;
+pub mod worker;
+
+pub use client::{Client, ClientBuilder};
+pub use error::{Error, ErrorBody, Result};
+pub use serde_json::{json, Map, Value};
+pub use sse::{EventStream, SseEvent, SseParser};
+pub use types::*;
+pub use worker::{CancellationToken, HandlerError, HandlerResult, JobContext, Worker, WorkerOptions};

@@ -1,0 +1,675 @@
+//! Wire types: every request and response body of the QueueFlow API (shared/wire.py).
+//!
+//! Requests leave absent optional fields out (the server rejects unknown fields and treats absent
+//! ones as defaults). Timestamps are kept as the RFC 3339 strings the server sends.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// A JSON object.
+pub type Object = Map<String, Value>;
+
+// --- configuration ------------------------------------------------------------------------------
+
+/// Per-job execution policy on create; every field optional.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct JobConfigRequest {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub priority: Option<i32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_retries: Option<i32>,
+    /// Timeout in seconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
+    /// `fixed`, `linear` or `exponential`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_backoff: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_delay_secs: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_max_delay_secs: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub jitter_factor: Option<f64>,
+}
+
+/// The stored execution policy (stored field names), as used by workflow steps and cron schedules.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct JobConfig {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub priority: Option<i32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_retries: Option<i32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeout_secs: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_backoff: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_delay_secs: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_max_delay_secs: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub jitter_factor: Option<f64>,
+}
+
+// --- jobs ---------------------------------------------------------------------------------------
+
+/// `POST /api/v1/jobs` (and each item of a batch).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CreateJobRequest {
+    pub task_name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub payload: Option<Object>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub config: Option<JobConfigRequest>,
+    /// RFC 3339 time before which the job is not leased.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<Object>,
+    /// Per-item key (batches); for a single job prefer the `Idempotency-Key` header
+    /// ([`crate::Client::create_job_with_key`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<String>,
+}
+
+impl CreateJobRequest {
+    /// A job of `task_name` with no payload and the default configuration.
+    pub fn new(task_name: impl Into<String>) -> Self {
+        CreateJobRequest { task_name: task_name.into(), ..Default::default() }
+    }
+
+    /// Sets the payload.
+    pub fn payload(mut self, payload: Object) -> Self {
+        self.payload = Some(payload);
+        self
+    }
+
+    /// Sets the configuration.
+    pub fn config(mut self, config: JobConfigRequest) -> Self {
+        self.config = Some(config);
+        self
+    }
+
+    /// Routes the job to `queue` (keeping any other configuration).
+    pub fn queue(mut self, queue: impl Into<String>) -> Self {
+        self.config.get_or_insert_with(Default::default).queue = Some(queue.into());
+        self
+    }
+}
+
+/// `POST /api/v1/jobs/batch`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CreateBatchJobsRequest {
+    pub jobs: Vec<CreateJobRequest>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CreateJobResponse {
+    pub job_id: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CreateBatchJobsResponse {
+    pub job_ids: Vec<String>,
+    pub count: i64,
+}
+
+/// A job as the server reports it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Job {
+    pub id: String,
+    pub queue_name: String,
+    pub task_name: String,
+    #[serde(default)]
+    pub payload: Object,
+    #[serde(default)]
+    pub config: Object,
+    /// `pending`, `running`, `completed`, `failed`, `retrying` or `cancelled`.
+    pub status: String,
+    pub retry_count: i64,
+    pub delivery_count: i64,
+    pub created_at: String,
+    pub scheduled_at: String,
+    #[serde(default)]
+    pub metadata: Object,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completed_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_retry_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_message: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<Object>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflow_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflow_step_id: Option<String>,
+}
+
+/// Query parameters shared by the list routes. Each route reads the ones it knows and ignores
+/// the rest: `status` (jobs, workflows), `queue` and `task_name` (jobs, dead letters),
+/// `replayed` (dead letters).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ListParams {
+    /// 1 to 100 (the server clamps).
+    pub limit: Option<i64>,
+    pub offset: Option<i64>,
+    /// `created_at ASC` for oldest first; newest first otherwise.
+    pub order_by: Option<String>,
+    pub include_total: Option<bool>,
+    /// The `next_cursor` of the previous page.
+    pub cursor: Option<String>,
+    /// RFC 3339.
+    pub created_after: Option<String>,
+    /// RFC 3339.
+    pub created_before: Option<String>,
+    pub status: Option<String>,
+    pub queue: Option<String>,
+    pub task_name: Option<String>,
+    pub replayed: Option<bool>,
+}
+
+impl ListParams {
+    /// The query string pairs for the parameters that are set.
+    pub fn to_query(&self) -> Vec<(&'static str, String)> {
+        let mut q = Vec::new();
+        let mut put = |k: &'static str, v: Option<String>| {
+            if let Some(v) = v {
+                q.push((k, v));
+            }
+        };
+        put("limit", self.limit.map(|v| v.to_string()));
+        put("offset", self.offset.map(|v| v.to_string()));
+        put("order_by", self.order_by.clone());
+        put("include_total", self.include_total.map(|v| v.to_string()));
+        put("cursor", self.cursor.clone());
+        put("created_after", self.created_after.clone());
+        put("created_before", self.created_before.clone());
+        put("status", self.status.clone());
+        put("queue", self.queue.clone());
+        put("task_name", self.task_name.clone());
+        put("replayed", self.replayed.map(|v| v.to_string()));
+        q
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ListJobsResponse {
+    pub jobs: Vec<Job>,
+    pub limit: i64,
+    pub offset: i64,
+    pub has_more: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+/// `POST /api/v1/jobs/cancel`: cancel this tenant's matching jobs.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CancelJobsRequest {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub task_name: Option<String>,
+    /// `pending`, `retrying` or `running`; all three when absent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub created_after: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub created_before: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit: Option<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CancelJobsResponse {
+    pub cancelled: i64,
+}
+
+// --- worker protocol ----------------------------------------------------------------------------
+
+/// `POST /api/v1/queues/{queue}/lease`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LeaseJobsRequest {
+    /// 1 to 100 (server default 1).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_jobs: Option<u32>,
+    /// 1 to 3600 (server default 30).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lease_secs: Option<u32>,
+    /// Long-poll: 0 to 30 (server default 0).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wait_secs: Option<u32>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LeasedJob {
+    pub job: Job,
+    pub lease_token: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LeaseJobsResponse {
+    pub jobs: Vec<LeasedJob>,
+}
+
+/// `POST /api/v1/jobs/{id}/heartbeat`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HeartbeatRequest {
+    pub lease_token: String,
+    /// 1 to 3600.
+    pub extend_secs: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HeartbeatResponse {
+    /// The job's current status; anything but `running` means: stop, report nothing.
+    pub status: String,
+}
+
+/// `POST /api/v1/jobs/{id}/complete`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CompleteJobRequest {
+    pub lease_token: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result: Option<Object>,
+}
+
+/// `POST /api/v1/jobs/{id}/fail`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FailJobRequest {
+    pub lease_token: String,
+    pub error: String,
+    /// `false` dead-letters at once; the server's default is `true`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retryable: Option<bool>,
+}
+
+// --- dead letters -------------------------------------------------------------------------------
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeadLetter {
+    pub id: i64,
+    pub job_id: String,
+    /// e.g. `max_attempts_exceeded`, `non_retryable`.
+    pub reason: String,
+    pub created_at: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_message: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replayed_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay_job_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant_id: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ListDeadLettersResponse {
+    pub dead_letters: Vec<DeadLetter>,
+    pub limit: i64,
+    pub offset: i64,
+    pub has_more: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReplayDeadLetterResponse {
+    pub job_id: String,
+}
+
+/// `POST /api/v1/dlq/replay`: replay matching dead letters.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ReplayDeadLettersRequest {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub task_name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub created_after: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub created_before: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit: Option<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReplayedDeadLetter {
+    pub dead_letter_id: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReplayDeadLettersResponse {
+    pub replayed: i64,
+    pub results: Vec<ReplayedDeadLetter>,
+}
+
+// --- system -------------------------------------------------------------------------------------
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StatsSnapshot {
+    pub jobs_created: i64,
+    pub jobs_completed: i64,
+    pub jobs_failed: i64,
+    pub jobs_retried: i64,
+    pub jobs_dead_lettered: i64,
+    pub workflows_created: i64,
+    pub workflows_completed: i64,
+    pub workflows_failed: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TasksResponse {
+    pub tasks: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WhoAmIResponse {
+    pub tenant: String,
+    /// `read_write` or `read_only`.
+    pub access: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HealthStatus {
+    pub status: String,
+    pub timestamp: String,
+    pub version: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReadyStatus {
+    pub status: String,
+}
+
+// --- workflows ----------------------------------------------------------------------------------
+
+/// A step condition: a leaf (`path` compared with `value` by `op`) or a combination (`all`,
+/// `any`, `not`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StepCondition {
+    /// `eq`, `ne`, `gt`, `gte`, `lt`, `lte`, `exists`, `contains` or `in`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub op: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub all: Option<Vec<StepCondition>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub any: Option<Vec<StepCondition>>,
+    #[serde(rename = "not", default, skip_serializing_if = "Option::is_none")]
+    pub not_: Option<Box<StepCondition>>,
+}
+
+/// Run a step once per item of an array in the workflow context.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct FanOut {
+    pub path: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub item_key: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_items: Option<i64>,
+}
+
+/// One step of a workflow DAG.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct WorkflowStep {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub depends_on: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload: Option<Object>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<JobConfig>,
+    /// `halt`, `skip` or `continue`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_failure: Option<String>,
+    /// `continue`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_success: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<Object>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub when: Option<StepCondition>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fan_out: Option<FanOut>,
+    /// A child workflow run as this step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflow: Option<Box<CreateWorkflowRequest>>,
+}
+
+impl WorkflowStep {
+    /// A step `name` running `task_name`.
+    pub fn new(name: impl Into<String>, task_name: impl Into<String>) -> Self {
+        WorkflowStep { name: name.into(), task_name: Some(task_name.into()), ..Default::default() }
+    }
+
+    /// Sets the steps this one waits for.
+    pub fn depends_on<I: IntoIterator<Item = S>, S: Into<String>>(mut self, names: I) -> Self {
+        self.depends_on = Some(names.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Routes the step's job to `queue`.
+    pub fn queue(mut self, queue: impl Into<String>) -> Self {
+        self.queue = Some(queue.into());
+        self
+    }
+}
+
+/// `POST /api/v1/workflows`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CreateWorkflowRequest {
+    pub name: String,
+    pub steps: Vec<WorkflowStep>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<Object>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<Object>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_secs: Option<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CreateWorkflowResponse {
+    pub workflow_id: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Workflow {
+    pub id: String,
+    pub name: String,
+    /// `created`, `running`, `completed`, `failed`, `partially_failed` or `cancelled`.
+    pub status: String,
+    pub steps: Vec<WorkflowStep>,
+    pub created_at: String,
+    #[serde(default)]
+    pub context: Object,
+    #[serde(default)]
+    pub metadata: Object,
+    pub retry_count: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completed_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_secs: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_message: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_workflow_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_step_name: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ListWorkflowsResponse {
+    pub workflows: Vec<Workflow>,
+    pub limit: i64,
+    pub offset: i64,
+    pub has_more: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FanOutProgress {
+    pub total: i64,
+    pub completed: i64,
+    pub failed: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkflowStepState {
+    pub name: String,
+    /// `pending`, `running`, `completed`, `failed`, `cancelled` or `skipped`.
+    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completed_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub child_workflow_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fan_out: Option<FanOutProgress>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkflowStepStatesResponse {
+    pub steps: Vec<WorkflowStepState>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkflowDiagramResponse {
+    /// `mermaid`.
+    pub format: String,
+    pub diagram: String,
+}
+
+/// One `status` event of a workflow's SSE stream.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkflowEvent {
+    pub workflow_id: String,
+    pub status: String,
+    pub steps: Vec<WorkflowStepState>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_message: Option<String>,
+}
+
+// --- queues -------------------------------------------------------------------------------------
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QueueStats {
+    pub queue: String,
+    pub pending: i64,
+    pub scheduled: i64,
+    pub running: i64,
+    pub paused: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oldest_pending_age_secs: Option<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QueuesResponse {
+    pub queues: Vec<QueueStats>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QueueControlResponse {
+    pub queue: String,
+    pub paused: bool,
+    pub pending: i64,
+    pub running: i64,
+}
+
+// --- cron ---------------------------------------------------------------------------------------
+
+/// `POST /api/v1/cron`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CreateCronRequest {
+    pub name: String,
+    /// Five-field cron expression, e.g. `*/5 * * * *`.
+    pub cron_expr: String,
+    pub task_name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload: Option<Object>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<JobConfig>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CreateCronResponse {
+    pub cron_id: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CronSchedule {
+    pub id: String,
+    pub name: String,
+    pub cron_expr: String,
+    pub task_name: String,
+    pub enabled: bool,
+    pub next_run_at: String,
+    pub created_at: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload: Option<Object>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<JobConfig>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_enqueued_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant_id: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ListCronsResponse {
+    pub crons: Vec<CronSchedule>,
+    pub limit: i64,
+    pub offset: i64,
+    pub has_more: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}

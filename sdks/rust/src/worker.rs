@@ -1,0 +1,489 @@
+//! The remote worker runtime: lease with long-poll, run handlers concurrently, heartbeat every
+//! held job at half the lease, obey the heartbeat's answer, report the outcome.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+use tokio::sync::{Notify, Semaphore};
+use tokio::task::JoinSet;
+
+use crate::backoff::{backoff_delay, XorShift};
+use crate::client::Client;
+use crate::error::{Error, Result};
+use crate::types::{CompleteJobRequest, FailJobRequest, HeartbeatRequest, Job, LeaseJobsRequest, LeasedJob};
+
+// --- cancellation -------------------------------------------------------------------------------
+
+/// A cancellation signal: cheap to clone, fired once with [`cancel`](Self::cancel), awaited with
+/// [`cancelled`](Self::cancelled) by any number of tasks.
+#[derive(Clone, Default)]
+pub struct CancellationToken {
+    inner: Arc<TokenInner>,
+}
+
+#[derive(Default)]
+struct TokenInner {
+    cancelled: AtomicBool,
+    notify: Notify,
+}
+
+impl fmt::Debug for CancellationToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CancellationToken").field("cancelled", &self.is_cancelled()).finish()
+    }
+}
+
+impl CancellationToken {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Fires the signal (idempotent) and wakes every waiter.
+    pub fn cancel(&self) {
+        if !self.inner.cancelled.swap(true, Ordering::SeqCst) {
+            self.inner.notify.notify_waiters();
+        }
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.inner.cancelled.load(Ordering::SeqCst)
+    }
+
+    /// Resolves once the signal has fired (at once if it already has).
+    pub async fn cancelled(&self) {
+        loop {
+            let notified = self.inner.notify.notified();
+            tokio::pin!(notified);
+            // Registered before the check: a cancel between the check and the await still wakes us.
+            notified.as_mut().enable();
+            if self.is_cancelled() {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+// --- handler types ------------------------------------------------------------------------------
+
+/// What a handler fails with. Ordinary errors are retryable (the engine retries while budget
+/// remains, then dead-letters); [`HandlerError::permanent`] dead-letters at once.
+///
+/// Any `std::error::Error` converts into a retryable `HandlerError`, so `?` works in handlers.
+pub struct HandlerError {
+    pub message: String,
+    pub retryable: bool,
+}
+
+impl HandlerError {
+    /// A retryable failure.
+    pub fn new(message: impl Into<String>) -> Self {
+        HandlerError { message: message.into(), retryable: true }
+    }
+
+    /// A retryable failure (same as [`HandlerError::new`]).
+    pub fn retryable(message: impl Into<String>) -> Self {
+        Self::new(message)
+    }
+
+    /// A permanent failure: reported with `retryable: false`, the job is dead-lettered at once.
+    pub fn permanent(message: impl Into<String>) -> Self {
+        HandlerError { message: message.into(), retryable: false }
+    }
+}
+
+impl fmt::Display for HandlerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl fmt::Debug for HandlerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HandlerError").field("message", &self.message).field("retryable", &self.retryable).finish()
+    }
+}
+
+impl<E: std::error::Error + Send + Sync + 'static> From<E> for HandlerError {
+    fn from(err: E) -> Self {
+        HandlerError::new(err.to_string())
+    }
+}
+
+/// What a handler returns: the job's result object, or a failure.
+pub type HandlerResult = std::result::Result<Map<String, Value>, HandlerError>;
+
+/// Per-job context handed to a handler: ids, and the cancellation signal that fires when the
+/// server says the job is no longer this worker's (cancelled, finished elsewhere, lease lost).
+/// After it fires the runtime reports nothing for the job; a handler that ignores it is dropped
+/// after [`WorkerOptions::cancel_grace`].
+#[derive(Clone, Debug)]
+pub struct JobContext {
+    job_id: String,
+    lease_token: String,
+    cancel: CancellationToken,
+}
+
+impl JobContext {
+    pub fn job_id(&self) -> &str {
+        &self.job_id
+    }
+
+    pub fn lease_token(&self) -> &str {
+        &self.lease_token
+    }
+
+    /// The cancellation token (clone it into sub-tasks).
+    pub fn cancellation(&self) -> &CancellationToken {
+        &self.cancel
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.cancel.is_cancelled()
+    }
+
+    /// Resolves when the job is cancelled or the lease is lost.
+    pub async fn cancelled(&self) {
+        self.cancel.cancelled().await
+    }
+}
+
+type HandlerFuture = Pin<Box<dyn Future<Output = HandlerResult> + Send + 'static>>;
+type Handler = Arc<dyn Fn(Job, JobContext) -> HandlerFuture + Send + Sync + 'static>;
+
+// --- options ------------------------------------------------------------------------------------
+
+/// Worker loop settings.
+#[derive(Debug, Clone)]
+pub struct WorkerOptions {
+    /// Lease length, 1 to 3600 s (default 60). Heartbeats go every `lease_secs / 2`.
+    pub lease_secs: u32,
+    /// Long-poll wait of one lease call, 0 to 30 s (default 20).
+    pub wait_secs: u32,
+    /// Handlers running at once (default 1).
+    pub concurrency: usize,
+    /// Jobs asked for per lease, 1 to 100 (default: `concurrency`). Jobs beyond `concurrency`
+    /// wait their turn, heartbeated all the while.
+    pub batch_size: Option<usize>,
+    /// How long a handler may run on after its cancellation fired before it is dropped
+    /// (default 5 s).
+    pub cancel_grace: Duration,
+}
+
+impl Default for WorkerOptions {
+    fn default() -> Self {
+        WorkerOptions {
+            lease_secs: 60,
+            wait_secs: 20,
+            concurrency: 1,
+            batch_size: None,
+            cancel_grace: Duration::from_secs(5),
+        }
+    }
+}
+
+// --- the worker ---------------------------------------------------------------------------------
+
+/// A worker for one queue. Register a handler per task name, then [`run`](Worker::run).
+///
+/// ```no_run
+/// use queueflow_sdk::{Client, Map, Worker, WorkerOptions};
+/// # async fn demo() -> Result<(), queueflow_sdk::Error> {
+/// let client = Client::builder("http://localhost:8000", "tenant-key").worker_token("worker-token").build();
+/// Worker::new(client, "images", WorkerOptions::default())
+///     .register("resize-image", |job| async move { Ok(job.payload) })
+///     .run()
+///     .await
+/// # }
+/// ```
+pub struct Worker {
+    client: Client,
+    queue: String,
+    options: WorkerOptions,
+    handlers: HashMap<String, Handler>,
+    shutdown: CancellationToken,
+}
+
+impl Worker {
+    pub fn new(client: Client, queue: impl Into<String>, options: WorkerOptions) -> Self {
+        Worker { client, queue: queue.into(), options, handlers: HashMap::new(), shutdown: CancellationToken::new() }
+    }
+
+    /// Handles `task` with `handler(job)`.
+    pub fn register<F, Fut>(self, task: impl Into<String>, handler: F) -> Self
+    where
+        F: Fn(Job) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = HandlerResult> + Send + 'static,
+    {
+        self.register_with_context(task, move |job, _ctx| handler(job))
+    }
+
+    /// Handles `task` with `handler(job, ctx)`; `ctx` carries the cancellation signal.
+    pub fn register_with_context<F, Fut>(mut self, task: impl Into<String>, handler: F) -> Self
+    where
+        F: Fn(Job, JobContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = HandlerResult> + Send + 'static,
+    {
+        let handler: Handler = Arc::new(move |job, ctx| Box::pin(handler(job, ctx)) as HandlerFuture);
+        self.handlers.insert(task.into(), handler);
+        self
+    }
+
+    /// The token that stops the loop: once cancelled, `run` leases no more, lets the handlers
+    /// it holds finish and report, then returns `Ok(())`. A lease call in flight is let finish
+    /// (at most `wait_secs`) so no claimed job is stranded.
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.shutdown.clone()
+    }
+
+    fn check_options(&self) -> Result<()> {
+        let o = &self.options;
+        if !(1..=3600).contains(&o.lease_secs) {
+            return Err(Error::InvalidArgument(format!("lease_secs must be 1 to 3600, not {}", o.lease_secs)));
+        }
+        if o.wait_secs > 30 {
+            return Err(Error::InvalidArgument(format!("wait_secs must be 0 to 30, not {}", o.wait_secs)));
+        }
+        if o.concurrency == 0 {
+            return Err(Error::InvalidArgument("concurrency must be at least 1".into()));
+        }
+        if let Some(b) = o.batch_size {
+            if !(1..=100).contains(&b) {
+                return Err(Error::InvalidArgument(format!("batch_size must be 1 to 100, not {b}")));
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs the loop until the shutdown token fires (then `Ok(())`, after draining), or until a
+    /// lease call fails for good: 401/403 (a wrong or tenant credential) and other 4xx answers
+    /// end the loop with that error instead of retrying. Transport errors and 5xx back off with
+    /// jitter (capped at 5 s) and the loop carries on.
+    pub async fn run(self) -> Result<()> {
+        self.check_options()?;
+        let opts = self.options.clone();
+        let batch = opts.batch_size.unwrap_or(opts.concurrency).clamp(1, 100);
+        let max_held = batch.max(opts.concurrency);
+        let slots = Arc::new(Semaphore::new(opts.concurrency));
+        let handlers = Arc::new(self.handlers);
+        let mut held: JoinSet<()> = JoinSet::new();
+        let mut rng = XorShift::from_entropy();
+        let mut failures = 0u32;
+        let mut outcome = Ok(());
+
+        loop {
+            while held.try_join_next().is_some() {}
+            if self.shutdown.is_cancelled() {
+                break;
+            }
+            if held.len() >= max_held {
+                tokio::select! {
+                    _ = held.join_next() => {}
+                    _ = self.shutdown.cancelled() => {}
+                }
+                continue;
+            }
+            let want = batch.min(max_held - held.len());
+            let request = LeaseJobsRequest {
+                max_jobs: Some(want as u32),
+                lease_secs: Some(opts.lease_secs),
+                wait_secs: Some(opts.wait_secs),
+            };
+            match self.client.lease(&self.queue, &request).await {
+                Ok(leased) => {
+                    failures = 0;
+                    for item in leased.jobs {
+                        let handler = handlers.get(&item.job.task_name).cloned();
+                        held.spawn(hold_job(self.client.clone(), item, handler, slots.clone(), opts.clone()));
+                    }
+                }
+                Err(err) if err.is_transient() => {
+                    failures = failures.saturating_add(1);
+                    let delay = backoff_delay(failures, rng.next_f64());
+                    eprintln!("queueflow worker [{}]: lease failed ({err}); retrying in {delay:?}", self.queue);
+                    tokio::select! {
+                        _ = tokio::time::sleep(delay) => {}
+                        _ = self.shutdown.cancelled() => {}
+                    }
+                }
+                Err(err) => {
+                    eprintln!("queueflow worker [{}]: lease refused ({err}); stopping", self.queue);
+                    outcome = Err(err);
+                    break;
+                }
+            }
+        }
+        while held.join_next().await.is_some() {}
+        outcome
+    }
+}
+
+/// Why a held job is no longer this worker's.
+async fn heartbeat_until_lost(client: &Client, job_id: &str, lease_token: &str, lease_secs: u32) -> String {
+    let interval = Duration::from_millis(u64::from(lease_secs) * 500).max(Duration::from_millis(200));
+    let mut wait = interval;
+    loop {
+        tokio::time::sleep(wait).await;
+        let request = HeartbeatRequest { lease_token: lease_token.to_string(), extend_secs: lease_secs };
+        match client.heartbeat(job_id, &request).await {
+            Ok(answer) if answer.status == "running" => wait = interval,
+            Ok(answer) => return format!("the job is {}", answer.status),
+            Err(err) if matches!(err.status(), Some(404) | Some(409)) => return err.to_string(),
+            Err(err) => {
+                eprintln!("queueflow worker: heartbeat of job {job_id} failed ({err}); retrying");
+                wait = (interval / 2).max(Duration::from_millis(100));
+            }
+        }
+    }
+}
+
+/// One leased job, from the lease to the report: heartbeated from the start (while it waits for
+/// a slot too), run when a slot frees, abandoned without a report when the server takes it back.
+async fn hold_job(
+    client: Client,
+    leased: LeasedJob,
+    handler: Option<Handler>,
+    slots: Arc<Semaphore>,
+    opts: WorkerOptions,
+) {
+    let LeasedJob { job, lease_token } = leased;
+    let job_id = job.id.clone();
+    let heartbeat = heartbeat_until_lost(&client, &job_id, &lease_token, opts.lease_secs);
+    tokio::pin!(heartbeat);
+
+    let slot = tokio::select! {
+        slot = slots.acquire_owned() => match slot {
+            Ok(slot) => slot,
+            Err(_) => return,
+        },
+        why = &mut heartbeat => {
+            eprintln!("queueflow worker: job {job_id} dropped before it ran: {why}");
+            return;
+        }
+    };
+
+    let Some(handler) = handler else {
+        drop(slot);
+        let error = format!("no handler registered for task {:?} on this worker", job.task_name);
+        report(
+            &client,
+            &job_id,
+            Err(HandlerError::permanent(error)),
+            &lease_token,
+            opts.lease_secs,
+            heartbeat.as_mut(),
+        )
+        .await;
+        return;
+    };
+
+    let cancel = CancellationToken::new();
+    let ctx = JobContext { job_id: job_id.clone(), lease_token: lease_token.clone(), cancel: cancel.clone() };
+    // The handler runs as its own task so that a panic is caught; the guard aborts it if this
+    // future is dropped (the run() future dropped by its caller), so no handler outlives its worker.
+    let mut task = AbortOnDrop(tokio::spawn(handler(job, ctx)));
+    let finished = tokio::select! {
+        finished = &mut task.0 => finished,
+        why = &mut heartbeat => {
+            cancel.cancel();
+            eprintln!("queueflow worker: job {job_id} taken back by the server ({why}); cancelling its handler, reporting nothing");
+            // Past the grace period the guard aborts the handler.
+            let _ = tokio::time::timeout(opts.cancel_grace, &mut task.0).await;
+            return;
+        }
+    };
+    drop(slot);
+    let outcome = match finished {
+        Ok(result) => result,
+        Err(err) if err.is_panic() => Err(HandlerError::new(format!("handler panicked: {}", panic_message(err)))),
+        Err(_) => return,
+    };
+    report(&client, &job_id, outcome, &lease_token, opts.lease_secs, heartbeat.as_mut()).await;
+}
+
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+fn panic_message(err: tokio::task::JoinError) -> String {
+    let payload = err.into_panic();
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        s.to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "unknown panic".to_string()
+    }
+}
+
+/// Sends the outcome. A report that the server answered is final: 2xx is done, and 409 (the
+/// lease is gone), 404 or any other 4xx is logged and never re-sent. Only when the outcome of the
+/// call is unknown (a transport error, or a 5xx) is the *same* report sent again, with jittered
+/// backoff, for at most `2 * lease_secs` (20 s to 5 min): completing is idempotent and the lease
+/// token guards both calls, so a duplicate cannot overwrite anything. The job stays heartbeated
+/// meanwhile; if the server says it is no longer ours, the report is dropped.
+async fn report<H>(
+    client: &Client,
+    job_id: &str,
+    outcome: HandlerResult,
+    lease_token: &str,
+    lease_secs: u32,
+    heartbeat: Pin<&mut H>,
+) where
+    H: Future<Output = String>,
+{
+    let (complete, fail) = match outcome {
+        Ok(result) => (Some(CompleteJobRequest { lease_token: lease_token.to_string(), result: Some(result) }), None),
+        Err(err) => (
+            None,
+            Some(FailJobRequest {
+                lease_token: lease_token.to_string(),
+                error: err.message,
+                retryable: Some(err.retryable),
+            }),
+        ),
+    };
+    let budget =
+        Duration::from_secs(u64::from(lease_secs) * 2).clamp(Duration::from_secs(20), Duration::from_secs(300));
+    let send = async {
+        let started = tokio::time::Instant::now();
+        let mut rng = XorShift::from_entropy();
+        let mut attempt = 0u32;
+        loop {
+            let sent = match (&complete, &fail) {
+                (Some(req), _) => client.complete(job_id, req).await,
+                (None, Some(req)) => client.fail(job_id, req).await,
+                (None, None) => return,
+            };
+            match sent {
+                Ok(()) => return,
+                Err(err) if err.is_transient() && started.elapsed() < budget => {
+                    attempt = attempt.saturating_add(1);
+                    let delay = backoff_delay(attempt, rng.next_f64());
+                    eprintln!(
+                        "queueflow worker: report of job {job_id} got no answer ({err}); sending it again in {delay:?}"
+                    );
+                    tokio::time::sleep(delay).await;
+                }
+                Err(err) => {
+                    eprintln!("queueflow worker: reporting job {job_id} failed ({err}); not re-sent");
+                    return;
+                }
+            }
+        }
+    };
+    tokio::select! {
+        _ = send => {}
+        why = heartbeat => eprintln!("queueflow worker: job {job_id} is no longer held ({why}); its report is dropped"),
+    }
+}

@@ -1,0 +1,200 @@
+//! Pure logic: error decoding, backoff bounds, SSE parsing, wire (de)serialisation.
+
+use std::time::Duration;
+
+use queueflow_sdk::backoff::{backoff_delay, XorShift, BACKOFF_BASE, BACKOFF_CAP};
+use queueflow_sdk::*;
+
+// --- errors -------------------------------------------------------------------------------------
+
+#[test]
+fn api_error_decodes_the_server_body() {
+    let err = Error::from_response(409, br#"{"error":"lease is no longer held","timestamp":"2026-12-02T10:00:00Z"}"#);
+    assert_eq!(err.status(), Some(409));
+    let body = err.body().expect("body");
+    assert_eq!(body.error, "lease is no longer held");
+    assert_eq!(body.timestamp, "2026-12-02T10:00:00Z");
+    assert!(!err.is_auth());
+    assert!(!err.is_transient());
+    assert_eq!(err.to_string(), "QueueFlow API error: HTTP 409: lease is no longer held");
+}
+
+#[test]
+fn api_error_without_a_json_body_keeps_the_status() {
+    let err = Error::from_response(502, b"<html>Bad Gateway</html>");
+    assert_eq!(err.status(), Some(502));
+    assert!(err.body().is_none());
+    assert!(err.is_transient());
+    assert_eq!(err.to_string(), "QueueFlow API error: HTTP 502");
+    let err = Error::from_response(500, b"");
+    assert!(err.body().is_none());
+}
+
+#[test]
+fn a_body_of_another_shape_is_not_an_error_body() {
+    let err = Error::from_response(400, br#"{"message":"nope"}"#);
+    assert!(err.body().is_none());
+    assert_eq!(err.status(), Some(400));
+}
+
+#[test]
+fn auth_and_transient_classification() {
+    for (status, auth, transient) in [
+        (401, true, false),
+        (403, true, false),
+        (404, false, false),
+        (408, false, true),
+        (429, false, true),
+        (500, false, true),
+        (503, false, true),
+    ] {
+        let err = Error::Api { status, body: None };
+        assert_eq!(err.is_auth(), auth, "{status}");
+        assert_eq!(err.is_transient(), transient, "{status}");
+    }
+    let err = Error::InvalidArgument("x".into());
+    assert_eq!(err.status(), None);
+    assert!(!err.is_transient());
+}
+
+// --- backoff ------------------------------------------------------------------------------------
+
+#[test]
+fn backoff_is_bounded_and_jittered() {
+    for failures in 0..100u32 {
+        for unit in [0.0, 0.25, 0.5, 0.999_999, 1.0, -3.0, 7.0, f64::NAN, f64::INFINITY] {
+            let d = backoff_delay(failures, unit);
+            assert!(d <= BACKOFF_CAP, "{failures} {unit}: {d:?}");
+            assert!(d >= BACKOFF_BASE / 2, "{failures} {unit}: {d:?}");
+        }
+    }
+    // The step doubles until the cap; jitter keeps it within [step/2, step].
+    assert_eq!(backoff_delay(1, 0.0), BACKOFF_BASE / 2);
+    assert_eq!(backoff_delay(1, 1.0), BACKOFF_BASE);
+    assert_eq!(backoff_delay(2, 1.0), BACKOFF_BASE * 2);
+    assert_eq!(backoff_delay(3, 1.0), BACKOFF_BASE * 4);
+    assert_eq!(backoff_delay(50, 1.0), BACKOFF_CAP);
+    assert_eq!(backoff_delay(50, 0.0), BACKOFF_CAP / 2);
+    assert_eq!(BACKOFF_CAP, Duration::from_secs(5));
+}
+
+#[test]
+fn backoff_with_real_jitter_varies() {
+    let mut rng = XorShift::new(42);
+    let delays: Vec<Duration> = (0..20).map(|_| backoff_delay(10, rng.next_f64())).collect();
+    assert!(delays.iter().all(|d| *d >= BACKOFF_CAP / 2 && *d <= BACKOFF_CAP));
+    assert!(delays.windows(2).any(|w| w[0] != w[1]), "no jitter: {delays:?}");
+}
+
+#[test]
+fn xorshift_units_are_in_range() {
+    let mut rng = XorShift::from_entropy();
+    for _ in 0..10_000 {
+        let u = rng.next_f64();
+        assert!((0.0..1.0).contains(&u));
+    }
+    let mut zero = XorShift::new(0);
+    assert_ne!(zero.next_u64(), 0);
+}
+
+// --- SSE ----------------------------------------------------------------------------------------
+
+fn parse_all(chunks: &[&[u8]]) -> Vec<SseEvent> {
+    let mut parser = SseParser::new();
+    chunks.iter().flat_map(|c| parser.push(c)).collect()
+}
+
+#[test]
+fn sse_parses_events_comments_and_multiline_data() {
+    let text = b": keep-alive\n\nevent: status\ndata: {\"a\":1}\n\ndata: line one\ndata:line two\nid: 7\n\n";
+    let events = parse_all(&[text]);
+    assert_eq!(events.len(), 2);
+    assert_eq!(events[0], SseEvent { event: "status".into(), data: "{\"a\":1}".into(), id: None });
+    assert_eq!(events[1].event, "message");
+    assert_eq!(events[1].data, "line one\nline two");
+    assert_eq!(events[1].id.as_deref(), Some("7"));
+}
+
+#[test]
+fn sse_handles_every_split_point_and_line_ending() {
+    for text in [
+        &b"event: status\r\ndata: x\r\n\r\nevent: status\r\ndata: y\r\n\r\n"[..],
+        &b"event: status\rdata: x\r\revent: status\rdata: y\r\r"[..],
+        &b"event: status\ndata: x\n\nevent: status\ndata: y\n\n"[..],
+    ] {
+        for split in 0..=text.len() {
+            let events = parse_all(&[&text[..split], &text[split..]]);
+            let data: Vec<&str> = events.iter().map(|e| e.data.as_str()).collect();
+            assert_eq!(data, ["x", "y"], "split at {split} of {:?}", String::from_utf8_lossy(text));
+            assert!(events.iter().all(|e| e.event == "status"));
+        }
+        // One byte at a time.
+        let bytes: Vec<&[u8]> = text.chunks(1).collect();
+        assert_eq!(parse_all(&bytes).len(), 2);
+    }
+}
+
+#[test]
+fn sse_ignores_events_without_data_and_unfinished_events() {
+    let events = parse_all(&[b"event: status\n\nretry: 10\nfoo: bar\n\ndata: unfinished"]);
+    assert!(events.is_empty(), "{events:?}");
+}
+
+#[test]
+fn sse_event_name_resets_between_events() {
+    let events = parse_all(&[b"event: status\ndata: 1\n\ndata: 2\n\n"]);
+    assert_eq!(events[0].event, "status");
+    assert_eq!(events[1].event, "message");
+}
+
+// --- wire types ---------------------------------------------------------------------------------
+
+#[test]
+fn requests_leave_absent_fields_out() {
+    let req = CreateJobRequest::new("t").queue("q");
+    assert_eq!(serde_json::to_value(&req).unwrap(), json!({"task_name": "t", "config": {"queue": "q"}}));
+    let lease = LeaseJobsRequest { max_jobs: Some(2), ..Default::default() };
+    assert_eq!(serde_json::to_value(&lease).unwrap(), json!({"max_jobs": 2}));
+    let cond = StepCondition {
+        not_: Some(Box::new(StepCondition { op: Some("exists".into()), path: Some("a".into()), ..Default::default() })),
+        ..Default::default()
+    };
+    assert_eq!(serde_json::to_value(&cond).unwrap(), json!({"not": {"op": "exists", "path": "a"}}));
+    let step = WorkflowStep::new("b", "t").depends_on(["a"]);
+    assert_eq!(serde_json::to_value(&step).unwrap(), json!({"name": "b", "task_name": "t", "depends_on": ["a"]}));
+}
+
+#[test]
+fn list_params_become_a_query() {
+    let params = ListParams {
+        limit: Some(2),
+        include_total: Some(true),
+        cursor: Some("abc".into()),
+        queue: Some("q".into()),
+        replayed: Some(false),
+        ..Default::default()
+    };
+    assert_eq!(
+        params.to_query(),
+        vec![
+            ("limit", "2".to_string()),
+            ("include_total", "true".into()),
+            ("cursor", "abc".into()),
+            ("queue", "q".into()),
+            ("replayed", "false".into())
+        ]
+    );
+}
+
+#[test]
+fn a_job_decodes_with_optional_fields_absent_or_present() {
+    let job: Job = serde_json::from_value(json!({
+        "id": "j", "queue_name": "q", "task_name": "t", "payload": {"n": 1}, "config": {"priority": 5},
+        "status": "completed", "retry_count": 0, "delivery_count": 1, "created_at": "c", "scheduled_at": "s",
+        "metadata": {}, "result": {"ok": true}, "unknown_future_field": 1
+    }))
+    .unwrap();
+    assert_eq!(job.result, Some(json!({"ok": true}).as_object().unwrap().clone()));
+    assert_eq!(job.error_message, None);
+    assert_eq!(job.config["priority"], json!(5));
+}
