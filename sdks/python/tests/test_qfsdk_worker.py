@@ -61,7 +61,8 @@ async def test_results_and_failures_are_reported(stub):
     assert stub.calls("fail", ids[3])[0]["retryable"] is False
     assert stub.calls("fail", ids[3])[0]["error"] == "invalid input"
     assert stub.calls("fail", ids[4])[0]["retryable"] is False
-    assert "no handler" in stub.calls("fail", ids[5])[0]["error"]
+    assert stub.calls("fail", ids[5])[0]["error"] == "no worker handler for task 'unknown'"
+    assert stub.calls("fail", ids[5])[0]["retryable"] is False
 
 
 async def test_every_held_job_is_heartbeated_while_waiting_its_turn(stub):

@@ -370,7 +370,7 @@ async fn hold_job(
 
     let Some(handler) = handler else {
         drop(slot);
-        let error = format!("no handler registered for task {:?} on this worker", job.task_name);
+        let error = format!("no worker handler for task '{}'", job.task_name);
         report(
             &client,
             &job_id,

@@ -241,7 +241,7 @@ class Worker:
         """Run the handler; the outcome to report, or None when nothing may be reported."""
         handler = self.handlers.get(ctx.job.task_name)
         if handler is None:
-            return _Outcome(ok=False, error=f"no handler for task {ctx.job.task_name!r} on this worker")
+            return _Outcome(ok=False, error=f"no worker handler for task '{ctx.job.task_name}'", retryable=False)
         task = asyncio.create_task(self._invoke(handler, ctx), name=f"queueflow-handler-{ctx.job.id}")
         ctx._task = task
         try:

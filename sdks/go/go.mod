@@ -1,0 +1,3 @@
+module github.com/queueflow/queueflow-go
+
+go 1.23

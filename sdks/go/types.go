@@ -1,0 +1,469 @@
+package queueflow
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Job statuses.
+const (
+	StatusPending   = "pending"
+	StatusRunning   = "running"
+	StatusCompleted = "completed"
+	StatusFailed    = "failed"
+	StatusRetrying  = "retrying"
+	StatusCancelled = "cancelled"
+)
+
+// JobConfigRequest is the per-job execution policy on create. Every field is optional.
+type JobConfigRequest struct {
+	Priority          *int     `json:"priority,omitempty"`
+	MaxRetries        *int     `json:"max_retries,omitempty"`
+	Timeout           *int     `json:"timeout,omitempty"`
+	Queue             string   `json:"queue,omitempty"`
+	RetryBackoff      string   `json:"retry_backoff,omitempty"`
+	RetryDelaySecs    *int     `json:"retry_delay_secs,omitempty"`
+	RetryMaxDelaySecs *int     `json:"retry_max_delay_secs,omitempty"`
+	JitterFactor      *float64 `json:"jitter_factor,omitempty"`
+}
+
+// JobConfig is the stored execution policy (stored field names), used by workflow steps and cron
+// schedules.
+type JobConfig struct {
+	Priority          *int     `json:"priority,omitempty"`
+	MaxRetries        *int     `json:"max_retries,omitempty"`
+	TimeoutSecs       *int     `json:"timeout_secs,omitempty"`
+	RetryBackoff      string   `json:"retry_backoff,omitempty"`
+	RetryDelaySecs    *int     `json:"retry_delay_secs,omitempty"`
+	RetryMaxDelaySecs *int     `json:"retry_max_delay_secs,omitempty"`
+	JitterFactor      *float64 `json:"jitter_factor,omitempty"`
+}
+
+// Int returns a pointer to v, for the optional integer fields.
+func Int(v int) *int { return &v }
+
+// Float returns a pointer to v, for the optional float fields.
+func Float(v float64) *float64 { return &v }
+
+// Bool returns a pointer to v, for the optional boolean fields.
+func Bool(v bool) *bool { return &v }
+
+// CreateJobRequest is the body of POST /api/v1/jobs (and one item of a batch).
+type CreateJobRequest struct {
+	TaskName string            `json:"task_name"`
+	Payload  map[string]any    `json:"payload,omitempty"`
+	Config   *JobConfigRequest `json:"config,omitempty"`
+	RunAt    *time.Time        `json:"run_at,omitempty"`
+	Metadata map[string]any    `json:"metadata,omitempty"`
+	// IdempotencyKey in the body; CreateJob's idempotency-key argument (sent as the
+	// Idempotency-Key header) takes precedence. In a batch this is the per-item key.
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
+}
+
+// CreateBatchJobsRequest is the body of POST /api/v1/jobs/batch.
+type CreateBatchJobsRequest struct {
+	Jobs []CreateJobRequest `json:"jobs"`
+}
+
+// CreateJobResponse answers a job creation.
+type CreateJobResponse struct {
+	JobID string `json:"job_id"`
+}
+
+// CreateBatchJobsResponse answers a batch creation.
+type CreateBatchJobsResponse struct {
+	JobIDs []string `json:"job_ids"`
+	Count  int      `json:"count"`
+}
+
+// Job is a job as the server reports it.
+type Job struct {
+	ID             string         `json:"id"`
+	QueueName      string         `json:"queue_name"`
+	TaskName       string         `json:"task_name"`
+	Payload        map[string]any `json:"payload"`
+	Config         map[string]any `json:"config"`
+	Status         string         `json:"status"`
+	RetryCount     int            `json:"retry_count"`
+	DeliveryCount  int            `json:"delivery_count"`
+	CreatedAt      time.Time      `json:"created_at"`
+	ScheduledAt    time.Time      `json:"scheduled_at"`
+	Metadata       map[string]any `json:"metadata"`
+	StartedAt      *time.Time     `json:"started_at,omitempty"`
+	CompletedAt    *time.Time     `json:"completed_at,omitempty"`
+	NextRetryAt    *time.Time     `json:"next_retry_at,omitempty"`
+	ErrorMessage   *string        `json:"error_message,omitempty"`
+	Result         map[string]any `json:"result,omitempty"`
+	IdempotencyKey *string        `json:"idempotency_key,omitempty"`
+	TenantID       *string        `json:"tenant_id,omitempty"`
+	WorkflowID     *string        `json:"workflow_id,omitempty"`
+	WorkflowStepID *string        `json:"workflow_step_id,omitempty"`
+}
+
+// Page holds the paging fields every list response carries.
+type Page struct {
+	Limit      int     `json:"limit"`
+	Offset     int     `json:"offset"`
+	HasMore    bool    `json:"has_more"`
+	Total      *int    `json:"total,omitempty"`
+	NextCursor *string `json:"next_cursor,omitempty"`
+}
+
+// ListJobsResponse answers GET /api/v1/jobs.
+type ListJobsResponse struct {
+	Jobs []Job `json:"jobs"`
+	Page
+}
+
+// ListParams are the query parameters every list route shares. Zero values are not sent.
+type ListParams struct {
+	Limit         int
+	Offset        int
+	OrderBy       string // "created_at DESC" (default) or "created_at ASC"
+	IncludeTotal  bool
+	Cursor        string
+	CreatedAfter  *time.Time
+	CreatedBefore *time.Time
+}
+
+// ListJobsParams filters GET /api/v1/jobs.
+type ListJobsParams struct {
+	ListParams
+	Status   string
+	Queue    string
+	TaskName string
+}
+
+// ListWorkflowsParams filters GET /api/v1/workflows.
+type ListWorkflowsParams struct {
+	ListParams
+	Status string
+}
+
+// ListDeadLettersParams filters GET /api/v1/dlq.
+type ListDeadLettersParams struct {
+	ListParams
+	Queue    string
+	TaskName string
+	Replayed *bool
+}
+
+// CancelJobsRequest is the filter of POST /api/v1/jobs/cancel.
+type CancelJobsRequest struct {
+	Queue         string     `json:"queue,omitempty"`
+	TaskName      string     `json:"task_name,omitempty"`
+	Status        string     `json:"status,omitempty"`
+	CreatedAfter  *time.Time `json:"created_after,omitempty"`
+	CreatedBefore *time.Time `json:"created_before,omitempty"`
+	Limit         int        `json:"limit,omitempty"`
+}
+
+// CancelJobsResponse answers a cancel by filter.
+type CancelJobsResponse struct {
+	Cancelled int `json:"cancelled"`
+}
+
+// --- worker protocol ---
+
+// LeaseRequest is the body of POST /api/v1/queues/{queue}/lease.
+type LeaseRequest struct {
+	MaxJobs   int `json:"max_jobs,omitempty"`
+	LeaseSecs int `json:"lease_secs,omitempty"`
+	WaitSecs  int `json:"wait_secs,omitempty"`
+}
+
+// LeasedJob is one leased job and the token proving ownership of it.
+type LeasedJob struct {
+	Job        Job    `json:"job"`
+	LeaseToken string `json:"lease_token"`
+}
+
+// LeaseResponse answers a lease; Jobs may be empty.
+type LeaseResponse struct {
+	Jobs []LeasedJob `json:"jobs"`
+}
+
+// HeartbeatRequest is the body of POST /api/v1/jobs/{id}/heartbeat.
+type HeartbeatRequest struct {
+	LeaseToken string `json:"lease_token"`
+	ExtendSecs int    `json:"extend_secs"`
+}
+
+// HeartbeatResponse carries the job's current status; anything but "running" means stop.
+type HeartbeatResponse struct {
+	Status string `json:"status"`
+}
+
+// CompleteRequest is the body of POST /api/v1/jobs/{id}/complete.
+type CompleteRequest struct {
+	LeaseToken string         `json:"lease_token"`
+	Result     map[string]any `json:"result"`
+}
+
+// FailRequest is the body of POST /api/v1/jobs/{id}/fail.
+type FailRequest struct {
+	LeaseToken string `json:"lease_token"`
+	Error      string `json:"error"`
+	Retryable  *bool  `json:"retryable,omitempty"`
+}
+
+// --- dead letters ---
+
+// DeadLetter is a dead-lettered job's record.
+type DeadLetter struct {
+	ID           int64      `json:"id"`
+	JobID        string     `json:"job_id"`
+	Reason       string     `json:"reason"`
+	CreatedAt    time.Time  `json:"created_at"`
+	ErrorMessage *string    `json:"error_message,omitempty"`
+	QueueName    *string    `json:"queue_name,omitempty"`
+	TaskName     *string    `json:"task_name,omitempty"`
+	ReplayedAt   *time.Time `json:"replayed_at,omitempty"`
+	ReplayJobID  *string    `json:"replay_job_id,omitempty"`
+	TenantID     *string    `json:"tenant_id,omitempty"`
+}
+
+// ListDeadLettersResponse answers GET /api/v1/dlq.
+type ListDeadLettersResponse struct {
+	DeadLetters []DeadLetter `json:"dead_letters"`
+	Page
+}
+
+// ReplayDeadLetterResponse answers a single replay.
+type ReplayDeadLetterResponse struct {
+	JobID string `json:"job_id"`
+}
+
+// ReplayDeadLettersRequest filters POST /api/v1/dlq/replay.
+type ReplayDeadLettersRequest struct {
+	Queue         string     `json:"queue,omitempty"`
+	TaskName      string     `json:"task_name,omitempty"`
+	CreatedAfter  *time.Time `json:"created_after,omitempty"`
+	CreatedBefore *time.Time `json:"created_before,omitempty"`
+	Limit         int        `json:"limit,omitempty"`
+}
+
+// ReplayedDeadLetter is one dead letter's replay outcome.
+type ReplayedDeadLetter struct {
+	DeadLetterID int64   `json:"dead_letter_id"`
+	JobID        *string `json:"job_id,omitempty"`
+	Error        *string `json:"error,omitempty"`
+}
+
+// ReplayDeadLettersResponse answers a replay by filter.
+type ReplayDeadLettersResponse struct {
+	Replayed int                  `json:"replayed"`
+	Results  []ReplayedDeadLetter `json:"results"`
+}
+
+// --- system ---
+
+// Stats are the tenant's durable counters.
+type Stats struct {
+	JobsCreated        int64 `json:"jobs_created"`
+	JobsCompleted      int64 `json:"jobs_completed"`
+	JobsFailed         int64 `json:"jobs_failed"`
+	JobsRetried        int64 `json:"jobs_retried"`
+	JobsDeadLettered   int64 `json:"jobs_dead_lettered"`
+	WorkflowsCreated   int64 `json:"workflows_created"`
+	WorkflowsCompleted int64 `json:"workflows_completed"`
+	WorkflowsFailed    int64 `json:"workflows_failed"`
+}
+
+// TasksResponse lists the tasks live in-process workers handle.
+type TasksResponse struct {
+	Tasks []string `json:"tasks"`
+}
+
+// WhoAmI is the caller's tenant and access.
+type WhoAmI struct {
+	Tenant string `json:"tenant"`
+	Access string `json:"access"` // read_write or read_only
+}
+
+// HealthStatus answers GET /health.
+type HealthStatus struct {
+	Status    string    `json:"status"`
+	Timestamp time.Time `json:"timestamp"`
+	Version   string    `json:"version"`
+}
+
+// ReadyStatus answers GET /ready.
+type ReadyStatus struct {
+	Status string `json:"status"`
+}
+
+// QueueStats is the caller's backlog on one queue.
+type QueueStats struct {
+	Queue                string `json:"queue"`
+	Pending              int    `json:"pending"`
+	Scheduled            int    `json:"scheduled"`
+	Running              int    `json:"running"`
+	Paused               bool   `json:"paused"`
+	OldestPendingAgeSecs *int64 `json:"oldest_pending_age_secs,omitempty"`
+}
+
+// QueuesResponse answers GET /api/v1/queues.
+type QueuesResponse struct {
+	Queues []QueueStats `json:"queues"`
+}
+
+// QueueControlResponse answers a queue pause or resume.
+type QueueControlResponse struct {
+	Queue   string `json:"queue"`
+	Paused  bool   `json:"paused"`
+	Pending int    `json:"pending"`
+	Running int    `json:"running"`
+}
+
+// --- workflows ---
+
+// StepCondition is a leaf (Path compared with Value by Op) or a combination (All, Any, Not).
+type StepCondition struct {
+	Op    string          `json:"op,omitempty"`
+	Path  string          `json:"path,omitempty"`
+	Value json.RawMessage `json:"value,omitempty"` // absent when empty; use json.RawMessage("null") for null
+	All   []StepCondition `json:"all,omitempty"`
+	Any   []StepCondition `json:"any,omitempty"`
+	Not   *StepCondition  `json:"not,omitempty"`
+}
+
+// FanOut runs a step once per item of the array at Path in the workflow context.
+type FanOut struct {
+	Path     string `json:"path"`
+	ItemKey  string `json:"item_key,omitempty"`
+	MaxItems *int   `json:"max_items,omitempty"`
+}
+
+// WorkflowStep declares one step of a workflow.
+type WorkflowStep struct {
+	Name      string                 `json:"name"`
+	TaskName  string                 `json:"task_name,omitempty"`
+	DependsOn []string               `json:"depends_on,omitempty"`
+	Payload   map[string]any         `json:"payload,omitempty"`
+	Config    *JobConfig             `json:"config,omitempty"`
+	OnFailure string                 `json:"on_failure,omitempty"` // halt, skip, continue
+	OnSuccess string                 `json:"on_success,omitempty"`
+	Metadata  map[string]any         `json:"metadata,omitempty"`
+	Queue     string                 `json:"queue,omitempty"`
+	When      *StepCondition         `json:"when,omitempty"`
+	FanOut    *FanOut                `json:"fan_out,omitempty"`
+	Workflow  *CreateWorkflowRequest `json:"workflow,omitempty"`
+}
+
+// CreateWorkflowRequest is the body of POST /api/v1/workflows.
+type CreateWorkflowRequest struct {
+	Name        string         `json:"name"`
+	Steps       []WorkflowStep `json:"steps"`
+	Context     map[string]any `json:"context,omitempty"`
+	Metadata    map[string]any `json:"metadata,omitempty"`
+	TimeoutSecs int            `json:"timeout_secs,omitempty"`
+}
+
+// CreateWorkflowResponse answers a workflow creation.
+type CreateWorkflowResponse struct {
+	WorkflowID string `json:"workflow_id"`
+}
+
+// Workflow is a workflow as the server reports it.
+type Workflow struct {
+	ID               string         `json:"id"`
+	Name             string         `json:"name"`
+	Status           string         `json:"status"`
+	Steps            []WorkflowStep `json:"steps"`
+	CreatedAt        time.Time      `json:"created_at"`
+	Context          map[string]any `json:"context"`
+	Metadata         map[string]any `json:"metadata"`
+	RetryCount       int            `json:"retry_count"`
+	StartedAt        *time.Time     `json:"started_at,omitempty"`
+	CompletedAt      *time.Time     `json:"completed_at,omitempty"`
+	TenantID         *string        `json:"tenant_id,omitempty"`
+	TimeoutSecs      *int           `json:"timeout_secs,omitempty"`
+	DeadlineAt       *time.Time     `json:"deadline_at,omitempty"`
+	ErrorMessage     *string        `json:"error_message,omitempty"`
+	ParentWorkflowID *string        `json:"parent_workflow_id,omitempty"`
+	ParentStepName   *string        `json:"parent_step_name,omitempty"`
+}
+
+// ListWorkflowsResponse answers GET /api/v1/workflows.
+type ListWorkflowsResponse struct {
+	Workflows []Workflow `json:"workflows"`
+	Page
+}
+
+// FanOutProgress counts a fan-out step's children.
+type FanOutProgress struct {
+	Total     int `json:"total"`
+	Completed int `json:"completed"`
+	Failed    int `json:"failed"`
+}
+
+// WorkflowStepState is the live state of one step.
+type WorkflowStepState struct {
+	Name            string          `json:"name"`
+	Status          string          `json:"status"`
+	JobID           *string         `json:"job_id,omitempty"`
+	Error           *string         `json:"error,omitempty"`
+	StartedAt       *time.Time      `json:"started_at,omitempty"`
+	CompletedAt     *time.Time      `json:"completed_at,omitempty"`
+	ChildWorkflowID *string         `json:"child_workflow_id,omitempty"`
+	FanOut          *FanOutProgress `json:"fan_out,omitempty"`
+}
+
+// WorkflowStepsResponse answers GET /api/v1/workflows/{id}/steps.
+type WorkflowStepsResponse struct {
+	Steps []WorkflowStepState `json:"steps"`
+}
+
+// WorkflowDiagram answers GET /api/v1/workflows/{id}/diagram.
+type WorkflowDiagram struct {
+	Format  string `json:"format"`
+	Diagram string `json:"diagram"`
+}
+
+// WorkflowEvent is one event of a workflow's SSE stream.
+type WorkflowEvent struct {
+	WorkflowID   string              `json:"workflow_id"`
+	Status       string              `json:"status"`
+	Steps        []WorkflowStepState `json:"steps"`
+	ErrorMessage *string             `json:"error_message,omitempty"`
+}
+
+// --- cron ---
+
+// CreateCronRequest is the body of POST /api/v1/cron.
+type CreateCronRequest struct {
+	Name     string         `json:"name"`
+	CronExpr string         `json:"cron_expr"`
+	TaskName string         `json:"task_name"`
+	Payload  map[string]any `json:"payload,omitempty"`
+	Queue    string         `json:"queue,omitempty"`
+	Config   *JobConfig     `json:"config,omitempty"`
+}
+
+// CreateCronResponse answers a cron creation.
+type CreateCronResponse struct {
+	CronID string `json:"cron_id"`
+}
+
+// CronSchedule is a cron schedule as the server reports it.
+type CronSchedule struct {
+	ID             string         `json:"id"`
+	Name           string         `json:"name"`
+	CronExpr       string         `json:"cron_expr"`
+	TaskName       string         `json:"task_name"`
+	Enabled        bool           `json:"enabled"`
+	NextRunAt      time.Time      `json:"next_run_at"`
+	CreatedAt      time.Time      `json:"created_at"`
+	Payload        map[string]any `json:"payload,omitempty"`
+	QueueName      *string        `json:"queue_name,omitempty"`
+	Config         *JobConfig     `json:"config,omitempty"`
+	LastEnqueuedAt *time.Time     `json:"last_enqueued_at,omitempty"`
+	TenantID       *string        `json:"tenant_id,omitempty"`
+}
+
+// ListCronsResponse answers GET /api/v1/cron.
+type ListCronsResponse struct {
+	Crons []CronSchedule `json:"crons"`
+	Page
+}

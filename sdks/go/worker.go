@@ -1,0 +1,377 @@
+package queueflow
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// HandlerFunc runs one job. Its context is cancelled when the worker learns from a heartbeat
+// that the job is no longer its own (cancelled, finished elsewhere, lease lost); the worker then
+// reports nothing, whatever the handler returns. A nil result is reported as {}. A returned error
+// fails the job retryably; wrap it with Permanent to fail it without retry.
+type HandlerFunc func(ctx context.Context, job *Job) (map[string]any, error)
+
+// Outcome is how a handler finished.
+type Outcome string
+
+const (
+	OutcomeOK        Outcome = "ok"        // returned a result: reported with complete
+	OutcomeError     Outcome = "error"     // returned an error (or panicked): reported with fail
+	OutcomeCancelled Outcome = "cancelled" // the job was taken away: nothing is reported
+)
+
+// ErrLeaseLost is the cause of a handler context cancelled because the worker no longer owns
+// the job (context.Cause(ctx) returns it).
+var ErrLeaseLost = errors.New("queueflow: the job is no longer leased by this worker")
+
+// WorkerOptions tune a Worker. Zero values take the defaults.
+type WorkerOptions struct {
+	// LeaseSecs is the lease requested per job and the heartbeat's extension (default 60).
+	LeaseSecs int
+	// WaitSecs is the lease long-poll (default 20, at most 30); a negative value disables it.
+	WaitSecs int
+	// Concurrency is the number of handlers running at once (default 1).
+	Concurrency int
+	// BatchSize is the number of jobs leased at once (default Concurrency, at most 100). Jobs of a
+	// batch waiting for a free handler slot are heartbeated too.
+	BatchSize int
+	// HeartbeatInterval defaults to half the lease.
+	HeartbeatInterval time.Duration
+	// MaxBackoff caps the wait after a transport error or a 5xx (default 5 s).
+	MaxBackoff time.Duration
+	// Logger receives the worker's logs (default slog.Default()).
+	Logger *slog.Logger
+	// OnJobDone, when set, is called after a handler finished and before the outcome is reported,
+	// from the job's goroutine (so possibly concurrently). err is the handler's error (or the
+	// cancellation cause for OutcomeCancelled).
+	OnJobDone func(job *Job, outcome Outcome, err error)
+}
+
+func (o WorkerOptions) withDefaults() WorkerOptions {
+	if o.LeaseSecs <= 0 {
+		o.LeaseSecs = 60
+	}
+	if o.LeaseSecs > 3600 {
+		o.LeaseSecs = 3600
+	}
+	switch {
+	case o.WaitSecs == 0:
+		o.WaitSecs = 20
+	case o.WaitSecs < 0:
+		o.WaitSecs = 0
+	case o.WaitSecs > 30:
+		o.WaitSecs = 30
+	}
+	if o.Concurrency <= 0 {
+		o.Concurrency = 1
+	}
+	if o.BatchSize <= 0 {
+		o.BatchSize = o.Concurrency
+	}
+	if o.BatchSize > 100 {
+		o.BatchSize = 100
+	}
+	if o.HeartbeatInterval <= 0 {
+		o.HeartbeatInterval = time.Duration(o.LeaseSecs) * time.Second / 2
+	}
+	if o.MaxBackoff <= 0 {
+		o.MaxBackoff = 5 * time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o
+}
+
+// Worker leases jobs from one queue and runs the registered handlers: long-poll lease, a batch
+// run up to Concurrency at once, a heartbeat for every held job at half the lease, and complete or
+// fail once each handler returns.
+type Worker struct {
+	client  *Client
+	queue   string
+	opts    WorkerOptions
+	mu      sync.RWMutex
+	handler map[string]HandlerFunc
+	running atomic.Bool
+}
+
+// NewWorker returns a worker of queue. It authenticates with the client's worker token.
+func NewWorker(client *Client, queue string, opts WorkerOptions) *Worker {
+	return &Worker{client: client, queue: queue, opts: opts.withDefaults(), handler: map[string]HandlerFunc{}}
+}
+
+// Options returns the effective options (defaults applied).
+func (w *Worker) Options() WorkerOptions { return w.opts }
+
+// Handle registers the handler of a task name, replacing any earlier one.
+func (w *Worker) Handle(taskName string, fn HandlerFunc) *Worker {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.handler[taskName] = fn
+	return w
+}
+
+func (w *Worker) lookup(taskName string) HandlerFunc {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	return w.handler[taskName]
+}
+
+// fatalLeaseError reports a lease error that retrying cannot fix: a 4xx other than 408 and 429
+// (401 and 403 above all: a wrong credential).
+func fatalLeaseError(err error) bool {
+	e, ok := AsAPIError(err)
+	return ok && e.Status >= 400 && e.Status < 500 && e.Status != http.StatusRequestTimeout &&
+		e.Status != http.StatusTooManyRequests
+}
+
+// Run leases and runs jobs until ctx is cancelled, then drains: it stops leasing, lets the held
+// jobs (running or waiting their turn) finish and be reported, and returns nil. A lease answered
+// with 401, 403 or another non-retryable 4xx ends Run with that *APIError (after draining).
+// Transport errors and 5xx are retried with a jittered backoff capped at MaxBackoff.
+func (w *Worker) Run(ctx context.Context) error {
+	if !w.running.CompareAndSwap(false, true) {
+		return errors.New("queueflow: this worker is already running")
+	}
+	defer w.running.Store(false)
+	o := w.opts
+	log := o.Logger.With("queue", w.queue)
+	bg := context.WithoutCancel(ctx) // held jobs outlive ctx: they drain
+	slots := make(chan struct{}, o.Concurrency)
+	freed := make(chan struct{}, 1)
+	var held atomic.Int64
+	var wg sync.WaitGroup
+	turn := make(chan struct{}) // jobs take handler slots in lease order
+	close(turn)
+	backoff := NewBackoff(100*time.Millisecond, o.MaxBackoff)
+	var runErr error
+
+loop:
+	for ctx.Err() == nil {
+		for held.Load() >= int64(o.Concurrency) {
+			select {
+			case <-ctx.Done():
+				break loop
+			case <-freed:
+			}
+		}
+		// At most BatchSize per lease; with BatchSize above Concurrency, up to BatchSize held.
+		h := int(held.Load())
+		n := min(max(o.Concurrency-h, o.BatchSize-h), o.BatchSize)
+		leased, err := w.client.Lease(ctx, w.queue, LeaseRequest{MaxJobs: n, LeaseSecs: o.LeaseSecs, WaitSecs: o.WaitSecs})
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			if fatalLeaseError(err) {
+				log.Error("queueflow: lease refused; the worker stops", "error", err)
+				runErr = err
+				break
+			}
+			wait := backoff.Next()
+			log.Warn("queueflow: lease failed; backing off", "error", err, "wait", wait)
+			sleepCtx(ctx, wait)
+			continue
+		}
+		backoff.Reset()
+		for i := range leased.Jobs {
+			lj := leased.Jobs[i]
+			next := make(chan struct{})
+			held.Add(1)
+			wg.Add(1)
+			go func(prev <-chan struct{}, mine chan struct{}) {
+				defer wg.Done()
+				defer func() {
+					held.Add(-1)
+					select {
+					case freed <- struct{}{}:
+					default:
+					}
+				}()
+				w.hold(bg, log, &lj, slots, prev, mine)
+			}(turn, next)
+			turn = next
+		}
+	}
+	wg.Wait()
+	return runErr
+}
+
+// hold owns one leased job from lease to report: it heartbeats it from the start (also while it
+// waits for a handler slot), runs its handler, and reports the outcome unless the job was lost.
+func (w *Worker) hold(bg context.Context, log *slog.Logger, lj *LeasedJob, slots chan struct{},
+	prev <-chan struct{}, mine chan struct{}) {
+	o := w.opts
+	job := &lj.Job
+	log = log.With("job_id", job.ID, "task", job.TaskName)
+	jobCtx, cancelJob := context.WithCancelCause(bg)
+	defer cancelJob(nil)
+	var lost atomic.Bool
+	var deadline atomic.Int64 // unix nanos until which the lease is held
+	deadline.Store(time.Now().Add(time.Duration(o.LeaseSecs) * time.Second).UnixNano())
+
+	stopBeat := make(chan struct{})
+	beatDone := make(chan struct{})
+	beatCtx, cancelBeat := context.WithCancel(jobCtx)
+	go func() {
+		defer close(beatDone)
+		w.heartbeat(beatCtx, log, lj, stopBeat, &deadline, func(reason error) {
+			lost.Store(true)
+			cancelJob(reason)
+		})
+	}()
+	defer func() {
+		close(stopBeat)
+		cancelBeat() // a heartbeat in flight is not waited for
+		<-beatDone
+	}()
+
+	// Wait for this job's turn, then for a free handler slot.
+	started := false
+	select {
+	case <-prev:
+		select {
+		case slots <- struct{}{}:
+			started = true
+		case <-jobCtx.Done():
+		}
+	case <-jobCtx.Done():
+	}
+	close(mine)
+	if !started {
+		log.Info("queueflow: job taken away before its handler started; reporting nothing",
+			"cause", context.Cause(jobCtx))
+		return
+	}
+
+	result, err, panicked := w.invoke(jobCtx, job)
+	<-slots
+
+	outcome := OutcomeOK
+	switch {
+	case lost.Load():
+		outcome = OutcomeCancelled
+		if err == nil {
+			err = context.Cause(jobCtx)
+		}
+	case err != nil:
+		outcome = OutcomeError
+	}
+	if o.OnJobDone != nil {
+		o.OnJobDone(job, outcome, err)
+	}
+	if outcome == OutcomeCancelled {
+		log.Info("queueflow: handler abandoned; the server owns the outcome", "cause", context.Cause(jobCtx))
+		return
+	}
+	// The heartbeat keeps the lease while the report is sent; a heartbeat saying the job is gone
+	// does not stop a report already decided.
+	until := func() time.Time { return time.Unix(0, deadline.Load()) }
+	if outcome == OutcomeOK {
+		if result == nil {
+			result = map[string]any{}
+		}
+		w.report(bg, log, "complete", until, func(ctx context.Context) error {
+			return w.client.Complete(ctx, job.ID, lj.LeaseToken, result)
+		})
+		return
+	}
+	retryable := panicked || !IsPermanent(err)
+	msg := err.Error()
+	w.report(bg, log, "fail", until, func(ctx context.Context) error {
+		return w.client.Fail(ctx, job.ID, lj.LeaseToken, msg, retryable)
+	})
+}
+
+// invoke runs the job's handler, turning a panic into an error and an unknown task into a
+// permanent error.
+func (w *Worker) invoke(ctx context.Context, job *Job) (result map[string]any, err error, panicked bool) {
+	fn := w.lookup(job.TaskName)
+	if fn == nil {
+		return nil, Permanent(fmt.Errorf("no handler registered for task %q on queue %q", job.TaskName, w.queue)), false
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("handler panicked: %v", r)
+			panicked = true
+			w.opts.Logger.Error("queueflow: handler panicked", "job_id", job.ID, "panic", r, "stack", string(debug.Stack()))
+		}
+	}()
+	result, err = fn(ctx, job)
+	return result, err, false
+}
+
+// heartbeat extends the lease every HeartbeatInterval until stop is closed. A status other than
+// running, a 409 or a 404 calls lose and ends the heartbeat; other failures are logged and the
+// next beat tries again.
+func (w *Worker) heartbeat(ctx context.Context, log *slog.Logger, lj *LeasedJob, stop <-chan struct{},
+	deadline *atomic.Int64, lose func(error)) {
+	o := w.opts
+	ticker := time.NewTicker(o.HeartbeatInterval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-ticker.C:
+		}
+		sent := time.Now()
+		hctx, cancel := context.WithTimeout(ctx, max(o.HeartbeatInterval, time.Second))
+		resp, err := w.client.Heartbeat(hctx, lj.Job.ID, lj.LeaseToken, o.LeaseSecs)
+		cancel()
+		switch {
+		case err == nil && resp.Status == StatusRunning:
+			deadline.Store(sent.Add(time.Duration(o.LeaseSecs) * time.Second).UnixNano())
+			log.Debug("queueflow: lease extended", "secs", o.LeaseSecs)
+		case err == nil:
+			lose(fmt.Errorf("%w: the job is %s", ErrLeaseLost, resp.Status))
+			return
+		case IsConflict(err) || IsNotFound(err):
+			lose(fmt.Errorf("%w: %v", ErrLeaseLost, err))
+			return
+		default:
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			log.Warn("queueflow: heartbeat failed; retrying at the next beat", "error", err)
+		}
+	}
+}
+
+// report sends complete or fail once. An answer from the server, success or not, is final: a
+// rejected report (409: the lease was lost) is logged and never sent again. Only a report that
+// got no answer at all (transport error) or a 5xx is sent again, with backoff, while the lease
+// still holds: the server may not have recorded it, and complete is idempotent.
+func (w *Worker) report(ctx context.Context, log *slog.Logger, what string, until func() time.Time,
+	send func(context.Context) error) {
+	backoff := NewBackoff(100*time.Millisecond, time.Second)
+	stopAt := until() // the lease as known now: later heartbeats do not prolong the resending
+	for {
+		err := send(ctx)
+		if err == nil {
+			log.Debug("queueflow: reported", "what", what, "attempts", backoff.Attempts()+1)
+			return
+		}
+		if !IsTransient(err) {
+			log.Error("queueflow: "+what+" rejected; not reporting again", "error", err)
+			return
+		}
+		wait := backoff.Next()
+		if time.Now().Add(wait).After(stopAt) {
+			log.Error("queueflow: "+what+" not delivered before the lease ran out; the server will redeliver the job",
+				"error", err)
+			return
+		}
+		log.Warn("queueflow: "+what+" got no answer; sending it again", "error", err, "wait", wait)
+		sleepCtx(ctx, wait)
+	}
+}
