@@ -251,7 +251,19 @@ func (w *Worker) hold(bg context.Context, log *slog.Logger, lj *LeasedJob, slots
 		return
 	}
 
-	result, err, panicked := w.invoke(jobCtx, job)
+	fn := w.lookup(job.TaskName)
+	if fn == nil {
+		// No handler ran: no OnJobDone. Dead-letter it at once rather than burn its retries.
+		<-slots
+		msg := fmt.Sprintf("no worker handler for task '%s'", job.TaskName)
+		log.Error("queueflow: " + msg + "; failing the job permanently")
+		until := func() time.Time { return time.Unix(0, deadline.Load()) }
+		w.report(bg, log, "fail", until, func(ctx context.Context) error {
+			return w.client.Fail(ctx, job.ID, lj.LeaseToken, msg, false)
+		})
+		return
+	}
+	result, err, panicked := w.invoke(jobCtx, job, fn)
 	<-slots
 
 	outcome := OutcomeOK
@@ -290,13 +302,8 @@ func (w *Worker) hold(bg context.Context, log *slog.Logger, lj *LeasedJob, slots
 	})
 }
 
-// invoke runs the job's handler, turning a panic into an error and an unknown task into a
-// permanent error.
-func (w *Worker) invoke(ctx context.Context, job *Job) (result map[string]any, err error, panicked bool) {
-	fn := w.lookup(job.TaskName)
-	if fn == nil {
-		return nil, Permanent(fmt.Errorf("no handler registered for task %q on queue %q", job.TaskName, w.queue)), false
-	}
+// invoke runs the job's handler, turning a panic into an error.
+func (w *Worker) invoke(ctx context.Context, job *Job, fn HandlerFunc) (result map[string]any, err error, panicked bool) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("handler panicked: %v", r)

@@ -166,7 +166,14 @@ func runUntil(t *testing.T, w *Worker, f *fakeServer, reports int) error {
 func TestWorkerReportsOutcomes(t *testing.T) {
 	f, c := newFake(t)
 	f.leases = []func(http.ResponseWriter){leased("ok#1", "nil#2", "err#3", "perm#4", "panic#5", "unknown#6")}
-	w := NewWorker(c, "q", WorkerOptions{LeaseSecs: 10, WaitSecs: 1, Concurrency: 3, BatchSize: 6, Logger: quiet()})
+	var doneMu sync.Mutex
+	done := map[string]Outcome{}
+	w := NewWorker(c, "q", WorkerOptions{LeaseSecs: 10, WaitSecs: 1, Concurrency: 3, BatchSize: 6, Logger: quiet(),
+		OnJobDone: func(job *Job, o Outcome, err error) {
+			doneMu.Lock()
+			done[job.ID] = o
+			doneMu.Unlock()
+		}})
 	w.Handle("ok", func(ctx context.Context, job *Job) (map[string]any, error) { return job.Payload, nil })
 	w.Handle("nil", func(ctx context.Context, job *Job) (map[string]any, error) { return nil, nil })
 	w.Handle("err", func(ctx context.Context, job *Job) (map[string]any, error) { return nil, errors.New("boom") })
@@ -200,8 +207,16 @@ func TestWorkerReportsOutcomes(t *testing.T) {
 	check("perm#4", "fail", "error", "wrapped: invalid input")
 	check("panic#5", "fail", "retryable", true)
 	check("unknown#6", "fail", "retryable", false)
+	check("unknown#6", "fail", "error", "no worker handler for task 'unknown'")
 	if len(reports) != 6 {
 		t.Fatalf("%d reports: %v", len(reports), reports)
+	}
+	doneMu.Lock()
+	defer doneMu.Unlock()
+	want := map[string]Outcome{"ok#1": OutcomeOK, "nil#2": OutcomeOK, "err#3": OutcomeError, "perm#4": OutcomeError,
+		"panic#5": OutcomeError} // no handler ran for unknown#6
+	if fmt.Sprint(done) != fmt.Sprint(want) {
+		t.Fatalf("OnJobDone saw %v, want %v", done, want)
 	}
 }
 
