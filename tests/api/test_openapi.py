@@ -13,7 +13,9 @@ import queueflow
 import shared
 from services.api.app import PUBLIC_DOCS, ROUTES
 
-OLD_SPEC = json.loads(Path("/work/shared/reference/queueflow-openapi.json").read_text())
+# The reference material sits beside the project root (../shared), in CI as in development.
+REFERENCE = Path(__file__).resolve().parents[2].parent / "shared" / "reference"
+OLD_SPEC = json.loads((REFERENCE / "queueflow-openapi.json").read_text())
 CLIENT_API = Path(queueflow.__file__).parent / "api"
 METHODS = {"get", "post", "put", "patch", "delete"}
 
