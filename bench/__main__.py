@@ -1,0 +1,188 @@
+"""`python -m bench [SCENARIO ...] [--quick]`: run the benchmarks against real server processes.
+
+Scenarios: W1 (= W1a + W1b), W1a, W1b, W2, E, M, L; default: all of them. Each figure is the
+median of --runs runs (default 3; --quick: smaller N and 1 run), with min and max beside it.
+Results go to stdout as a table and to bench/out/results.json (merged per scenario).
+See docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import platform
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from bench import infra
+from bench.context import Context, Scenario
+from bench.report import ScenarioResult, load_results, markdown, reference_lookup, table, write_results
+from bench.scenarios import ALIASES, SCENARIOS
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("scenarios", nargs="*", metavar="SCENARIO",
+                   help=f"any of {', '.join([*ALIASES, *SCENARIOS])} (default: all)")
+    p.add_argument("--quick", action="store_true", help="smoke check: smaller N and one run")
+    p.add_argument("--runs", type=int, default=None, help="runs per scenario (default 3; 1 with --quick)")
+    p.add_argument("--out", type=Path, default=infra.OUT_DIR / "results.json", help="results JSON path")
+    p.add_argument("--drain-workers", default="4,16", help="W1b: comma-separated --workers values")
+    p.add_argument("--remote-loops", type=int, default=8, help="W1a: concurrent remote worker loops")
+    p.add_argument("--remote-batch", type=int, default=50, help="W1a: max_jobs per lease (1..100)")
+    p.add_argument("--markdown", action="store_true",
+                   help="print the results in --out as a Markdown table and exit (runs nothing)")
+    p.add_argument("--profile", action="store_true",
+                   help="run the servers under cProfile (bench/out/profiles/*.prof); distorts the figures")
+    args = p.parse_args(argv)
+    wanted: list[str] = []
+    for name in args.scenarios or list(ALIASES["all"]):
+        key = next((k for k in [*ALIASES, *SCENARIOS] if k.lower() == name.lower()), None)
+        if key is None:
+            p.error(f"unknown scenario {name!r}")
+        for s in ALIASES.get(key, (key,)):
+            if s not in wanted:
+                wanted.append(s)
+    args.selected = [s for s in SCENARIOS if s in wanted]  # canonical order
+    args.runs = args.runs or (1 if args.quick else 3)
+    return args
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt  # the same clean-up path as Ctrl-C
+
+
+async def run_all(ctx: Context, scenarios: list[Scenario], runs: int) -> list[ScenarioResult]:
+    results = []
+    for sc in scenarios:
+        figures = sc.figures(ctx)
+        per_run = []
+        digests = []
+        for run_no in range(1, runs + 1):
+            digests.append(infra.source_digest())
+            started = time.monotonic()
+            print(f"[bench] {sc.name} run {run_no}/{runs} ...", file=sys.stderr, flush=True)
+            values = await sc.run(ctx, run_no)
+            per_run.append(values)
+            shown = ", ".join(f"{f.key}={values[f.key]:.4g}" for f in figures if f.key in values)
+            print(f"[bench] {sc.name} run {run_no} done in {time.monotonic() - started:.1f}s: {shown}",
+                  file=sys.stderr, flush=True)
+        results.append(ScenarioResult(sc.name, sc.title, figures, per_run, {
+            "quick": ctx.quick, "runs": runs, "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "server_source_digest_per_run": digests}))
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.markdown:
+        print(markdown(load_results(args.out)))
+        return 0
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # even when started with SIGINT ignored
+    nofile = infra.raise_nofile_limit()
+    out_dir: Path = args.out.parent
+    log_dir = out_dir / "logs"
+    shutil.rmtree(log_dir, ignore_errors=True)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    digest_at_start = infra.source_digest()
+    pg_dir = Path(tempfile.mkdtemp(prefix="qfbench-pg-"))
+    cluster = infra.Cluster(pg_dir / "data")
+    started = time.monotonic()
+    try:
+        print(f"[bench] starting embedded PostgreSQL in {pg_dir} (fsync on) ...", file=sys.stderr, flush=True)
+        cluster.start()
+        ctx = Context(
+            cluster=cluster, quick=args.quick, log_dir=log_dir, out_dir=out_dir,
+            profile_dir=(out_dir / "profiles") if args.profile else None,
+            drain_workers=tuple(int(x) for x in args.drain_workers.split(",") if x.strip()),
+            remote_loops=args.remote_loops, remote_batch=args.remote_batch,
+        )
+        pg_settings = asyncio.run(_pg_settings(cluster))
+        results = asyncio.run(run_all(ctx, [SCENARIOS[s] for s in args.selected], args.runs))
+    except KeyboardInterrupt:
+        print("\n[bench] interrupted; stopping every process this harness started", file=sys.stderr)
+        return 130
+    finally:
+        infra.kill_children()
+        with contextlib.suppress(Exception):
+            cluster.stop()
+        shutil.rmtree(pg_dir, ignore_errors=True)
+
+    meta = {
+        "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "elapsed_secs": round(time.monotonic() - started, 1),
+        "scenarios_run": args.selected, "quick": args.quick, "runs": args.runs,
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
+                    "cpu_model": _cpu_model()},
+        "postgres": pg_settings,
+        "client_nofile_limit": nofile,
+        "server_source_digest": {"start": digest_at_start, "end": infra.source_digest()},
+        "servers_killed_after_ignoring_sigterm": infra.UNCLEAN_EXITS,
+        "notes": "client, server and PostgreSQL share the same cores; figures are medians of the runs",
+    }
+    if args.profile:
+        summarize_profiles(out_dir / "profiles")
+    data = write_results(args.out, meta, results)
+    refs = reference_lookup({k: v for k, v in data["scenarios"].items() if k == "L"})
+    ref_note = None
+    if "L" not in args.selected and refs:
+        ref_note = f"pgbench references are from an earlier L run ({data['scenarios']['L']['meta']['finished_at']})."
+    header = (
+        f"QueueFlow benchmarks: {'QUICK smoke check, ' if args.quick else ''}{args.runs} run(s) per figure, "
+        f"median [min, max]\n"
+        f"PostgreSQL {pg_settings.get('server_version')} embedded, fsync={pg_settings.get('fsync')}, "
+        f"synchronous_commit={pg_settings.get('synchronous_commit')} (durable defaults); "
+        f"{os.cpu_count()} CPU cores shared by client, server and PostgreSQL\n"
+    )
+    print(header)
+    print(table(results, refs, ref_note))
+    if meta["server_source_digest"]["start"] != meta["server_source_digest"]["end"]:
+        print("\n[bench] WARNING: the server's source changed while the harness ran; later runs measured "
+              "different code (see server_source_digest in the results)")
+    if infra.UNCLEAN_EXITS:
+        print(f"\n[bench] server processes that ignored SIGTERM for 5 s and were killed: "
+              f"{len(infra.UNCLEAN_EXITS)} ({', '.join(sorted(set(infra.UNCLEAN_EXITS)))})")
+    print(f"\n[bench] {time.monotonic() - started:.0f}s total; results in {args.out}; logs in {log_dir}")
+    return 0
+
+
+def summarize_profiles(directory: Path, top: int = 30) -> None:
+    """Next to each server's .prof, a .txt with its top functions by own time and by cumulative time."""
+    import io
+    import pstats
+
+    for prof in sorted(directory.glob("*.prof")):
+        buf = io.StringIO()
+        stats = pstats.Stats(str(prof), stream=buf).strip_dirs()
+        stats.sort_stats("tottime").print_stats(top)
+        stats.sort_stats("cumulative").print_stats(top)
+        prof.with_suffix(".txt").write_text(buf.getvalue())
+        print(f"[bench] profile summary: {prof.with_suffix('.txt')}", file=sys.stderr)
+
+
+async def _pg_settings(cluster: infra.Cluster) -> dict[str, str]:
+    names = ("server_version", "fsync", "synchronous_commit", "wal_sync_method", "shared_buffers",
+             "max_connections", "max_wal_size")
+    return {n: await cluster.setting(n) for n in names}
+
+
+def _cpu_model() -> str:
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,108 @@
+"""The HTTP client side of the benchmarks: enqueue calls and a remote worker loop.
+
+Bodies are encoded and decoded with msgspec (the client shares two CPU cores with the server and
+PostgreSQL, so it should spend as little as it can). In --dev mode any bearer token is both a
+tenant and a worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+import aiohttp
+import msgspec
+
+TOKEN = "bench"
+HEADERS = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+_encode = msgspec.json.encode
+_decode = msgspec.json.decode
+
+
+def session(limit: int = 0) -> aiohttp.ClientSession:
+    """One keep-alive session; `limit=0` means no cap on concurrent connections."""
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=limit, limit_per_host=0),
+        headers=HEADERS,
+        timeout=aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=120),
+    )
+
+
+async def _post(http: aiohttp.ClientSession, url: str, body: Any, expect: int) -> bytes:
+    async with http.post(url, data=_encode(body)) as resp:
+        raw = await resp.read()
+        if resp.status != expect:
+            raise RuntimeError(f"POST {url} -> {resp.status}: {raw[:300]!r}")
+        return raw
+
+
+def job_body(i: int, queue: str, task: str = "echo") -> dict[str, Any]:
+    return {"task_name": task, "payload": {"i": i}, "config": {"queue": queue}}
+
+
+async def create_job(http: aiohttp.ClientSession, base: str, i: int, queue: str) -> str:
+    raw = await _post(http, f"{base}/api/v1/jobs", job_body(i, queue), 201)
+    return str(_decode(raw)["job_id"])
+
+
+async def create_batch(http: aiohttp.ClientSession, base: str, start: int, count: int, queue: str) -> list[str]:
+    body = {"jobs": [job_body(i, queue) for i in range(start, start + count)]}
+    raw = await _post(http, f"{base}/api/v1/jobs/batch", body, 201)
+    return list(_decode(raw)["job_ids"])
+
+
+async def enqueue_backlog(http: aiohttp.ClientSession, base: str, total: int, queue: str,
+                          batch: int = 1000) -> float:
+    """`total` echo jobs in sequential batches of `batch`; returns the elapsed seconds."""
+    started = time.perf_counter()
+    for start in range(0, total, batch):
+        await create_batch(http, base, start, min(batch, total - start), queue)
+    return time.perf_counter() - started
+
+
+async def lease(http: aiohttp.ClientSession, base: str, queue: str, max_jobs: int, wait_secs: int,
+                lease_secs: int = 60) -> list[dict[str, Any]]:
+    raw = await _post(http, f"{base}/api/v1/queues/{queue}/lease",
+                      {"max_jobs": max_jobs, "lease_secs": lease_secs, "wait_secs": wait_secs}, 200)
+    return list(_decode(raw)["jobs"])
+
+
+async def complete(http: aiohttp.ClientSession, base: str, leased: dict[str, Any]) -> None:
+    await _post(http, f"{base}/api/v1/jobs/{leased['job']['id']}/complete",
+                {"lease_token": leased["lease_token"], "result": {"ok": True}}, 204)
+
+
+async def worker_loop(http: aiohttp.ClientSession, base: str, queue: str, max_jobs: int, wait_secs: int,
+                      stop: asyncio.Event, on_lease: Callable[[str, float], None] | None = None) -> int:
+    """The seed's worker loop, without heartbeats (no-op jobs finish far inside the lease): lease
+    up to `max_jobs`, then one complete call per job, sent concurrently; repeat until `stop`.
+    `on_lease(job_id, perf_counter)` sees every job as its lease response arrives. Returns the
+    number of jobs this loop completed."""
+    done = 0
+    while not stop.is_set():
+        jobs = await lease(http, base, queue, max_jobs, wait_secs)
+        if on_lease is not None:
+            now = time.perf_counter()
+            for item in jobs:
+                on_lease(item["job"]["id"], now)
+        if jobs:
+            await asyncio.gather(*(complete(http, base, item) for item in jobs))
+            done += len(jobs)
+    return done
+
+
+async def stop_loops(tasks: list[asyncio.Task[Any]], stop: asyncio.Event, grace: float = 5.0) -> None:
+    """Set `stop`, give the loops `grace` seconds to finish their current call, cancel the rest.
+    An exception from a loop is re-raised (after every loop has ended)."""
+    stop.set()
+    if not tasks:
+        return
+    _, pending = await asyncio.wait(tasks, timeout=grace)
+    for task in pending:
+        task.cancel()
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    for r in results:
+        if isinstance(r, Exception):
+            raise r

@@ -1,0 +1,76 @@
+"""What every scenario receives (`Context`) and what every scenario module exports (`Scenario`)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench.infra import Cluster, Server, commit_probe
+from bench.report import Figure
+
+
+@dataclass
+class Context:
+    cluster: Cluster
+    quick: bool
+    log_dir: Path
+    out_dir: Path
+    profile_dir: Path | None = None  # set by --profile: servers run under cProfile
+    drain_workers: tuple[int, ...] = (4, 16)  # W1b: --workers values, one figure each
+    remote_loops: int = 8  # W1a: concurrent remote worker loops
+    remote_batch: int = 50  # W1a: max_jobs per lease
+    notes: list[str] = field(default_factory=list)
+
+    def n(self, full: int, quick: int) -> int:
+        return quick if self.quick else full
+
+    def server(self, dsn: str, mode: str, *extra: str) -> Server:
+        return Server(dsn, mode, self.log_dir, extra, self.profile_dir)
+
+    @property
+    def postmaster(self) -> int | None:
+        return self.cluster.postmaster_pid()
+
+
+RunFn = Callable[[Context, int], Awaitable[dict[str, float]]]
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """`run(ctx, run_no)` performs one complete, independent run (fresh database, fresh server
+    processes) and returns {figure key: value}; the harness repeats it and summarises."""
+
+    name: str
+    title: str
+    figures: Callable[[Context], list[Figure]]
+    run: RunFn
+
+
+# --- figures most scenarios share ----------------------------------------------------------------------
+
+PROBE_FIGURES = [
+    Figure("commit_p50_ms", "machine: durable 1-row commit p50 (probe before the run)", "ms"),
+    Figure("commit_p90_ms", "machine: durable 1-row commit p90 (probe before the run)", "ms"),
+]
+
+
+async def probe_commits(dsn: str, prefix: str = "") -> dict[str, float]:
+    p = await commit_probe(dsn)
+    return {f"{prefix}commit_p50_ms": p["p50"], f"{prefix}commit_p90_ms": p["p90"]}
+
+
+def cpu_figures(prefix: str, during: str, server: str | None = "server", client: bool = True) -> list[Figure]:
+    """CPU figures for a window: client (harness), server processes, PostgreSQL, other processes."""
+    figs = []
+    if client:
+        figs.append(Figure(f"{prefix}cpu_client", f"CPU {during}: client (harness)", "% core"))
+    if server:
+        figs.append(Figure(f"{prefix}cpu_server", f"CPU {during}: {server}", "% core"))
+    figs += [Figure(f"{prefix}cpu_postgres", f"CPU {during}: PostgreSQL", "% core"),
+             Figure(f"{prefix}cpu_other", f"CPU {during}: other processes on the machine", "% core")]
+    return figs
+
+
+def cpu_values(prefix: str, cpu: dict[str, float]) -> dict[str, float]:
+    return {f"{prefix}cpu_{k}": v for k, v in cpu.items() if k != "machine"}

@@ -1,0 +1,127 @@
+"""W1: drain a backlog of no-op jobs, (a) through remote HTTP workers, (b) through in-process workers.
+
+Method (both): a fresh database; 20,000 `echo` jobs (2,000 with --quick) are enqueued in
+batches of 1,000 *before* any worker runs, so the measurement is a pure drain of a backlog.
+
+- W1a: `--mode api` plus a `--mode janitor` process. The harness runs `remote_loops` worker loops
+  (default 8) in one aiohttp session; each leases `remote_batch` jobs (default 50, wait_secs 1),
+  then sends one complete call per job, concurrently, as a real worker with a batch would.
+- W1b: the backlog is enqueued through a separate `--mode api` process, which is then stopped;
+  then `--mode all --workers N` starts and drains the default queue with the built-in `echo`.
+
+Completion is counted from the database (status = 'completed', polled every 0.2 s). The headline
+rate uses the database's own clock: N / (max(completed_at) - min(started_at)), i.e. from the first
+claim to the last completion, so neither server start-up nor the polling interval is in it. The
+client-observed rate (W1a: from starting the loops until the poll saw N) is reported beside it.
+CPU figures are % of one core (the machine has two) over the drain window.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from bench import client
+from bench.context import PROBE_FIGURES, Context, Scenario, cpu_figures, cpu_values, probe_commits
+from bench.infra import CpuMeter, connect, servers, wait_for_count
+from bench.report import Figure
+
+QUEUE = "default"  # the in-process workers' queue; the remote loops use it too
+COMPLETED = "SELECT count(*) FROM queueflow.jobs WHERE status = 'completed'"
+DRAIN_WINDOW = """SELECT count(*) AS n, EXTRACT(EPOCH FROM max(completed_at) - min(started_at))::float8 AS secs
+FROM queueflow.jobs WHERE status = 'completed'"""
+TIMEOUT_SECS = 600.0
+
+
+async def _db_rate(conn, total: int) -> float:  # noqa: ANN001 - asyncpg.Connection
+    row = await conn.fetchrow(DRAIN_WINDOW)
+    if row["n"] != total:
+        raise RuntimeError(f"expected {total} completed jobs, found {row['n']}")
+    return total / row["secs"]
+
+
+# --- W1a: remote HTTP workers ------------------------------------------------------------------------
+
+
+def remote_figures(ctx: Context) -> list[Figure]:
+    shape = f"{ctx.remote_loops} loops x max_jobs {ctx.remote_batch}"
+    return [
+        Figure("jobs_per_s", f"drain, remote HTTP workers ({shape}), DB clock", "jobs/s", "L.cycle10_rows_per_s"),
+        Figure("client_jobs_per_s", "drain, remote HTTP workers, client clock", "jobs/s"),
+        *cpu_figures("", "during drain", "api + janitor"),
+        *PROBE_FIGURES,
+    ]
+
+
+async def run_remote(ctx: Context, run_no: int) -> dict[str, float]:
+    total = ctx.n(20_000, 2_000)
+    async with ctx.cluster.database("w1a") as dsn:
+        api, janitor = ctx.server(dsn, "api"), ctx.server(dsn, "janitor")
+        async with servers(api, janitor), client.session() as http:
+            conn = await connect(dsn)
+            try:
+                await client.enqueue_backlog(http, api.base_url, total, QUEUE)
+                probe = await probe_commits(dsn)
+                stop = asyncio.Event()
+                meter = CpuMeter([api.pid, janitor.pid], ctx.postmaster)
+                started = time.monotonic()
+                loops = [asyncio.create_task(client.worker_loop(http, api.base_url, QUEUE, ctx.remote_batch, 1, stop))
+                         for _ in range(ctx.remote_loops)]
+                try:
+                    seen = await wait_for_count(conn, COMPLETED, total, TIMEOUT_SECS, watch=loops)
+                    cpu = meter.percent()
+                finally:
+                    await client.stop_loops(loops, stop)
+                rate = await _db_rate(conn, total)
+            finally:
+                await conn.close()
+    return {"jobs_per_s": rate, "client_jobs_per_s": total / (seen - started), **cpu_values("", cpu), **probe}
+
+
+REMOTE = Scenario("W1a", "Drain 20k no-op jobs: remote HTTP workers (api + janitor processes)",
+                  remote_figures, run_remote)
+
+
+# --- W1b: in-process echo workers --------------------------------------------------------------------
+
+
+def inprocess_figures(ctx: Context) -> list[Figure]:
+    figs = []
+    for n in ctx.drain_workers:
+        figs += [
+            Figure(f"w{n}_jobs_per_s", f"drain, in-process echo, --workers {n}, DB clock", "jobs/s",
+                   "L.cycle10_rows_per_s"),
+            *cpu_figures(f"w{n}_", f"during drain (--workers {n})", "server", client=False),
+            *(Figure(f"w{n}_{f.key}", f"{f.label} (--workers {n})", f.unit) for f in PROBE_FIGURES),
+        ]
+    return figs
+
+
+async def run_inprocess(ctx: Context, run_no: int) -> dict[str, float]:
+    total = ctx.n(20_000, 2_000)
+    out: dict[str, float] = {}
+    for n in ctx.drain_workers:
+        async with ctx.cluster.database(f"w1b_w{n}") as dsn:
+            api = ctx.server(dsn, "api")
+            async with servers(api), client.session() as http:
+                await client.enqueue_backlog(http, api.base_url, total, QUEUE)
+            probe = await probe_commits(dsn, f"w{n}_")
+            conn = await connect(dsn)
+            try:
+                worker = ctx.server(dsn, "all", "--workers", str(n))
+                async with servers(worker):
+                    # Claiming starts during start-up, before /ready: the meter misses that
+                    # fraction of a second; the DB-clock rate does not.
+                    meter = CpuMeter([worker.pid], ctx.postmaster)
+                    await wait_for_count(conn, COMPLETED, total, TIMEOUT_SECS)
+                    cpu = meter.percent()
+                out[f"w{n}_jobs_per_s"] = await _db_rate(conn, total)
+                cpu.pop("client")  # only the completion poll runs in the harness here
+                out.update(cpu_values(f"w{n}_", cpu), **probe)
+            finally:
+                await conn.close()
+    return out
+
+
+IN_PROCESS = Scenario("W1b", "Drain 20k no-op jobs: in-process echo workers (--mode all)",
+                      inprocess_figures, run_inprocess)
