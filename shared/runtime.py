@@ -16,7 +16,7 @@ import structlog
 from aiohttp import web
 
 from shared.config import Settings
-from shared.db.batcher import CompletionBatcher
+from shared.db.batcher import CompletionBatcher, InsertBatcher
 from shared.db.listener import Hub, Listener
 from shared.db.migrate import apply_migrations
 from shared.db.pool import create_pool
@@ -31,6 +31,7 @@ class Resources:
     pool: asyncpg.Pool = field(init=False)
     listener: Listener = field(init=False)
     completer: CompletionBatcher = field(init=False)
+    inserter: InsertBatcher = field(init=False)
     draining: bool = False
     claim_turns: itertools.count[int] = field(default_factory=itertools.count)  # fair-share rotation
     task_names: set[str] = field(default_factory=set)
@@ -54,9 +55,11 @@ async def open_resources(res: Resources) -> None:
     res.listener = Listener(s.database_url, res.hub)
     await res.listener.start()
     res.completer = CompletionBatcher(res.pool)
+    res.inserter = InsertBatcher(res.pool)
 
 
 async def close_resources(res: Resources) -> None:
+    await res.inserter.close()
     await res.completer.close()
     await res.listener.stop()
     await res.pool.close()

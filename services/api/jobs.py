@@ -57,7 +57,7 @@ async def create_job(request: web.Request) -> web.Response:
     body = await decode(request, wire.CreateJobRequest)
     key = _header_key(request) or (body.idempotency_key or "").strip() or None
     job = _new_job(body, settings_of(request).default_queue, key)
-    [job_id] = await jobs_db.insert_jobs(request.app[RESOURCES].pool, tenant_of(request).id, [job])
+    job_id = await request.app[RESOURCES].inserter.insert(tenant_of(request).id, job)
     return json_response(wire.CreateJobResponse(job_id=job_id), 201)
 
 

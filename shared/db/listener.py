@@ -30,7 +30,7 @@ CHANNELS = (WORK, DELAYED, JOB_EVENTS, WORKFLOW, WORKFLOW_EVENTS)
 
 # Claim queries one process runs at once for one queue: enough to keep a busy queue's batches
 # flowing, and a cap on the burst when thousands of long-polls arrive together.
-CLAIMS_PER_QUEUE = 4
+CLAIMS_PER_QUEUE = 2
 
 # The advancer parks on this pseudo-queue (no real queue name can contain a NUL byte).
 ADVANCE = "\0advance"

@@ -1,0 +1,46 @@
+"""Group commit: concurrent single enqueues and completions share statements, yet every caller
+gets its own answer, idempotency keys hold within a group, and tenants stay apart."""
+
+import asyncio
+
+from shared.db import jobs as jobs_db
+from tests.support.api import resources_of
+
+
+async def test_concurrent_single_enqueues_each_get_their_own_job(api, db):
+    client = await api(dev=False, worker_token="w", api_keys="ka:acme,kb:globex")
+    keys = {"ka": {"Authorization": "Bearer ka"}, "kb": {"Authorization": "Bearer kb"}}
+
+    async def create(i: int, key: str, idem: str | None = None) -> str:
+        headers = dict(keys[key])
+        if idem:
+            headers["Idempotency-Key"] = idem
+        resp = await client.post("/api/v1/jobs", json={"task_name": "t", "payload": {"i": i}}, headers=headers)
+        assert resp.status == 201
+        return (await resp.json())["job_id"]
+
+    ids = await asyncio.gather(
+        *(create(i, "ka") for i in range(40)),
+        *(create(100 + i, "kb") for i in range(20)),
+        *(create(200, "ka", "same-key") for _ in range(5)),
+        *(create(300, "kb", "same-key") for _ in range(5)),
+    )
+    plain, dup_a, dup_b = ids[:60], ids[60:65], ids[65:]
+    assert len(set(plain)) == 60
+    assert len(set(dup_a)) == 1 and len(set(dup_b)) == 1 and dup_a[0] != dup_b[0]
+    rows = await db.fetch("SELECT tenant_id, count(*) AS n FROM queueflow.jobs GROUP BY tenant_id ORDER BY 1")
+    assert [(r["tenant_id"], r["n"]) for r in rows] == [("acme", 41), ("globex", 21)]
+    for job_id, i in zip(plain[:40], range(40), strict=True):
+        job = await jobs_db.get_job(resources_of(client).pool, "acme", job_id)
+        assert job is not None and job.payload == {"i": i}
+
+
+async def test_a_failing_job_in_a_group_fails_alone(api):
+    client = await api()
+    res = resources_of(client)
+    good = jobs_db.NewJob(task_name="t", queue="q", config={"priority": 0})
+    bad = jobs_db.NewJob(task_name="t", queue="q", config={"priority": 0}, payload={"s": "\x00"})
+    results = await asyncio.gather(res.inserter.insert("tenant1", good), res.inserter.insert("tenant1", bad),
+                                   res.inserter.insert("tenant1", good), return_exceptions=True)
+    assert isinstance(results[0], str) and isinstance(results[2], str)
+    assert isinstance(results[1], Exception)
