@@ -15,7 +15,7 @@ import aiohttp
 
 from bench import client
 from bench.context import Context, Scenario
-from bench.infra import servers
+from bench.infra import connect, servers
 from bench.report import Figure, percentile
 
 KEYS = "--api-keys", "fair-acme:acme,fair-globex:globex"
@@ -26,7 +26,8 @@ def figures(ctx: Context) -> list[Figure]:
     return [
         Figure("calls_until_leased_1", "max_jobs 1: lease calls until the waiting tenant's job", "calls"),
         Figure("calls_until_leased_10", "max_jobs 10: lease calls until the waiting tenant's job", "calls"),
-        Figure("lease_p50_ms", "lease call latency with a 100,000-job backlog, p50", "ms"),
+        Figure("lease_p50_ms", "lease (max_jobs 10) with a 100,000-job backlog of one tenant, p50", "ms"),
+        Figure("lease_p99_ms", "lease (max_jobs 10) with a 100,000-job backlog of one tenant, p99", "ms"),
     ]
 
 
@@ -61,11 +62,23 @@ async def run(ctx: Context, run_no: int) -> dict[str, float]:
         async with servers(ctx.server(dsn, "api", *KEYS), ctx.server(dsn, "janitor")) as (api, _), \
                 client.session() as http:
             await _enqueue(http, api.base_url, "fair-acme", backlog)
+            # Steady state: autovacuum would analyze a table that grew by 100,000 rows within a
+            # minute; without fresh statistics the first claims are planned for an empty table.
+            conn = await connect(dsn)
+            try:
+                await conn.execute("ANALYZE queueflow.jobs")
+            finally:
+                await conn.close()
             for max_jobs in (1, 10):
                 await _enqueue(http, api.base_url, "fair-globex", 1)
                 out[f"calls_until_leased_{max_jobs}"] = await _calls_until_globex(
-                    http, api.base_url, max_jobs, latencies)
+                    http, api.base_url, max_jobs, [])
+            for _ in range(200):  # the claim's cost with the backlog in place (the janitor's not involved)
+                started = time.perf_counter()
+                await client.lease(http, api.base_url, QUEUE, 10, 0)
+                latencies.append(1000 * (time.perf_counter() - started))
     out["lease_p50_ms"] = percentile(latencies, 50)
+    out["lease_p99_ms"] = percentile(latencies, 99)
     return out
 
 
