@@ -61,6 +61,9 @@ class WorkerRuntime:
         self._leases: dict[asyncio.Task[None], tuple[uuid.UUID, uuid.UUID]] = {}
         self._waiting: set[asyncio.Task[Any]] = set()  # leased, waiting for a task slot
         self._slots = {t.name: asyncio.Semaphore(t.concurrency) for t in registry if t.concurrency}
+        # Per queue, at most --workers handlers run at once; up to as many more jobs are held,
+        # claimed ahead so the next claim's commit overlaps the running handlers.
+        self._gates = {q: asyncio.Semaphore(res.settings.workers) for q in res.settings.worker_queues}
         self._threads: concurrent.futures.ThreadPoolExecutor | None = None
         self._stopping = False
 
@@ -126,9 +129,10 @@ class WorkerRuntime:
     async def _queue_loop(self, queue: str) -> None:
         s = self.res.settings
         mine: set[asyncio.Task[None]] = set()
+        held = 2 * s.workers  # running plus claimed ahead
         while not self._stopping and not self.res.draining:
-            free = s.workers - len(mine)
-            if free <= 0:
+            free = held - len(mine)
+            if free < max(1, s.workers // 2):  # claim in batches of at least half the workers
                 await asyncio.wait(mine, return_when=asyncio.FIRST_COMPLETED)
                 continue
             try:
@@ -177,18 +181,26 @@ class WorkerRuntime:
                     handler.cancel()
 
         unsubscribe = self.res.hub.watch_job(job.id, on_status)
-        release: Callable[[], None] | None = None
+        held: list[asyncio.Semaphore] = []  # the run slots this job holds, given back when it ends
+
+        def release_all() -> None:
+            while held:
+                held.pop().release()
+
+        release: Callable[[], None] | None = release_all
         try:
             # The claim leased the job for its own timeout plus the grace; a longer task timeout,
-            # or time spent waiting for a task slot, needs a fresh lease before the handler starts.
+            # or time spent waiting for a run or task slot, needs a fresh lease before the handler
+            # starts (while it waits, _take_slot keeps the lease alive).
             extend = task.timeout_secs is not None and task.timeout_secs > int(job.config.get("timeout_secs") or 0)
-            slots = self._slots.get(task.name)
-            if slots is not None:
+            for slots in (self._gates.get(job.queue_name), self._slots.get(task.name)):
+                if slots is None:
+                    continue
                 waited = slots.locked()
                 if not await self._take_slot(slots, ctx, job_id, token, timeout):
                     log.info("job_handler_cancelled", job_id=job.id, task=task.name, started=False)
                     return
-                release = slots.release
+                held.append(slots)
                 extend = extend or waited
             if extend and not await self._extend_lease(job_id, token, timeout):
                 log.info("job_handler_cancelled", job_id=job.id, task=task.name, started=False)

@@ -64,8 +64,10 @@ async def test_at_most_workers_handlers_run_at_once_per_queue(worker_app):
     ids = [await create_job(client, "gate") for _ in range(5)]
 
     await eventually(lambda: len(gate.started) == 3)
+    # The runtime claims ahead (up to twice --workers jobs held, like a remote worker's batch), but
+    # only --workers handlers run; the others wait their turn with their leases kept alive.
     running = [j for j in ids if (await get_job(client, j))["status"] == "running"]
-    assert len(running) == 3
+    assert 3 <= len(running) <= 6
     assert len(gate.started) == 3
 
     gate.release.set()
