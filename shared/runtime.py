@@ -34,7 +34,6 @@ class Resources:
     inserter: InsertBatcher = field(init=False)
     draining: bool = False
     claim_turns: itertools.count[int] = field(default_factory=itertools.count)  # fair-share rotation
-    task_names: set[str] = field(default_factory=set)
 
     def start_draining(self) -> None:
         """Stop handing out work: /ready turns 503 and parked long-polls return at once."""

@@ -76,7 +76,6 @@ class WorkerRuntime:
         self._loops = [asyncio.create_task(self._queue_loop(q), name=f"queueflow-worker-{q}")
                        for q in s.worker_queues]
         self._loops.append(asyncio.create_task(self._task_heartbeat(), name="queueflow-task-heartbeat"))
-        self.res.task_names.update(self.registry.names())
 
     async def stop(self) -> None:
         """Stop leasing; give back the jobs waiting for a task slot; drain running handlers for up

@@ -255,33 +255,28 @@ async def get_dead_letter(db: Executor, tenant: str, dl_id: int) -> wire.DeadLet
     return None if row is None else to_dead_letter(row)
 
 
-async def replay_dead_letter(conn: asyncpg.Connection, tenant: str, dl_id: int
-                             ) -> tuple[Literal["replayed", "missing", "replayed_before", "purged"], str | None]:
-    """Replay one dead letter as a fresh detached job, at most once. Runs its own transaction."""
-    new_id = uuid.uuid4()
-    async with conn.transaction():
-        row = await conn.fetchrow(Q.replay_dead_letter, dl_id, tenant, new_id)
-        assert row is not None
-        if row["marked"] and row["inserted"]:
-            metrics.JOBS_CREATED.inc()
-            return "replayed", str(new_id)
-        if row["marked"]:
-            # The original job was purged by retention: undo the mark, nothing to replay.
-            raise _Purged()
-    entry = await conn.fetchrow(Q.get_dead_letter, dl_id, tenant)
-    return ("missing", None) if entry is None else ("replayed_before", None)
-
-
-class _Purged(Exception):
-    pass
-
-
 async def replay_one(conn: asyncpg.Connection, tenant: str, dl_id: int
                      ) -> tuple[Literal["replayed", "missing", "replayed_before", "purged"], str | None]:
+    """Replay one dead letter as a fresh detached job, at most once. Runs its own transaction."""
+    new_id = uuid.uuid4()
+    tx = conn.transaction()
+    await tx.start()
     try:
-        return await replay_dead_letter(conn, tenant, dl_id)
-    except _Purged:
+        row = await conn.fetchrow(Q.replay_dead_letter, dl_id, tenant, new_id)
+    except BaseException:
+        await tx.rollback()
+        raise
+    assert row is not None
+    if row["marked"] and not row["inserted"]:
+        # The original job was purged by retention: undo the mark, nothing to replay.
+        await tx.rollback()
         return "purged", None
+    await tx.commit()
+    if row["marked"]:
+        metrics.JOBS_CREATED.inc()
+        return "replayed", str(new_id)
+    entry = await conn.fetchrow(Q.get_dead_letter, dl_id, tenant)
+    return ("missing", None) if entry is None else ("replayed_before", None)
 
 
 async def dead_letters_to_replay(db: Executor, tenant: str, queue: str | None, task_name: str | None,

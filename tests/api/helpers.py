@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import jwt
@@ -132,3 +132,20 @@ async def make_dead_letter(client: TestClient, queue: str, *, task_name: str = "
 async def count(client: TestClient, table: str, where: str = "TRUE", *args: Any) -> int:
     return int(await resources_of(client).pool.fetchval(
         f"SELECT count(*) FROM queueflow.{table} WHERE {where}", *args))
+
+
+BASE = datetime(2030, 1, 1, tzinfo=UTC)
+
+
+def iso(at: datetime) -> str:
+    return at.isoformat().replace("+00:00", "Z")
+
+
+async def set_created_at(client: TestClient, table: str, id_type: str, ids: list[Any]) -> list[datetime]:
+    """Give rows of `table` distinct, known creation times: BASE + i minutes, in list order."""
+    stamps = [BASE + timedelta(minutes=i) for i in range(len(ids))]
+    await resources_of(client).pool.execute(
+        f"UPDATE queueflow.{table} t SET created_at = u.at FROM unnest($1::{id_type}[], $2::timestamptz[])"
+        " AS u(id, at) WHERE t.id = u.id", ids, stamps)
+    return stamps
+

@@ -3,7 +3,7 @@ through the worker protocol (lease, then fail) on queues no in-process worker dr
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 
 import pytest
 
@@ -14,28 +14,19 @@ from tests.api.helpers import (
     expect_error,
     fail_job,
     get_job,
+    iso,
     lease,
     lease_one,
     list_json,
     make_dead_letter,
     parse_time,
+    set_created_at,
 )
 from tests.support.api import resources_of
 
-BASE = datetime(2030, 1, 1, tzinfo=UTC)
 
-
-async def _age(client, dl_ids: list[int]) -> list[datetime]:
-    """Distinct known creation times, BASE + i minutes, in list order."""
-    stamps = [BASE + timedelta(minutes=i) for i in range(len(dl_ids))]
-    await resources_of(client).pool.execute(
-        "UPDATE queueflow.dead_letters d SET created_at = u.at"
-        " FROM unnest($1::bigint[], $2::timestamptz[]) AS u(id, at) WHERE d.id = u.id", dl_ids, stamps)
-    return stamps
-
-
-def _iso(at: datetime) -> str:
-    return at.isoformat().replace("+00:00", "Z")
+async def _age(client, ids: list) -> list[datetime]:
+    return await set_created_at(client, "dead_letters", "bigint", ids)
 
 
 # --- list and get ----------------------------------------------------------------------------------
@@ -153,7 +144,7 @@ async def test_list_created_window_is_half_open(api):
     client = await api()
     dl_ids = [(await make_dead_letter(client, "q-win"))[1] for _ in range(3)]
     stamps = await _age(client, dl_ids)
-    body = await list_json(client, "/api/v1/dlq", created_after=_iso(stamps[1]), created_before=_iso(stamps[2]))
+    body = await list_json(client, "/api/v1/dlq", created_after=iso(stamps[1]), created_before=iso(stamps[2]))
     assert [e["id"] for e in body["dead_letters"]] == [dl_ids[1]]
 
 
@@ -284,7 +275,7 @@ async def test_bulk_replay_honours_the_created_window(api):
     dl_ids = [(await make_dead_letter(client, "q-bw"))[1] for _ in range(3)]
     stamps = await _age(client, dl_ids)
     resp = await client.post("/api/v1/dlq/replay", headers=DEV,
-                             json={"created_after": _iso(stamps[1]), "created_before": _iso(stamps[2])})
+                             json={"created_after": iso(stamps[1]), "created_before": iso(stamps[2])})
     assert [r["dead_letter_id"] for r in (await resp.json())["results"]] == [dl_ids[1]]
 
 

@@ -19,9 +19,11 @@ from tests.api.helpers import (
     create_job,
     expect_error,
     get_job,
+    iso,
     lease_one,
     list_json,
     parse_time,
+    set_created_at,
 )
 from tests.support.api import resources_of
 
@@ -34,20 +36,10 @@ DEFAULT_CONFIG = {
     "retry_max_delay_secs": 3600,
     "jitter_factor": 0.1,
 }
-BASE = datetime(2030, 1, 1, tzinfo=UTC)
 
 
-async def _set_created_at(client, job_ids: list[str]) -> list[datetime]:
-    """Give the jobs distinct, known creation times: BASE + i minutes, in list order."""
-    stamps = [BASE + timedelta(minutes=i) for i in range(len(job_ids))]
-    await resources_of(client).pool.execute(
-        "UPDATE queueflow.jobs j SET created_at = u.at FROM unnest($1::uuid[], $2::timestamptz[]) AS u(id, at)"
-        " WHERE j.id = u.id", job_ids, stamps)
-    return stamps
-
-
-def _iso(at: datetime) -> str:
-    return at.isoformat().replace("+00:00", "Z")
+async def _set_created_at(client, ids: list) -> list[datetime]:
+    return await set_created_at(client, "jobs", "uuid", ids)
 
 
 # --- create ----------------------------------------------------------------------------------------
@@ -122,7 +114,7 @@ async def test_config_bounds_are_inclusive(api):
 async def test_run_at_sets_scheduled_at(api):
     client = await api()
     run_at = datetime.now(UTC).replace(microsecond=0) + timedelta(hours=2)
-    job = await get_job(client, await create_job(client, run_at=_iso(run_at)))
+    job = await get_job(client, await create_job(client, run_at=iso(run_at)))
     assert parse_time(job["scheduled_at"]) == run_at
     assert job["status"] == "pending"
 
@@ -245,7 +237,7 @@ async def test_batch_items_carry_their_own_config_queue_run_at_and_metadata(api)
     run_at = datetime(2032, 1, 1, tzinfo=UTC)
     ids = await create_batch(client, [
         {"task_name": "a", "config": {"queue": "q1", "priority": 3}, "metadata": {"m": 1}},
-        {"task_name": "b", "run_at": _iso(run_at)},
+        {"task_name": "b", "run_at": iso(run_at)},
     ])
     a, b = [await get_job(client, i) for i in ids]
     assert (a["queue_name"], a["config"]["priority"], a["metadata"]) == ("q1", 3, {"m": 1})
@@ -435,10 +427,10 @@ async def test_created_after_is_inclusive_and_created_before_is_exclusive(api):
         assert body["total"] == len(body["jobs"])
         return [j["id"] for j in body["jobs"]]
 
-    assert await listed(created_after=_iso(stamps[1])) == ids[1:]
-    assert await listed(created_before=_iso(stamps[1])) == ids[:1]
-    assert await listed(created_after=_iso(stamps[1]), created_before=_iso(stamps[3])) == ids[1:3]
-    assert await listed(created_after=_iso(stamps[3] + timedelta(microseconds=1))) == []
+    assert await listed(created_after=iso(stamps[1])) == ids[1:]
+    assert await listed(created_before=iso(stamps[1])) == ids[:1]
+    assert await listed(created_after=iso(stamps[1]), created_before=iso(stamps[3])) == ids[1:3]
+    assert await listed(created_after=iso(stamps[3] + timedelta(microseconds=1))) == []
     # An offset instead of Z names the same instant.
     plus_one = timezone(timedelta(hours=1))
     assert await listed(created_after=stamps[2].astimezone(plus_one).isoformat()) == ids[2:]
@@ -561,7 +553,7 @@ async def test_cancel_by_filter_honours_the_created_window(api):
     ids = await create_batch(client, [{"task_name": "t"}] * 4)
     stamps = await _set_created_at(client, ids)
     resp = await client.post("/api/v1/jobs/cancel", headers=DEV,
-                             json={"created_after": _iso(stamps[1]), "created_before": _iso(stamps[3])})
+                             json={"created_after": iso(stamps[1]), "created_before": iso(stamps[3])})
     assert await resp.json() == {"cancelled": 2}
     statuses = [(await get_job(client, i))["status"] for i in ids]
     assert statuses == ["pending", "cancelled", "cancelled", "pending"]

@@ -192,18 +192,10 @@ def known_env_names() -> set[str]:
 
 
 def cli_parser() -> argparse.ArgumentParser:
-    """The real `queueflow` parser from shared/cli.py; skips only while that does not exist yet."""
-    import importlib
-    import importlib.util
+    """The real `queueflow` parser from shared/cli.py."""
+    from shared.cli import build_parser
 
-    if importlib.util.find_spec("shared.cli") is None:
-        pytest.skip("shared/cli.py does not exist yet (the lead is writing it); "
-                    "serve options are still checked against shared.config")
-    cli = importlib.import_module("shared.cli")
-    build = getattr(cli, "build_parser", None)
-    if build is None:
-        pytest.skip("shared/cli.py has no build_parser() yet")
-    return build()
+    return build_parser()
 
 
 def parse_cli(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:

@@ -161,3 +161,8 @@ async def step_jobs(client: TestClient, wf_id: str, step_name: str | None = None
 
 async def count_rows(client: TestClient, table: str) -> int:
     return int(await resources_of(client).pool.fetchval(f"SELECT count(*) FROM queueflow.{table}"))
+
+
+def statuses(states: dict) -> dict[str, str]:
+    """{step name: status} from a steps mapping."""
+    return {name: s["status"] for name, s in states.items()}

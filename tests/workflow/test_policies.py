@@ -16,6 +16,7 @@ from tests.workflow.helpers import (
     manual,
     post,
     run_step,
+    statuses,
     step,
     step_jobs,
     steps,
@@ -24,10 +25,6 @@ from tests.workflow.helpers import (
     wait_step_job,
     workflow,
 )
-
-
-def _statuses(states: dict) -> dict[str, str]:
-    return {name: s["status"] for name, s in states.items()}
 
 
 async def test_halt_fails_the_workflow_and_cancels_everything_unfinished(api):
@@ -43,7 +40,7 @@ async def test_halt_fails_the_workflow_and_cancels_everything_unfinished(api):
     wf = await wait_status(client, wf_id, "failed")
     assert wf["error_message"] == "step 'b' failed: card declined"
     states = await steps(client, wf_id)
-    assert _statuses(states) == {"a": "completed", "b": "failed", "c": "cancelled", "d": "cancelled"}
+    assert statuses(states) == {"a": "completed", "b": "failed", "c": "cancelled", "d": "cancelled"}
     assert "card declined" in states["b"]["error"]
     assert [j["workflow_step_id"] for j in await step_jobs(client, wf_id)] == ["a", "b"]
     assert wf["context"] == {"a": {"echoed": True}}
@@ -64,7 +61,7 @@ async def test_halt_is_the_default_policy_and_applies_after_retries_run_out(api)
     await fail(client, again["id"], token2, "still broken", retryable=True)
     wf = await wait_status(client, wf_id, "failed")
     assert wf["error_message"] == "step 'a' failed: still broken"
-    assert _statuses(await steps(client, wf_id)) == {"a": "failed", "b": "cancelled"}
+    assert statuses(await steps(client, wf_id)) == {"a": "failed", "b": "cancelled"}
 
 
 async def test_halt_cancels_an_already_enqueued_sibling_job_which_never_runs(api):
@@ -79,7 +76,7 @@ async def test_halt_cancels_an_already_enqueued_sibling_job_which_never_runs(api
     assert (await job(client, sibling_job))["status"] == "cancelled"
     assert await lease(client, "manual2", max_jobs=10) == []
     assert await lease(client, max_jobs=10) == []
-    assert _statuses(await steps(client, wf_id)) == {"a": "failed", "b": "cancelled", "c": "cancelled"}
+    assert statuses(await steps(client, wf_id)) == {"a": "failed", "b": "cancelled", "c": "cancelled"}
     assert len(await step_jobs(client, wf_id)) == 2
 
 
@@ -97,13 +94,13 @@ async def test_halt_cancels_a_running_sibling_whose_next_heartbeat_answers_cance
     assert status == 200 and body == {"status": "cancelled"}
     assert (await job(client, slow["id"]))["status"] == "cancelled"
     states = await steps(client, wf_id)
-    assert _statuses(states) == {"slow": "cancelled", "bad": "failed", "gate": "completed"}
+    assert statuses(states) == {"slow": "cancelled", "bad": "failed", "gate": "completed"}
     # A late completion from the cancelled worker changes nothing.
     status, _ = await post(client, f"/api/v1/jobs/{slow['id']}/complete", {"lease_token": slow_token, "result": {}})
     assert status in (204, 409)
     assert (await job(client, slow["id"]))["status"] == "cancelled"
     assert (await workflow(client, wf_id))["status"] == "failed"
-    assert _statuses(await steps(client, wf_id)) == _statuses(states)
+    assert statuses(await steps(client, wf_id)) == statuses(states)
 
 
 async def test_continue_runs_the_dependents_and_ends_partially_failed(api):
@@ -122,7 +119,7 @@ async def test_continue_runs_the_dependents_and_ends_partially_failed(api):
     assert "a" in dependent["payload"]["_context"] and "b" not in dependent["payload"]["_context"]
     wf = await wait_status(client, wf_id, "partially_failed")
     states = await steps(client, wf_id)
-    assert _statuses(states) == {"a": "completed", "b": "failed", "c": "completed", "d": "completed",
+    assert statuses(states) == {"a": "completed", "b": "failed", "c": "completed", "d": "completed",
                                  "x": "completed"}
     assert "soft error" in states["b"]["error"]
     assert "b" not in wf["context"] and wf["context"]["c"] == {"ran": True}
@@ -149,7 +146,7 @@ async def test_skip_fails_the_step_skips_its_dependents_and_unrelated_branches_r
     wf = await wait_status(client, wf_id, "partially_failed")
     assert wf["error_message"]  # names what did not complete
     states = await steps(client, wf_id)
-    assert _statuses(states) == {"a": "completed", "b": "failed", "c": "skipped", "e": "skipped", "f": "skipped",
+    assert statuses(states) == {"a": "completed", "b": "failed", "c": "skipped", "e": "skipped", "f": "skipped",
                                  "x": "completed", "y": "completed"}
     for name in ("c", "e", "f"):
         assert "job_id" not in states[name]
@@ -162,7 +159,7 @@ async def test_a_failed_workflow_is_failed_when_nothing_completed(api):
                                        on_failure="continue")])
     wf = await wait_status(client, wf_id)
     assert wf["status"] == "failed"
-    assert _statuses(await steps(client, wf_id)) == {"only": "failed"}
+    assert statuses(await steps(client, wf_id)) == {"only": "failed"}
 
 
 async def test_builtin_fail_task_halts_with_its_message(api):
@@ -173,7 +170,7 @@ async def test_builtin_fail_task_halts_with_its_message(api):
     wf = await wait_status(client, wf_id)
     assert wf["status"] == "failed"
     assert wf["error_message"] == "step 'boom' failed: exploded"
-    assert _statuses(await steps(client, wf_id)) == {"ok": "completed", "boom": "failed", "after": "cancelled"}
+    assert statuses(await steps(client, wf_id)) == {"ok": "completed", "boom": "failed", "after": "cancelled"}
 
 
 # --- cancellation --------------------------------------------------------------------------------
@@ -189,7 +186,7 @@ async def test_cancel_workflow_cancels_its_pending_step_job_which_is_never_claim
     assert wf["status"] == "cancelled" and "completed_at" in wf
     assert (await job(client, job_id))["status"] == "cancelled"
     assert await lease(client, max_jobs=10) == []
-    assert _statuses(await steps(client, wf_id)) == {"a": "cancelled", "b": "cancelled"}
+    assert statuses(await steps(client, wf_id)) == {"a": "cancelled", "b": "cancelled"}
     # The advancer processes the job's cancellation without reviving anything.
     await eventually(lambda: _outbox_empty(client), timeout=10)
     assert (await workflow(client, wf_id))["status"] == "cancelled"
@@ -221,7 +218,7 @@ async def test_cancelling_a_step_job_directly_settles_the_workflow_by_halt(api):
     assert status == 204
     wf = await wait_status(client, wf_id, "failed")
     assert wf["error_message"].startswith("step 'b' failed: ")
-    assert _statuses(await steps(client, wf_id)) == {"a": "completed", "b": "failed", "c": "cancelled"}
+    assert statuses(await steps(client, wf_id)) == {"a": "completed", "b": "failed", "c": "cancelled"}
     assert await lease(client, max_jobs=10) == []
 
 
@@ -232,7 +229,7 @@ async def test_cancelling_a_step_job_directly_applies_the_continue_policy(api):
     status, _ = await post(client, f"/api/v1/jobs/{job_id}/cancel")
     assert status == 204
     await wait_status(client, wf_id, "partially_failed")
-    assert _statuses(await steps(client, wf_id)) == {"a": "completed", "b": "failed", "c": "completed"}
+    assert statuses(await steps(client, wf_id)) == {"a": "completed", "b": "failed", "c": "completed"}
 
 
 async def test_cancelling_a_running_step_job_directly_applies_the_skip_policy(api):
@@ -242,11 +239,11 @@ async def test_cancelling_a_running_step_job_directly_applies_the_skip_policy(ap
     status, _ = await post(client, f"/api/v1/jobs/{running['id']}/cancel")
     assert status == 204
     await wait_status(client, wf_id, "partially_failed")
-    assert _statuses(await steps(client, wf_id)) == {"b": "failed", "c": "skipped", "x": "completed"}
+    assert statuses(await steps(client, wf_id)) == {"b": "failed", "c": "skipped", "x": "completed"}
     status, body = await heartbeat(client, running["id"], token)
     assert status == 200 and body == {"status": "cancelled"}
     await complete_quietly(client, running["id"], token)
-    assert _statuses(await steps(client, wf_id))["b"] == "failed"
+    assert statuses(await steps(client, wf_id))["b"] == "failed"
 
 
 async def complete_quietly(client, job_id: str, token: str) -> None:
@@ -265,7 +262,7 @@ async def test_cancel_a_created_workflow_before_the_advancer_starts_it(api):
     later = await api(mode="workflow")
     await eventually(lambda: _outbox_empty(later), timeout=10)
     assert await step_jobs(later, wf_id) == []
-    assert _statuses(await steps(client, wf_id)) == {"a": "cancelled", "b": "cancelled"}
+    assert statuses(await steps(client, wf_id)) == {"a": "cancelled", "b": "cancelled"}
 
 
 async def test_completed_result_of_a_finished_step_is_kept_after_cancel(api):
@@ -278,4 +275,4 @@ async def test_completed_result_of_a_finished_step_is_kept_after_cancel(api):
     assert status == 204
     wf = await workflow(client, wf_id)
     assert wf["status"] == "cancelled" and wf["context"] == {"a": {"kept": True}}
-    assert _statuses(await steps(client, wf_id)) == {"a": "completed", "b": "cancelled"}
+    assert statuses(await steps(client, wf_id)) == {"a": "completed", "b": "cancelled"}

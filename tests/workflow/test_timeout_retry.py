@@ -16,6 +16,7 @@ from tests.workflow.helpers import (
     manual,
     post,
     run_step,
+    statuses,
     step,
     step_jobs,
     steps,
@@ -23,11 +24,6 @@ from tests.workflow.helpers import (
     wait_step_job,
     workflow,
 )
-
-
-def _statuses(states: dict) -> dict[str, str]:
-    return {name: s["status"] for name, s in states.items()}
-
 
 # --- timeouts ------------------------------------------------------------------------------------
 
@@ -42,7 +38,7 @@ async def test_workflow_past_its_timeout_fails_and_its_step_job_is_cancelled(api
     wf = await wait_status(client, wf_id, "failed", timeout=20)
     assert wf["error_message"] == "workflow timed out after 1s"
     assert (await job(client, stuck["id"]))["status"] == "cancelled"
-    assert _statuses(await steps(client, wf_id)) == {"quick": "completed", "stuck": "cancelled", "never": "cancelled"}
+    assert statuses(await steps(client, wf_id)) == {"quick": "completed", "stuck": "cancelled", "never": "cancelled"}
     status, body = await heartbeat(client, stuck["id"], token)
     assert status == 200 and body == {"status": "cancelled"}
     assert await lease(client, max_jobs=10) == []
@@ -84,7 +80,7 @@ async def test_retry_reruns_the_failed_step_and_downstream_but_not_completed_ups
     await fail(client, first["id"], token, "transient outage")
     failed = await wait_status(client, wf_id, "failed")
     assert failed["error_message"] == "step 'flaky' failed: transient outage"
-    assert _statuses(await steps(client, wf_id)) == {"upstream": "completed", "flaky": "failed",
+    assert statuses(await steps(client, wf_id)) == {"upstream": "completed", "flaky": "failed",
                                                      "downstream": "cancelled"}
 
     status, body = await post(client, f"/api/v1/workflows/{wf_id}/retry")
@@ -133,7 +129,7 @@ async def test_retry_of_partially_failed_reruns_policy_skipped_steps_only(api):
     first, token = await lease_step(client, wf_id, "bad")
     await fail(client, first["id"], token, "bad data")
     await wait_status(client, wf_id, "partially_failed")
-    assert _statuses(await steps(client, wf_id)) == {"ok": "completed", "bad": "failed", "dep": "skipped",
+    assert statuses(await steps(client, wf_id)) == {"ok": "completed", "bad": "failed", "dep": "skipped",
                                                      "cond": "skipped", "side": "completed"}
     status, _ = await post(client, f"/api/v1/workflows/{wf_id}/retry")
     assert status == 204
@@ -141,7 +137,7 @@ async def test_retry_of_partially_failed_reruns_policy_skipped_steps_only(api):
     wf = await wait_status(client, wf_id, "completed")
     assert wf["retry_count"] == 1
     states = await steps(client, wf_id)
-    assert _statuses(states) == {"ok": "completed", "bad": "completed", "dep": "completed", "cond": "skipped",
+    assert statuses(states) == {"ok": "completed", "bad": "completed", "dep": "completed", "cond": "skipped",
                                  "side": "completed"}
     assert states["cond"]["error"] == "condition not met"
     counts = {name: len(await step_jobs(client, wf_id, name)) for name in ("ok", "bad", "dep", "cond", "side")}

@@ -27,9 +27,6 @@ SELECT * FROM queueflow.workflows WHERE id = $1 AND tenant_id = $2 FOR UPDATE;
 -- name: workflow_steps
 SELECT * FROM queueflow.workflow_steps WHERE workflow_id = $1 ORDER BY idx;
 
--- name: steps_of_workflows
-SELECT * FROM queueflow.workflow_steps WHERE workflow_id = ANY($1::text[]) ORDER BY workflow_id, idx;
-
 -- name: take_outbox
 -- One outbox row for this advancer; others skip it. A row whose application keeps failing is
 -- left aside after 5 attempts (logged, visible in the table) instead of blocking the rest.
