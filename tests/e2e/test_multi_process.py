@@ -66,7 +66,7 @@ async def test_concurrent_leasing_across_processes_hands_each_job_to_one_holder(
             await asyncio.gather(*loops)
     finally:
         for janitor in janitors:
-            await janitor.kill()  # see test_process_lifecycle: a janitor process may ignore SIGTERM
+            await janitor.terminate(grace=10.0)
 
     leased_ids = [job_id for job_id, _, _ in leases]
     assert len(leased_ids) == len(set(leased_ids)) == JOBS, "a job was leased more than once"

@@ -88,7 +88,7 @@ async def test_run_worker_processes_a_custom_queue_against_api_and_janitor_proce
         assert reasons == {rejected.id: "non_retryable", unknown.id: "non_retryable"}
     finally:
         result = await worker.close()
-        await janitor.kill()  # see test_process_lifecycle: a janitor process may ignore SIGTERM
+        await janitor.terminate(grace=10.0)
     assert result.unfinished == []
     assert worker.errors == []
 

@@ -71,7 +71,7 @@ async def test_the_documented_shell_worker_processes_jobs_with_heartbeats(databa
     finally:
         os.killpg(script.pid, signal.SIGKILL)
         await script.wait()
-        await janitor.kill()  # see test_process_lifecycle: a janitor process may ignore SIGTERM
+        await janitor.terminate(grace=10.0)
 
     beats = [line.split() for line in hb_log.read_text().splitlines()]
     slow_beats = [status for job_id, *status in beats if job_id == slow]
