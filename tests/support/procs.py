@@ -38,8 +38,10 @@ class ServiceProcess:
         extra_args: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
         log_dir: str | os.PathLike[str] | None = None,
+        cwd: str | os.PathLike[str] = REPO,
     ) -> None:
         self.mode = mode
+        self.cwd = Path(cwd)
         self.api_port = free_port()
         self.metrics_port = free_port()
         while self.metrics_port == self.api_port:
@@ -109,7 +111,7 @@ class ServiceProcess:
         try:
             self._proc = await asyncio.create_subprocess_exec(
                 *self.argv, stdin=subprocess.DEVNULL, stdout=log_fd, stderr=subprocess.STDOUT,
-                env=self.env, cwd=REPO,
+                env=self.env, cwd=self.cwd,
             )
         finally:
             os.close(log_fd)  # the child has its own copy
