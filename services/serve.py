@@ -16,7 +16,7 @@ import structlog
 from aiohttp import web
 
 from shared.config import Settings
-from shared.http import add_ops_routes, error_middleware
+from shared.http import add_ops_routes, answer_malformed_http_with_json, error_middleware
 from shared.runtime import RESOURCES, Resources, resources_ctx
 
 log = structlog.get_logger("queueflow.serve")
@@ -64,6 +64,7 @@ def raise_open_files_limit() -> None:
 
 async def serve(settings: Settings) -> None:
     raise_open_files_limit()
+    answer_malformed_http_with_json()
     res, main, metrics_app = build_apps(settings)
     if settings.dev:
         log.warning("development_mode", detail="--dev: any bearer token is tenant 'tenant1' and a worker; "

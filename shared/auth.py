@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import jwt
 
 from shared.config import Settings
-from shared.domain import Forbidden, Unauthorized
+from shared.domain import Forbidden, Unauthorized, is_utf8
 
 DEV_TENANT = "tenant1"
 
@@ -39,7 +39,10 @@ def bearer_token(header: str | None) -> str | None:
     if not header or not header.startswith("Bearer "):
         return None
     token = header[len("Bearer "):].strip()
-    return token or None
+    if not token or not is_utf8(token):
+        return None  # bytes that are not UTF-8 arrive as surrogates: no credential has them
+    return token
+
 
 
 class Authenticator:

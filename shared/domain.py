@@ -94,6 +94,16 @@ _EARLIEST = datetime(1, 1, 2, tzinfo=UTC)
 _LATEST = datetime(9999, 12, 30, tzinfo=UTC)
 
 
+def is_utf8(text: str) -> bool:
+    """False for a header value that was not UTF-8 (aiohttp hands such bytes over as surrogate
+    escapes, which neither hashing nor PostgreSQL accepts)."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def instant(name: str, value: datetime | None) -> datetime | None:
     """A request timestamp in UTC (naive means UTC), inside the range PostgreSQL stores finitely."""
     if value is None:

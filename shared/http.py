@@ -4,14 +4,16 @@ JSON responses with msgspec, and the operational routes (/health, /ready, /metri
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from http import HTTPStatus
 from typing import Any, TypeVar
 
 import msgspec
 import structlog
-from aiohttp import web
+from aiohttp import http_exceptions, web, web_protocol
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 import shared
@@ -41,24 +43,65 @@ def _validation_detail(err: msgspec.MsgspecError) -> str:
     return text[0].lower() + text[1:] if text else "malformed body"
 
 
+class UnreadableBody(ValidationFailed):
+    """A 400 after which the connection closes: what is left of the body cannot be parsed."""
+
+
+# Deeper JSON than this is refused: it is never needed, and every layer below (PostgreSQL's jsonb
+# encoding, the workflow engine's conditions and context merges) would otherwise have to survive
+# recursion limits.
+MAX_JSON_DEPTH = 100
+
+
 async def decode(request: web.Request, typ: type[T]) -> T:
-    """The request body as `typ`: malformed JSON, wrong types, unknown fields and out-of-range
-    values are a 400 naming the problem; an empty body counts as `{}`."""
+    """The request body as `typ`: malformed JSON, wrong types, unknown fields, out-of-range values
+    and nesting deeper than MAX_JSON_DEPTH are a 400 naming the problem; an empty body counts as `{}`."""
     decoder = _decoders.get(typ)
     if decoder is None:
         decoder = _decoders[typ] = msgspec.json.Decoder(typ)
-    raw = await request.read()
+    try:
+        raw = await request.read()
+    except (http_exceptions.HttpProcessingError, web.RequestPayloadError):
+        # Typically a Content-Encoding the body does not match (a truncated or plain gzip body).
+        # The rest of it cannot be read either: aiohttp must not try to after the answer, and the
+        # connection closes with it.
+        request.content.feed_eof()
+        encoding = request.headers.get("Content-Encoding")
+        raise UnreadableBody(f"the body is not valid {encoding} data" if encoding
+                             else "the body could not be read") from None
+    if nested_deeper_than(raw, MAX_JSON_DEPTH):
+        raise ValidationFailed(f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
     try:
         value = decoder.decode(raw if raw.strip() else b"{}")
     except msgspec.ValidationError as err:
         raise ValidationFailed(_validation_detail(err)) from None
     except msgspec.DecodeError as err:
         raise ValidationFailed(f"malformed JSON: {_validation_detail(err)}") from None
-    except RecursionError:
-        raise ValidationFailed("JSON nested too deeply") from None
+    except RecursionError:  # not valid JSON, so not measured above
+        raise ValidationFailed(f"JSON nested deeper than {MAX_JSON_DEPTH} levels") from None
     if b"\\u0000" in raw and _has_nul(msgspec.to_builtins(value)):
         raise ValidationFailed("NUL characters (\\u0000) cannot be stored")
     return value
+
+
+_NOT_STRUCTURE = bytes(range(256)).translate(None, b'{}[]"')
+_INNERMOST_PAIRS = re.compile(rb"\{\}|\[\]")
+
+
+def nested_deeper_than(raw: bytes, limit: int) -> bool:
+    """Whether JSON `raw` nests objects and arrays more than `limit` deep, found without recursion
+    and before decoding: drop the escapes that involve a quote or a backslash, keep only brackets
+    and quotes, drop what lies between quotes, then peel the innermost pairs off once per level.
+    (For malformed JSON the answer is a guess, but such a body is refused either way.)"""
+    if raw.count(b"{") + raw.count(b"[") <= limit:
+        return False  # too few brackets to nest that deep
+    skeleton = raw.replace(b"\\\\", b"").replace(b'\\"', b"").translate(None, _NOT_STRUCTURE)
+    skeleton = b"".join(skeleton.split(b'"')[::2])  # the even pieces lie outside strings
+    for _ in range(limit):
+        if not skeleton:
+            return False
+        skeleton = _INNERMOST_PAIRS.sub(b"", skeleton)
+    return bool(skeleton)
 
 
 def _has_nul(value: Any) -> bool:
@@ -91,7 +134,10 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return response
     except DomainError as err:
         status = err.status
-        return error_response(err.status, err.message)
+        response = error_response(err.status, err.message)
+        if isinstance(err, UnreadableBody):
+            response.force_close()
+        return response
     except web.HTTPRequestEntityTooLarge as err:
         status = 413
         return error_response(413, PayloadTooLarge(f"payload too large: {err.text}").message)
@@ -117,6 +163,40 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         emit = log.info if status >= 400 else log.debug
         emit("request_served", method=request.method, route=route, status=status,
              duration_ms=round(elapsed * 1000, 2))
+
+
+# --- requests aiohttp cannot parse ----------------------------------------------------------------
+
+
+def answer_malformed_http_with_json() -> None:
+    """aiohttp answers a request it cannot parse (a bad request line, header or Content-Length, an
+    over-long line, an unsupported Content-Encoding) by itself, before any middleware runs: in
+    text/plain, quoting the offending bytes, with a traceback in the log. Called once at start-up,
+    this gives those answers the contract's error body and a one-line log instead."""
+    web_protocol.RequestHandler.handle_error = _protocol_error  # type: ignore[method-assign]
+
+
+def _protocol_error(self: web_protocol.RequestHandler, request: web.BaseRequest, status: int = 500,
+                    exc: BaseException | None = None, message: str | None = None) -> web.StreamResponse:
+    if request.writer.output_size > 0:  # the response had begun: all that is left is to close
+        raise ConnectionError("the response was already being sent")
+    if isinstance(exc, http_exceptions.ContentEncodingError):
+        text = "unsupported or corrupt Content-Encoding"
+    elif isinstance(exc, http_exceptions.LineTooLong):
+        text = "request line or header too long"
+    elif isinstance(exc, http_exceptions.BadHttpMessage):
+        text = "malformed HTTP request"
+    elif status >= 500:
+        text = "internal server error"
+    else:
+        text = HTTPStatus(status).phrase.lower()
+    if status >= 500:
+        log.error("request_failed", status=status, exc_info=exc)
+    else:
+        log.info("malformed_http_request", status=status, error=type(exc).__name__ if exc else None)
+    response = error_response(status, text)
+    response.force_close()
+    return response
 
 
 # --- operational routes --------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from shared.domain import (
     NotFound,
     ValidationFailed,
     instant,
+    is_utf8,
 )
 from shared.http import decode, json_response
 from shared.runtime import RESOURCES
@@ -50,7 +51,10 @@ def _header_key(request: web.Request) -> str | None:
     key = request.headers.get("Idempotency-Key", "").strip()
     if len(key) > 255:
         raise ValidationFailed("Idempotency-Key is longer than 255 characters")
+    if not key.isprintable() or not is_utf8(key):
+        raise ValidationFailed("Idempotency-Key must be printable UTF-8 text")
     return key or None
+
 
 
 async def create_job(request: web.Request) -> web.Response:

@@ -20,11 +20,18 @@ from aiohttp import web
 from services.workflow.engine import advance
 from shared.db.listener import ADVANCE
 from shared.db.queries import Q
+from shared.db.workflows import fail_workflow
 from shared.runtime import Resources
 
 log = structlog.get_logger("queueflow.workflow")
 
 CONSUMERS = 4
+OUTBOX_ATTEMPTS = 5  # take_outbox leaves a row aside after this many failed attempts
+# Failures that say nothing about the row: the connection or the server, or a transaction that
+# lost a race. They do not count as an attempt.
+_NOT_THE_ROWS_FAULT = (OSError, asyncpg.InterfaceError, asyncpg.exceptions.SerializationError,
+                       asyncpg.exceptions.DeadlockDetectedError, asyncpg.exceptions.PostgresConnectionError,
+                       asyncpg.exceptions.OperatorInterventionError)
 
 
 class Advancer:
@@ -48,23 +55,36 @@ class Advancer:
 
     async def step(self) -> bool:
         """Apply one outbox row; False when there was none to take."""
-        event_id = None
+        event = None
         async with self.res.pool.acquire() as conn:
             try:
                 async with conn.transaction():
                     event = await conn.fetchrow(Q.take_outbox)
                     if event is None:
                         return False
-                    event_id = event["id"]
                     await advance(conn, event, self.res.settings.default_queue)
-                    await conn.execute(Q.delete_outbox, event_id)
-            except (asyncpg.PostgresError, ValueError, KeyError, TypeError) as err:
-                if event_id is None or isinstance(err, asyncpg.exceptions.SerializationError):
+                    await conn.execute(Q.delete_outbox, event["id"])
+            except _NOT_THE_ROWS_FAULT:
+                raise  # the consumer backs off; the row is taken again
+            except Exception as err:
+                if event is None:
                     raise
-                # Rolled back; count the attempt so a poison row cannot block the outbox.
-                await conn.execute(Q.outbox_failed, event_id, f"{type(err).__name__}: {err}")
-                log.exception("advance_event_failed", outbox_id=event_id)
+                await self._failed_attempt(conn, event, err)
         return True
+
+    async def _failed_attempt(self, conn: asyncpg.Connection, event: asyncpg.Record, err: Exception) -> None:
+        """The row's transaction rolled back: count the attempt, so that a poison row cannot block
+        the outbox. At the last attempt the workflow fails, naming the error, instead of staying
+        live with nothing left to move it."""
+        error = f"{type(err).__name__}: {err}"[:500]
+        log.error("advance_event_failed", outbox_id=event["id"], workflow_id=event["workflow_id"], error=error,
+                  exc_info=err)
+        attempts = await conn.fetchval(Q.outbox_failed, event["id"], error)
+        if attempts is not None and attempts >= OUTBOX_ATTEMPTS:
+            async with conn.transaction():
+                failed = await fail_workflow(conn, event["workflow_id"], f"workflow advancement failed: {error}")
+            log.error("workflow_advancement_abandoned", workflow_id=event["workflow_id"], outbox_id=event["id"],
+                      workflow_failed=failed)
 
     async def _consume(self) -> None:
         hub = self.res.hub

@@ -98,6 +98,16 @@ async def finish_workflow(conn: asyncpg.Connection, row: asyncpg.Record, status:
     return True
 
 
+async def fail_workflow(conn: asyncpg.Connection, wf_id: str, reason: str) -> bool:
+    """End a live workflow failed with `reason`, its unfinished steps and sub-workflows cancelled.
+    Reads none of its JSON, so it works on a workflow whose context cannot be processed."""
+    row = await conn.fetchrow(Q.lock_workflow_head, wf_id)
+    if row is None or row["status"] in TERMINAL_WORKFLOW_STATUSES:
+        return False
+    await cancel_below(conn, wf_id, reason)
+    return await finish_workflow(conn, row, "failed", reason)
+
+
 async def cancel_workflow(pool: asyncpg.Pool, tenant: str, wf_id: str
                           ) -> tuple[Literal["cancelled", "missing", "conflict"], str | None]:
     """('cancelled', None), ('missing', None) or ('conflict', the terminal status it has)."""

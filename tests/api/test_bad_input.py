@@ -179,6 +179,50 @@ async def test_deeply_nested_payload_is_a_4xx_not_a_500(api):
     await _assert_nothing_written(client)
 
 
+def _nested(levels: int, leaf: bytes = b"1") -> bytes:
+    """`levels` of objects and arrays around `leaf` (a body's own braces add one more level)."""
+    opening = b"".join(b'{"k": ' if i % 2 == 0 else b"[" for i in range(levels))
+    closing = b"".join(b"}" if i % 2 == 0 else b"]" for i in reversed(range(levels)))
+    return opening + leaf + closing
+
+
+# (route, body around the nested value): every place a client can put arbitrary JSON.
+NESTED_AT = {
+    "job payload": ("/api/v1/jobs", b'{"task_name": "t", "payload": %s}'),
+    "job metadata": ("/api/v1/jobs", b'{"task_name": "t", "metadata": %s}'),
+    "batch item payload": ("/api/v1/jobs/batch", b'{"jobs": [{"task_name": "t", "payload": %s}]}'),
+    "workflow context": ("/api/v1/workflows", b'{"name": "w", "context": %s, "steps": [{"name": "a", "task_name": "t"}]}'),
+    "workflow when": ("/api/v1/workflows",
+                      b'{"name": "w", "steps": [{"name": "a", "task_name": "t", "when": {"all": %s}}]}'),
+    "cron payload": ("/api/v1/cron", b'{"name": "c", "cron_expr": "* * * * *", "task_name": "t", "payload": %s}'),
+}
+
+
+@pytest.mark.parametrize("where", NESTED_AT)
+@pytest.mark.parametrize("leaf", [b"1", b'"\\u0000"'], ids=["number", "NUL"])
+async def test_json_nested_deeper_than_100_levels_is_400_and_writes_nothing(api, where, leaf):
+    """Up to about 1,000 levels JSON decodes fine, but every layer below would then recurse that
+    deep (a NUL check, jsonb encoding, conditions in the advancer): refused at the door."""
+    client = await api()
+    path, shape = NESTED_AT[where]
+    for levels in (120, 400, 990):
+        resp = await client.post(path, data=shape % _nested(levels, leaf), headers=JSON)
+        await expect_error(resp, 400, "validation error: JSON nested deeper than 100 levels")
+    await _assert_nothing_written(client)
+    assert await count(client, "workflows") == 0
+
+
+async def test_json_nested_100_levels_deep_is_accepted_and_kept(api):
+    client = await api()
+    body = b'{"task_name": "t", "payload": %s}' % _nested(99)  # the body's braces make it 100
+    resp = await client.post("/api/v1/jobs", data=body, headers=JSON)
+    assert resp.status == 201, await resp.text()
+    job = await (await client.get(f"/api/v1/jobs/{(await resp.json())['job_id']}", headers=DEV)).json()
+    assert json.dumps(job["payload"], separators=(", ", ": ")).encode() == _nested(99)
+    too_deep = b'{"task_name": "t", "payload": %s}' % _nested(100)
+    await expect_error(await client.post("/api/v1/jobs", data=too_deep, headers=JSON), 400)
+
+
 async def test_oversized_body_is_413_with_the_error_body_and_writes_nothing(api):
     client = await api(max_body_bytes=4096)
     body = {"task_name": "t", "payload": {"blob": "x" * 8192}}

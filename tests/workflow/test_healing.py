@@ -60,3 +60,29 @@ async def test_janitor_heals_a_finished_step_job_whose_outcome_was_never_applied
     wf = await wait_status(client, wf_id, "completed", timeout=10)
     assert wf["context"] == {"a": {"r": 1}, "b": {"echoed": True}}
     assert {n: s["status"] for n, s in (await steps(client, wf_id)).items()} == {"a": "completed", "b": "completed"}
+
+
+async def test_an_event_that_can_never_be_applied_fails_its_workflow_after_five_attempts(api):
+    """A poison outbox row (here: a stored condition nested far deeper than any request may be, so
+    reading it raises RecursionError) is retried five times, then its workflow ends failed, naming
+    the error; it never blocks the outbox for other workflows."""
+    client = await api()  # API only: nothing advances yet
+    pool = resources_of(client).pool
+    poisoned = await create(client, [step("a", when={"path": "x", "op": "exists"}), step("b", after=["a"])],
+                            name="poisoned")
+    deep = '{"not": ' * 3000 + '{"path": "x", "op": "exists"}' + "}" * 3000
+    await pool.execute("UPDATE queueflow.workflow_steps SET definition = jsonb_set(definition, '{when}', $2::text::jsonb)"
+                       " WHERE workflow_id = $1 AND name = 'a'", poisoned, deep)
+    healthy = await create(client, [step("a"), step("b", after=["a"])], name="healthy")
+
+    await api(mode="all")
+    wf = await wait_status(client, poisoned, "failed")
+    assert wf["error_message"].startswith("workflow advancement failed: RecursionError"), wf["error_message"]
+    assert (await wait_status(client, healthy, "completed"))["context"] == {"a": {"echoed": True},
+                                                                           "b": {"echoed": True}}
+    # (Read with SQL: the API cannot decode that stored condition either.)
+    rows = await pool.fetch("SELECT name, status FROM queueflow.workflow_steps WHERE workflow_id = $1", poisoned)
+    assert {r["name"]: r["status"] for r in rows} == {"a": "cancelled", "b": "cancelled"}
+    left_aside = await pool.fetch("SELECT attempts, last_error FROM queueflow.workflow_outbox WHERE workflow_id = $1",
+                                  poisoned)
+    assert [(r["attempts"], r["last_error"].split(":")[0]) for r in left_aside] == [(5, "RecursionError")]

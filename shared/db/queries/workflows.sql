@@ -29,11 +29,16 @@ SELECT * FROM queueflow.workflow_steps WHERE workflow_id = $1 ORDER BY idx;
 
 -- name: take_outbox
 -- One outbox row for this advancer; others skip it. A row whose application keeps failing is
--- left aside after 5 attempts (logged, visible in the table) instead of blocking the rest.
+-- left aside after 5 attempts (logged, visible in the table; its workflow is failed) instead of
+-- blocking the rest.
 SELECT * FROM queueflow.workflow_outbox WHERE attempts < 5 ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED;
 
 -- name: outbox_failed
-UPDATE queueflow.workflow_outbox SET attempts = attempts + 1, last_error = $2 WHERE id = $1;
+UPDATE queueflow.workflow_outbox SET attempts = attempts + 1, last_error = $2 WHERE id = $1 RETURNING attempts;
+
+-- name: lock_workflow_head
+-- The columns a terminal write needs, and nothing that has to be decoded (context, steps).
+SELECT id, status, parent_workflow_id, parent_step_name FROM queueflow.workflows WHERE id = $1 FOR UPDATE;
 
 -- name: delete_outbox
 DELETE FROM queueflow.workflow_outbox WHERE id = $1;
