@@ -13,6 +13,15 @@ from shared.domain import ValidationFailed, instant
 MAX_OFFSET = 2**62  # beyond PostgreSQL's bigint there is nothing to skip to anyway
 
 
+def queue_in_path(request: web.Request) -> str:
+    """The {queue} of a queue route: the same bounds as a job's queue, so that no route accepts a
+    queue name that no job can have."""
+    queue = request.match_info["queue"]
+    if not queue.strip() or len(queue) > 255:
+        raise ValidationFailed("queue name must be 1 to 255 characters, not all blank")
+    return queue
+
+
 def parse_time(name: str, raw: str) -> datetime:
     """RFC 3339 / ISO 8601; a '+' that a query string turned into a space is restored; naive is UTC."""
     text = raw.strip().replace(" ", "+")

@@ -7,9 +7,9 @@ import math
 from aiohttp import web
 
 from services.api.context import tenant_of
+from services.api.params import queue_in_path
 from shared import wire
 from shared.db.queries import Q
-from shared.domain import ValidationFailed
 from shared.http import json_response
 from shared.runtime import RESOURCES
 
@@ -24,9 +24,7 @@ async def list_queues(request: web.Request) -> web.Response:
 
 
 async def _set_paused(request: web.Request, paused: bool) -> web.Response:
-    queue = request.match_info["queue"]
-    if not queue.strip() or len(queue) > 255:
-        raise ValidationFailed("queue name must be 1 to 255 characters")
+    queue = queue_in_path(request)
     tenant = tenant_of(request).id
     pool = request.app[RESOURCES].pool
     async with pool.acquire() as conn, conn.transaction():

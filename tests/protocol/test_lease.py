@@ -59,6 +59,14 @@ async def test_out_of_range_or_malformed_lease_parameters_are_rejected_with_400(
     assert "timestamp" in data
 
 
+@pytest.mark.parametrize("queue", ["%20", "%20%20", "q" * 256])
+async def test_a_queue_name_no_job_can_have_is_400(api, queue):
+    client = await api()
+    status, data = await post(client, f"/api/v1/queues/{queue}/lease", {"wait_secs": 0})
+    assert status == 400, data
+    assert data["error"] == "validation error: queue name must be 1 to 255 characters, not all blank"
+
+
 async def test_malformed_json_body_is_400(api):
     client = await api()
     resp = await client.post("/api/v1/queues/default/lease", data=b"{not json",
