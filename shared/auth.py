@@ -44,7 +44,6 @@ def bearer_token(header: str | None) -> str | None:
     return token
 
 
-
 class Authenticator:
     def __init__(self, settings: Settings) -> None:
         self.dev = settings.dev

@@ -142,7 +142,7 @@ _SERVE_OPTIONS: list[tuple[str, str, object, object, str]] = [
     ("--worker-poll-secs", "QUEUEFLOW_WORKER_POLL_SECS", float, 5.0, "longest idle wait (missed NOTIFY net)"),
     ("--janitor-interval-secs", "QUEUEFLOW_JANITOR_INTERVAL_SECS", float, 1.0, "janitor sweep interval"),
     ("--janitor-batch", "QUEUEFLOW_JANITOR_BATCH", int, 100, "rows per janitor sweep"),
-    ("--reclaim-lease-secs", "QUEUEFLOW_RECLAIM_LEASE_SECS", int, 60, "accepted for compatibility; no effect (a reclaim is one statement, no re-lease is needed)"),
+    ("--reclaim-lease-secs", "QUEUEFLOW_RECLAIM_LEASE_SECS", int, 60, "no effect; kept for compatibility (a reclaim is one statement)"),
     ("--max-batch", "QUEUEFLOW_MAX_BATCH", int, 1000, "largest POST /jobs/batch"),
     ("--max-body-bytes", "QUEUEFLOW_MAX_BODY_BYTES", int, 10 * 1024 * 1024, "largest request body (413)"),
     ("--shutdown-grace-secs", "QUEUEFLOW_SHUTDOWN_GRACE_SECS", float, 30.0, "drain time on SIGTERM"),

@@ -56,7 +56,6 @@ def _header_key(request: web.Request) -> str | None:
     return key or None
 
 
-
 async def create_job(request: web.Request) -> web.Response:
     body = await decode(request, wire.CreateJobRequest)
     key = _header_key(request) or (body.idempotency_key or "").strip() or None

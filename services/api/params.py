@@ -1,5 +1,5 @@
-"""Query-string parsing for list routes (API-NOTES section 1.1): clamp what upstream clamps, reject
-what cannot be read with a 400."""
+"""Path and query-string parsing: the {queue} of queue routes, and the query strings of list routes
+(API-NOTES section 1.1). Clamp what upstream clamps, reject what cannot be read with a 400."""
 
 from __future__ import annotations
 

@@ -20,13 +20,12 @@ from aiohttp import web
 from services.workflow.engine import advance
 from shared.db.listener import ADVANCE
 from shared.db.queries import Q
-from shared.db.workflows import fail_workflow
+from shared.db.workflows import OUTBOX_ATTEMPTS, fail_workflow
 from shared.runtime import Resources
 
 log = structlog.get_logger("queueflow.workflow")
 
 CONSUMERS = 4
-OUTBOX_ATTEMPTS = 5  # take_outbox leaves a row aside after this many failed attempts
 # Failures that say nothing about the row: the connection or the server, or a transaction that
 # lost a race. They do not count as an attempt.
 _NOT_THE_ROWS_FAULT = (OSError, asyncpg.InterfaceError, asyncpg.exceptions.SerializationError,
@@ -59,7 +58,7 @@ class Advancer:
         async with self.res.pool.acquire() as conn:
             try:
                 async with conn.transaction():
-                    event = await conn.fetchrow(Q.take_outbox)
+                    event = await conn.fetchrow(Q.take_outbox, OUTBOX_ATTEMPTS)
                     if event is None:
                         return False
                     await advance(conn, event, self.res.settings.default_queue)
@@ -79,7 +78,7 @@ class Advancer:
         error = f"{type(err).__name__}: {err}"[:500]
         log.error("advance_event_failed", outbox_id=event["id"], workflow_id=event["workflow_id"], error=error,
                   exc_info=err)
-        attempts = await conn.fetchval(Q.outbox_failed, event["id"], error)
+        attempts = await conn.fetchval(Q.outbox_failed, event["id"], error, event["attempts"])
         if attempts is not None and attempts >= OUTBOX_ATTEMPTS:
             async with conn.transaction():
                 failed = await fail_workflow(conn, event["workflow_id"], f"workflow advancement failed: {error}")

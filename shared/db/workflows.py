@@ -98,6 +98,10 @@ async def finish_workflow(conn: asyncpg.Connection, row: asyncpg.Record, status:
     return True
 
 
+# An outbox row whose application raised this many times is left aside and its workflow failed.
+OUTBOX_ATTEMPTS = 5
+
+
 async def fail_workflow(conn: asyncpg.Connection, wf_id: str, reason: str) -> bool:
     """End a live workflow failed with `reason`, its unfinished steps and sub-workflows cancelled.
     Reads none of its JSON, so it works on a workflow whose context cannot be processed."""
@@ -155,8 +159,5 @@ async def time_out_expired(pool: asyncpg.Pool, batch: int) -> int:
     count = 0
     async with pool.acquire() as conn, conn.transaction():
         for r in await conn.fetch(Q.expired_workflows, batch):
-            row = await conn.fetchrow(Q.lock_workflow, r["id"])
-            reason = f"workflow timed out after {row['timeout_secs']}s"
-            await cancel_below(conn, row["id"], reason)
-            count += await finish_workflow(conn, row, "failed", reason)
+            count += await fail_workflow(conn, r["id"], f"workflow timed out after {r['timeout_secs']}s")
     return count

@@ -23,7 +23,9 @@ import pytest
 from tests.support.waiting import eventually
 
 REPO = Path(__file__).resolve().parents[2]
-CONTEXT = ["pyproject.toml", "shared", "services"]  # deploy/Dockerfile.dockerignore's allow-list
+# The build context: what deploy/Dockerfile.dockerignore allows (its "!name" lines).
+CONTEXT = [line[1:].rstrip("/") for line in (REPO / "deploy" / "Dockerfile.dockerignore").read_text().splitlines()
+           if line.startswith("!")]
 DEV = {"Authorization": "Bearer dev"}
 
 

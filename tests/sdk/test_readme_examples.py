@@ -41,10 +41,6 @@ def pointed_at(code: str, base_url: str) -> str:
     return code.replace(README_URL, base_url)
 
 
-async def server(service, database_url):
-    return await service(database_url, mode="api")
-
-
 async def images_jobs(base_url: str) -> list[dict[str, Any]]:
     async with aiohttp.ClientSession() as http, \
             http.get(f"{base_url}/api/v1/jobs", params={"queue": "images", "limit": "100"}, headers=DEV) as resp:
@@ -59,14 +55,15 @@ async def enqueue(base_url: str, body: dict[str, Any]) -> str:
         return (await resp.json())["job_id"]
 
 
-async def completed(base_url: str, job_id: str) -> dict[str, Any]:
-    async def done() -> dict[str, Any] | None:
+async def reaching(base_url: str, job_id: str, status: str = "completed") -> dict[str, Any]:
+    """The job, once it has `status`."""
+    async def there() -> dict[str, Any] | None:
         async with aiohttp.ClientSession() as http, \
                 http.get(f"{base_url}/api/v1/jobs/{job_id}", headers=DEV) as resp:
             job = await resp.json()
-        return job if job["status"] == "completed" else None
+        return job if job["status"] == status else None
 
-    return await eventually(done, timeout=60, interval=0.1)
+    return await eventually(there, timeout=60, interval=0.1)
 
 
 async def spawn(argv: list[str], cwd: Path, env: dict[str, str] | None = None) -> asyncio.subprocess.Process:
@@ -87,7 +84,7 @@ async def finish(proc: asyncio.subprocess.Process, within: float = 60) -> tuple[
 
 @pytest.mark.timeout(360)
 async def test_go_readme_example_enqueues_works_and_drains_on_sigint(service, database_url, tmp_path):
-    srv = await server(service, database_url)
+    srv = await service(database_url, mode="api")
     code = fenced_block(SDKS / "go" / "README.md", "## A worker and a producer", "go")
     (tmp_path / "main.go").write_text(pointed_at(code, srv.base_url))
     (tmp_path / "go.mod").write_text(
@@ -100,7 +97,7 @@ async def test_go_readme_example_enqueues_works_and_drains_on_sigint(service, da
     proc = await spawn([str(tmp_path / "example")], tmp_path, {"QF_TOKEN": "dev", "QF_WORKER_TOKEN": "dev"})
     line = (await asyncio.wait_for(proc.stdout.readline(), 30)).decode()
     assert line.startswith("enqueued "), line
-    job = await completed(srv.base_url, line.split()[1])
+    job = await reaching(srv.base_url, line.split()[1])
     assert job["result"] == {"resized": "https://example.com/cat.png"}
     proc.send_signal(signal.SIGINT)
     status, out = await finish(proc)
@@ -118,7 +115,7 @@ async def test_go_readme_example_enqueues_works_and_drains_on_sigint(service, da
 
 async def test_typescript_readme_example_runs_to_completion(service, database_url, tmp_path):
     await asyncio.to_thread(build, "typescript")
-    srv = await server(service, database_url)
+    srv = await service(database_url, mode="api")
     code = fenced_block(SDKS / "typescript" / "README.md", "## Example", "js")
     dist = (SDKS / "typescript" / "dist" / "index.js").as_uri()
     assert '"./dist/index.js"' in code
@@ -133,7 +130,7 @@ async def test_typescript_readme_example_runs_to_completion(service, database_ur
 
 @pytest.mark.timeout(360)
 async def test_rust_example_program_enqueues_works_and_follows_events(service, database_url):
-    srv = await server(service, database_url)
+    srv = await service(database_url, mode="api")
     env = {"QUEUEFLOW_URL": srv.base_url, "QUEUEFLOW_TOKEN": "dev",
            "PATH": f"{Path.home() / '.cargo' / 'bin'}:{os.environ['PATH']}"}
     proc = await spawn(["cargo", "run", "--quiet", "--example", "worker"], SDKS / "rust", env)
@@ -146,7 +143,7 @@ async def test_rust_example_program_enqueues_works_and_follows_events(service, d
 
 
 async def test_python_readme_client_example_runs(service, database_url, tmp_path):
-    srv = await server(service, database_url)
+    srv = await service(database_url, mode="api")
     code = fenced_block(SDKS / "python" / "README.md", "## The client", "python")
     (tmp_path / "client_example.py").write_text(pointed_at(code, srv.base_url))
     proc = await spawn([sys.executable, "client_example.py"], tmp_path, {"PYTHONPATH": str(SDKS / "python" / "src")})
@@ -158,14 +155,14 @@ async def test_python_readme_client_example_runs(service, database_url, tmp_path
 
 
 async def test_python_readme_worker_example_works_a_job_and_stops_on_sigterm(service, database_url, tmp_path):
-    srv = await server(service, database_url)
+    srv = await service(database_url, mode="api")
     code = fenced_block(SDKS / "python" / "README.md", "## The worker", "python")
     (tmp_path / "worker_example.py").write_text(pointed_at(code, srv.base_url))
     proc = await spawn([sys.executable, "worker_example.py"], tmp_path, {"PYTHONPATH": str(SDKS / "python" / "src")})
     try:
         job_id = await enqueue(srv.base_url, {"task_name": "resize-image", "payload": {"url": "u"},
                                               "config": {"queue": "images"}})
-        job = await completed(srv.base_url, job_id)
+        job = await reaching(srv.base_url, job_id)
         assert job["result"] == {"ok": True}
     finally:
         if proc.returncode is None:
@@ -176,7 +173,7 @@ async def test_python_readme_worker_example_works_a_job_and_stops_on_sigterm(ser
 
 @pytest.mark.timeout(360)
 async def test_rust_readme_worker_example_works_and_dead_letters(service, database_url, tmp_path):
-    srv = await server(service, database_url)
+    srv = await service(database_url, mode="api")
     code = fenced_block(SDKS / "rust" / "README.md", "## A worker", "rust")
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "main.rs").write_text(pointed_at(code, srv.base_url))
@@ -197,15 +194,9 @@ async def test_rust_readme_worker_example_works_and_dead_letters(service, databa
                                               "config": {"queue": "images"}})
         transcode = await enqueue(srv.base_url, {"task_name": "transcode", "payload": {},
                                                  "config": {"queue": "images", "max_retries": 3}})
-        assert (await completed(srv.base_url, resize))["result"] == {"url": "u"}  # the handler echoes its payload
+        assert (await reaching(srv.base_url, resize))["result"] == {"url": "u"}  # the handler echoes its payload
 
-        async def dead_lettered() -> dict[str, Any] | None:
-            async with aiohttp.ClientSession() as http, \
-                    http.get(f"{srv.base_url}/api/v1/jobs/{transcode}", headers=DEV) as resp:
-                job = await resp.json()
-            return job if job["status"] == "failed" else None
-
-        failed = await eventually(dead_lettered, timeout=60, interval=0.1)
+        failed = await reaching(srv.base_url, transcode, "failed")
         assert (failed["error_message"], failed["retry_count"]) == ("codec is missing", 0)  # permanent: no retry
     finally:
         proc.kill()

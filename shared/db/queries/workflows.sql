@@ -29,12 +29,16 @@ SELECT * FROM queueflow.workflow_steps WHERE workflow_id = $1 ORDER BY idx;
 
 -- name: take_outbox
 -- One outbox row for this advancer; others skip it. A row whose application keeps failing is
--- left aside after 5 attempts (logged, visible in the table; its workflow is failed) instead of
--- blocking the rest.
-SELECT * FROM queueflow.workflow_outbox WHERE attempts < 5 ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED;
+-- left aside after $1 (OUTBOX_ATTEMPTS) attempts (logged, visible in the table; its workflow is
+-- failed) instead of blocking the rest.
+SELECT * FROM queueflow.workflow_outbox WHERE attempts < $1 ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED;
 
 -- name: outbox_failed
-UPDATE queueflow.workflow_outbox SET attempts = attempts + 1, last_error = $2 WHERE id = $1 RETURNING attempts;
+-- Counts the attempt that took the row at `attempts` = $3. Another consumer may have taken the row
+-- between the rollback and this update with the same count; the attempt is counted once.
+UPDATE queueflow.workflow_outbox SET attempts = attempts + 1, last_error = $2
+WHERE id = $1 AND attempts = $3
+RETURNING attempts;
 
 -- name: lock_workflow_head
 -- The columns a terminal write needs, and nothing that has to be decoded (context, steps).
@@ -142,7 +146,7 @@ SET status = 'running', error_message = NULL, completed_at = NULL, halted = fals
 WHERE id = $1;
 
 -- name: expired_workflows
-SELECT id FROM queueflow.workflows
+SELECT id, timeout_secs FROM queueflow.workflows
 WHERE status IN ('created', 'running') AND deadline_at < now()
 ORDER BY deadline_at
 LIMIT $1
@@ -154,7 +158,7 @@ FOR UPDATE SKIP LOCKED;
 INSERT INTO queueflow.workflow_outbox (workflow_id, kind)
 SELECT w.id, 'heal' FROM queueflow.workflows w
 WHERE w.status IN ('created', 'running') AND w.created_at < now() - make_interval(secs => $1)
-  AND NOT EXISTS (SELECT 1 FROM queueflow.workflow_outbox o WHERE o.workflow_id = w.id AND o.attempts < 5)
+  AND NOT EXISTS (SELECT 1 FROM queueflow.workflow_outbox o WHERE o.workflow_id = w.id AND o.attempts < $3)
   AND NOT EXISTS (SELECT 1 FROM queueflow.jobs j
                   WHERE j.workflow_id = w.id AND j.status IN ('pending', 'retrying', 'running'))
   AND NOT EXISTS (SELECT 1 FROM queueflow.workflows c
