@@ -29,20 +29,31 @@ from bench.scenarios import ALIASES, SCENARIOS
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("scenarios", nargs="*", metavar="SCENARIO",
-                   help=f"any of {', '.join([*ALIASES, *SCENARIOS])} (default: all)")
+    p = argparse.ArgumentParser(
+        prog="python -m bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "scenarios",
+        nargs="*",
+        metavar="SCENARIO",
+        help=f"any of {', '.join([*ALIASES, *SCENARIOS])} (default: all)",
+    )
     p.add_argument("--quick", action="store_true", help="smoke check: smaller N and one run")
     p.add_argument("--runs", type=int, default=None, help="runs per scenario (default 3; 1 with --quick)")
     p.add_argument("--out", type=Path, default=infra.OUT_DIR / "results.json", help="results JSON path")
     p.add_argument("--drain-workers", default="4,16", help="W1b: comma-separated --workers values")
     p.add_argument("--remote-loops", type=int, default=8, help="W1a: concurrent remote worker loops")
     p.add_argument("--remote-batch", type=int, default=50, help="W1a: max_jobs per lease (1..100)")
-    p.add_argument("--markdown", action="store_true",
-                   help="print the results in --out as a Markdown table and exit (runs nothing)")
-    p.add_argument("--profile", action="store_true",
-                   help="run the servers under cProfile (bench/out/profiles/*.prof); distorts the figures")
+    p.add_argument(
+        "--markdown",
+        action="store_true",
+        help="print the results in --out as a Markdown table and exit (runs nothing)",
+    )
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="run the servers under cProfile (bench/out/profiles/*.prof); distorts the figures",
+    )
     args = p.parse_args(argv)
     wanted: list[str] = []
     for name in args.scenarios or list(ALIASES["all"]):
@@ -74,11 +85,25 @@ async def run_all(ctx: Context, scenarios: list[Scenario], runs: int) -> list[Sc
             values = await sc.run(ctx, run_no)
             per_run.append(values)
             shown = ", ".join(f"{f.key}={values[f.key]:.4g}" for f in figures if f.key in values)
-            print(f"[bench] {sc.name} run {run_no} done in {time.monotonic() - started:.1f}s: {shown}",
-                  file=sys.stderr, flush=True)
-        results.append(ScenarioResult(sc.name, sc.title, figures, per_run, {
-            "quick": ctx.quick, "runs": runs, "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
-            "server_source_digest_per_run": digests}))
+            print(
+                f"[bench] {sc.name} run {run_no} done in {time.monotonic() - started:.1f}s: {shown}",
+                file=sys.stderr,
+                flush=True,
+            )
+        results.append(
+            ScenarioResult(
+                sc.name,
+                sc.title,
+                figures,
+                per_run,
+                {
+                    "quick": ctx.quick,
+                    "runs": runs,
+                    "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
+                    "server_source_digest_per_run": digests,
+                },
+            )
+        )
     return results
 
 
@@ -102,10 +127,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[bench] starting embedded PostgreSQL in {pg_dir} (fsync on) ...", file=sys.stderr, flush=True)
         cluster.start()
         ctx = Context(
-            cluster=cluster, quick=args.quick, log_dir=log_dir, out_dir=out_dir,
+            cluster=cluster,
+            quick=args.quick,
+            log_dir=log_dir,
+            out_dir=out_dir,
             profile_dir=(out_dir / "profiles") if args.profile else None,
             drain_workers=tuple(int(x) for x in args.drain_workers.split(",") if x.strip()),
-            remote_loops=args.remote_loops, remote_batch=args.remote_batch,
+            remote_loops=args.remote_loops,
+            remote_batch=args.remote_batch,
         )
         pg_settings = asyncio.run(_pg_settings(cluster))
         results = asyncio.run(run_all(ctx, [SCENARIOS[s] for s in args.selected], args.runs))
@@ -121,9 +150,15 @@ def main(argv: list[str] | None = None) -> int:
     meta = {
         "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "elapsed_secs": round(time.monotonic() - started, 1),
-        "scenarios_run": args.selected, "quick": args.quick, "runs": args.runs,
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
-                    "cpu_model": _cpu_model()},
+        "scenarios_run": args.selected,
+        "quick": args.quick,
+        "runs": args.runs,
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "cpu_model": _cpu_model(),
+        },
         "postgres": pg_settings,
         "client_nofile_limit": nofile,
         "server_source_digest": {"start": digest_at_start, "end": infra.source_digest()},
@@ -136,7 +171,9 @@ def main(argv: list[str] | None = None) -> int:
     refs = reference_lookup({k: v for k, v in data["scenarios"].items() if k == "L"})
     ref_note = None
     if "L" not in args.selected and refs:
-        ref_note = f"pgbench references are from an earlier L run ({data['scenarios']['L']['meta']['finished_at']})."
+        ref_note = (
+            f"pgbench references are from an earlier L run ({data['scenarios']['L']['meta']['finished_at']})."
+        )
     header = (
         f"QueueFlow benchmarks: {'QUICK smoke check, ' if args.quick else ''}{args.runs} run(s) per figure, "
         f"median [min, max]\n"
@@ -147,11 +184,15 @@ def main(argv: list[str] | None = None) -> int:
     print(header)
     print(table(results, refs, ref_note))
     if meta["server_source_digest"]["start"] != meta["server_source_digest"]["end"]:
-        print("\n[bench] WARNING: the server's source changed while the harness ran; later runs measured "
-              "different code (see server_source_digest in the results)")
+        print(
+            "\n[bench] WARNING: the server's source changed while the harness ran; later runs measured "
+            "different code (see server_source_digest in the results)"
+        )
     if infra.UNCLEAN_EXITS:
-        print(f"\n[bench] server processes that ignored SIGTERM for 5 s and were killed: "
-              f"{len(infra.UNCLEAN_EXITS)} ({', '.join(sorted(set(infra.UNCLEAN_EXITS)))})")
+        print(
+            f"\n[bench] server processes that ignored SIGTERM for 5 s and were killed: "
+            f"{len(infra.UNCLEAN_EXITS)} ({', '.join(sorted(set(infra.UNCLEAN_EXITS)))})"
+        )
     print(f"\n[bench] {time.monotonic() - started:.0f}s total; results in {args.out}; logs in {log_dir}")
     return 0
 
@@ -171,8 +212,15 @@ def summarize_profiles(directory: Path, top: int = 30) -> None:
 
 
 async def _pg_settings(cluster: infra.Cluster) -> dict[str, str]:
-    names = ("server_version", "fsync", "synchronous_commit", "wal_sync_method", "shared_buffers",
-             "max_connections", "max_wal_size")
+    names = (
+        "server_version",
+        "fsync",
+        "synchronous_commit",
+        "wal_sync_method",
+        "shared_buffers",
+        "max_connections",
+        "max_wal_size",
+    )
     return {n: await cluster.setting(n) for n in names}
 
 

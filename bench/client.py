@@ -47,14 +47,17 @@ async def create_job(http: aiohttp.ClientSession, base: str, i: int, queue: str)
     return str(_decode(raw)["job_id"])
 
 
-async def create_batch(http: aiohttp.ClientSession, base: str, start: int, count: int, queue: str) -> list[str]:
+async def create_batch(
+    http: aiohttp.ClientSession, base: str, start: int, count: int, queue: str
+) -> list[str]:
     body = {"jobs": [job_body(i, queue) for i in range(start, start + count)]}
     raw = await _post(http, f"{base}/api/v1/jobs/batch", body, 201)
     return list(_decode(raw)["job_ids"])
 
 
-async def enqueue_backlog(http: aiohttp.ClientSession, base: str, total: int, queue: str,
-                          batch: int = 1000) -> float:
+async def enqueue_backlog(
+    http: aiohttp.ClientSession, base: str, total: int, queue: str, batch: int = 1000
+) -> float:
     """`total` echo jobs in sequential batches of `batch`; returns the elapsed seconds."""
     started = time.perf_counter()
     for start in range(0, total, batch):
@@ -62,20 +65,36 @@ async def enqueue_backlog(http: aiohttp.ClientSession, base: str, total: int, qu
     return time.perf_counter() - started
 
 
-async def lease(http: aiohttp.ClientSession, base: str, queue: str, max_jobs: int, wait_secs: int,
-                lease_secs: int = 60) -> list[dict[str, Any]]:
-    raw = await _post(http, f"{base}/api/v1/queues/{queue}/lease",
-                      {"max_jobs": max_jobs, "lease_secs": lease_secs, "wait_secs": wait_secs}, 200)
+async def lease(
+    http: aiohttp.ClientSession, base: str, queue: str, max_jobs: int, wait_secs: int, lease_secs: int = 60
+) -> list[dict[str, Any]]:
+    raw = await _post(
+        http,
+        f"{base}/api/v1/queues/{queue}/lease",
+        {"max_jobs": max_jobs, "lease_secs": lease_secs, "wait_secs": wait_secs},
+        200,
+    )
     return list(_decode(raw)["jobs"])
 
 
 async def complete(http: aiohttp.ClientSession, base: str, leased: dict[str, Any]) -> None:
-    await _post(http, f"{base}/api/v1/jobs/{leased['job']['id']}/complete",
-                {"lease_token": leased["lease_token"], "result": {"ok": True}}, 204)
+    await _post(
+        http,
+        f"{base}/api/v1/jobs/{leased['job']['id']}/complete",
+        {"lease_token": leased["lease_token"], "result": {"ok": True}},
+        204,
+    )
 
 
-async def worker_loop(http: aiohttp.ClientSession, base: str, queue: str, max_jobs: int, wait_secs: int,
-                      stop: asyncio.Event, on_lease: Callable[[str, float], None] | None = None) -> int:
+async def worker_loop(
+    http: aiohttp.ClientSession,
+    base: str,
+    queue: str,
+    max_jobs: int,
+    wait_secs: int,
+    stop: asyncio.Event,
+    on_lease: Callable[[str, float], None] | None = None,
+) -> int:
     """The seed's worker loop, without heartbeats (no-op jobs finish far inside the lease): lease
     up to `max_jobs`, then one complete call per job, sent concurrently; repeat until `stop`.
     `on_lease(job_id, perf_counter)` sees every job as its lease response arrives. Returns the

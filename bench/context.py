@@ -67,8 +67,10 @@ def cpu_figures(prefix: str, during: str, server: str | None = "server", client:
         figs.append(Figure(f"{prefix}cpu_client", f"CPU {during}: client (harness)", "% core"))
     if server:
         figs.append(Figure(f"{prefix}cpu_server", f"CPU {during}: {server}", "% core"))
-    figs += [Figure(f"{prefix}cpu_postgres", f"CPU {during}: PostgreSQL", "% core"),
-             Figure(f"{prefix}cpu_other", f"CPU {during}: other processes on the machine", "% core")]
+    figs += [
+        Figure(f"{prefix}cpu_postgres", f"CPU {during}: PostgreSQL", "% core"),
+        Figure(f"{prefix}cpu_other", f"CPU {during}: other processes on the machine", "% core"),
+    ]
     return figs
 
 

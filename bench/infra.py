@@ -49,8 +49,13 @@ def spawn(argv: Sequence[str], log_path: Path, env: dict[str, str] | None = None
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
-            list(argv), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
-            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}, start_new_session=True,
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+            start_new_session=True,
         )
     _CHILDREN.append(proc)
     return proc
@@ -113,8 +118,9 @@ class Server:
     when it exits (only the event-loop thread is profiled).
     """
 
-    def __init__(self, dsn: str, mode: str, log_dir: Path, extra: Sequence[str] = (),
-                 profile_dir: Path | None = None) -> None:
+    def __init__(
+        self, dsn: str, mode: str, log_dir: Path, extra: Sequence[str] = (), profile_dir: Path | None = None
+    ) -> None:
         self.mode = mode
         self.api_port = free_port()
         self.metrics_port = free_port()
@@ -128,9 +134,22 @@ class Server:
         else:
             self.profile_path = None
         self.argv = [
-            *prefix, "-m", "shared.cli", "serve", "--mode", mode, "--database-url", dsn,
-            "--api-port", str(self.api_port), "--metrics-port", str(self.metrics_port),
-            "--host", "127.0.0.1", "--dev", *extra,
+            *prefix,
+            "-m",
+            "shared.cli",
+            "serve",
+            "--mode",
+            mode,
+            "--database-url",
+            dsn,
+            "--api-port",
+            str(self.api_port),
+            "--metrics-port",
+            str(self.metrics_port),
+            "--host",
+            "127.0.0.1",
+            "--dev",
+            *extra,
         ]
         self.log_path = log_dir / f"{mode}-{self.api_port}.log"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -156,15 +175,19 @@ class Server:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as http:
             while True:
                 if self.proc.poll() is not None:
-                    raise RuntimeError(f"queueflow {self.mode} exited with {self.proc.returncode}; "
-                                       f"see {self.log_path}:\n{self.log_tail()}")
+                    raise RuntimeError(
+                        f"queueflow {self.mode} exited with {self.proc.returncode}; "
+                        f"see {self.log_path}:\n{self.log_tail()}"
+                    )
                 with contextlib.suppress(aiohttp.ClientError, TimeoutError):
                     async with http.get(ready) as resp:
                         if resp.status == 200:
                             return self
                 if time.monotonic() > deadline:
                     await self.stop()
-                    raise RuntimeError(f"queueflow {self.mode} not ready within {within}s; see {self.log_path}")
+                    raise RuntimeError(
+                        f"queueflow {self.mode} not ready within {within}s; see {self.log_path}"
+                    )
                 await asyncio.sleep(0.05)
 
     async def stop(self) -> None:
@@ -260,8 +283,14 @@ async def connect(dsn: str) -> asyncpg.Connection:
     return await asyncpg.connect(dsn, server_settings={"application_name": BENCH_APP})
 
 
-async def wait_for_count(conn: asyncpg.Connection, sql: str, target: int, timeout: float,
-                         interval: float = 0.2, watch: Sequence[asyncio.Task[Any]] = ()) -> float:
+async def wait_for_count(
+    conn: asyncpg.Connection,
+    sql: str,
+    target: int,
+    timeout: float,
+    interval: float = 0.2,
+    watch: Sequence[asyncio.Task[Any]] = (),
+) -> float:
     """Poll `sql` (a count) until it reaches `target`; returns the monotonic time it was seen.
     A task in `watch` that fails ends the wait with its exception (a client loop that broke)."""
     deadline = time.monotonic() + timeout
@@ -333,14 +362,21 @@ class CpuMeter:
         self._start = self._sample()
 
     def _sample(self) -> tuple[float, ...]:
-        return (time.monotonic(), time.process_time(), sum(cpu_seconds(p) for p in self.server_pids),
-                cluster_cpu_seconds(self.postmaster), machine_busy_seconds())
+        return (
+            time.monotonic(),
+            time.process_time(),
+            sum(cpu_seconds(p) for p in self.server_pids),
+            cluster_cpu_seconds(self.postmaster),
+            machine_busy_seconds(),
+        )
 
     def percent(self) -> dict[str, float]:
         end = self._sample()
         wall = max(1e-9, end[0] - self._start[0])
-        out = {name: 100.0 * (end[i] - self._start[i]) / wall
-               for i, name in ((1, "client"), (2, "server"), (3, "postgres"), (4, "machine"))}
+        out = {
+            name: 100.0 * (end[i] - self._start[i]) / wall
+            for i, name in ((1, "client"), (2, "server"), (3, "postgres"), (4, "machine"))
+        }
         out["other"] = max(0.0, out["machine"] - out["client"] - out["server"] - out["postgres"])
         return out
 
@@ -351,8 +387,10 @@ async def commit_probe(dsn: str, commits: int = 200) -> dict[str, float]:
     by several times from one minute to the next, and every figure here depends on it."""
     conn = await connect(dsn)
     try:
-        await conn.execute("CREATE TABLE IF NOT EXISTS public.bench_probe (id int PRIMARY KEY, v int);"
-                           " INSERT INTO public.bench_probe VALUES (1, 0) ON CONFLICT DO NOTHING")
+        await conn.execute(
+            "CREATE TABLE IF NOT EXISTS public.bench_probe (id int PRIMARY KEY, v int);"
+            " INSERT INTO public.bench_probe VALUES (1, 0) ON CONFLICT DO NOTHING"
+        )
         times = []
         for _ in range(commits):
             t = time.perf_counter()

@@ -58,7 +58,12 @@ class ScenarioResult:
         for fig in self.figures:
             values = [r[fig.key] for r in self.runs if fig.key in r]
             if values:
-                out[fig.key] = {"label": fig.label, "unit": fig.unit, "reference": fig.ref, **summarize(values)}
+                out[fig.key] = {
+                    "label": fig.label,
+                    "unit": fig.unit,
+                    "reference": fig.ref,
+                    **summarize(values),
+                }
         return out
 
     def to_json(self) -> dict[str, Any]:
@@ -73,8 +78,9 @@ def reference_lookup(results: dict[str, dict[str, Any]]) -> dict[str, tuple[str,
     return {f"L.{k}": (v["label"], v["median"], v["unit"]) for k, v in entry["figures"].items()}
 
 
-def table(results: Sequence[ScenarioResult], refs: dict[str, tuple[str, float, str]],
-          ref_note: str | None) -> str:
+def table(
+    results: Sequence[ScenarioResult], refs: dict[str, tuple[str, float, str]], ref_note: str | None
+) -> str:
     header = ("id", "figure", "median", "min", "max", "unit", "pgbench reference (median)")
     rows: list[tuple[str, ...]] = []
     for res in results:
@@ -88,14 +94,25 @@ def table(results: Sequence[ScenarioResult], refs: dict[str, tuple[str, float, s
             if fig.ref:
                 found = refs.get(fig.ref)
                 ref = f"{found[0]}: {fmt(found[1])} {found[2]}" if found else "(run L)"
-            rows.append((res.name if first else "", fig.label, fmt(s["median"]), fmt(s["min"]), fmt(s["max"]),
-                         fig.unit, ref))
+            rows.append(
+                (
+                    res.name if first else "",
+                    fig.label,
+                    fmt(s["median"]),
+                    fmt(s["min"]),
+                    fmt(s["max"]),
+                    fig.unit,
+                    ref,
+                )
+            )
             first = False
     widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
     right = {2, 3, 4}
 
     def line(r: tuple[str, ...]) -> str:
-        return "  ".join(c.rjust(widths[i]) if i in right else c.ljust(widths[i]) for i, c in enumerate(r)).rstrip()
+        return "  ".join(
+            c.rjust(widths[i]) if i in right else c.ljust(widths[i]) for i, c in enumerate(r)
+        ).rstrip()
 
     out = [line(header), "  ".join("-" * w for w in widths)]
     prev = None
@@ -134,14 +151,18 @@ def markdown(data: dict[str, Any]) -> str:
     """results.json as a Markdown table (median, min, max, pgbench reference) for docs/benchmarks.md."""
     scenarios = data.get("scenarios", {})
     refs = reference_lookup(scenarios)
-    lines = ["| id | figure | median | min | max | unit | pgbench reference (median) |",
-             "| --- | --- | ---: | ---: | ---: | --- | --- |"]
+    lines = [
+        "| id | figure | median | min | max | unit | pgbench reference (median) |",
+        "| --- | --- | ---: | ---: | ---: | --- | --- |",
+    ]
     for name, entry in scenarios.items():
         for i, fig in enumerate(entry["figures"].values()):
             ref = "-"
             if fig.get("reference"):
                 found = refs.get(fig["reference"])
                 ref = f"{found[0]}: {fmt(found[1])} {found[2]}" if found else "-"
-            lines.append(f"| {name if i == 0 else ''} | {fig['label']} | {fmt(fig['median'])} | {fmt(fig['min'])} | "
-                         f"{fmt(fig['max'])} | {fig['unit']} | {ref} |")
+            lines.append(
+                f"| {name if i == 0 else ''} | {fig['label']} | {fmt(fig['median'])} | {fmt(fig['min'])} | "
+                f"{fmt(fig['max'])} | {fig['unit']} | {ref} |"
+            )
     return "\n".join(lines)

@@ -67,11 +67,15 @@ async def serve(settings: Settings) -> None:
     answer_malformed_http_with_json()
     res, main, metrics_app = build_apps(settings)
     if settings.dev:
-        log.warning("development_mode", detail="--dev: any bearer token is tenant 'tenant1' and a worker; "
-                    "never run this on a network you do not control")
+        log.warning(
+            "development_mode",
+            detail="--dev: any bearer token is tenant 'tenant1' and a worker; "
+            "never run this on a network you do not control",
+        )
     runners: list[web.AppRunner] = []
-    main_runner = web.AppRunner(main, handle_signals=False, access_log=None,
-                                shutdown_timeout=settings.shutdown_grace_secs)
+    main_runner = web.AppRunner(
+        main, handle_signals=False, access_log=None, shutdown_timeout=settings.shutdown_grace_secs
+    )
     await main_runner.setup()
     runners.append(main_runner)
     main_port = settings.api_port if settings.runs("api") else settings.metrics_port
@@ -82,8 +86,12 @@ async def serve(settings: Settings) -> None:
         await metrics_runner.setup()
         runners.append(metrics_runner)
         await web.TCPSite(metrics_runner, settings.host, settings.metrics_port).start()
-    log.info("queueflow_started", mode=settings.mode, api_port=settings.api_port if settings.runs("api") else None,
-             metrics_port=settings.metrics_port or None)
+    log.info(
+        "queueflow_started",
+        mode=settings.mode,
+        api_port=settings.api_port if settings.runs("api") else None,
+        metrics_port=settings.metrics_port or None,
+    )
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

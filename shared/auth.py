@@ -38,7 +38,7 @@ def bearer_token(header: str | None) -> str | None:
     """The token of an `Authorization: Bearer <token>` header; None when absent or empty."""
     if not header or not header.startswith("Bearer "):
         return None
-    token = header[len("Bearer "):].strip()
+    token = header[len("Bearer ") :].strip()
     if not token or not is_utf8(token):
         return None  # bytes that are not UTF-8 arrive as surrogates: no credential has them
     return token
@@ -63,8 +63,13 @@ class Authenticator:
             return found
         if self._jwt_secret and token.count(".") == 2:
             try:
-                claims = jwt.decode(token, self._jwt_secret, algorithms=["HS256"],
-                                    options={"require": ["exp", "sub"]}, leeway=30)
+                claims = jwt.decode(
+                    token,
+                    self._jwt_secret,
+                    algorithms=["HS256"],
+                    options={"require": ["exp", "sub"]},
+                    leeway=30,
+                )
             except jwt.PyJWTError:
                 return None
             sub = claims.get("sub")

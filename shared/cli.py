@@ -23,7 +23,9 @@ TERMINAL = {"completed", "failed", "cancelled"}
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="queueflow", description="QueueFlow: a PostgreSQL-native job queue.")
+    parser = argparse.ArgumentParser(
+        prog="queueflow", description="QueueFlow: a PostgreSQL-native job queue."
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="run QueueFlow services (--mode all|api|janitor|workflow|worker)")
@@ -33,12 +35,15 @@ def build_parser() -> argparse.ArgumentParser:
     migrate.add_argument("--database-url", default=None, help="PostgreSQL URL [DATABASE_URL]")
 
     def client(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-        p.add_argument("--server-url", default=os.environ.get("QUEUEFLOW_SERVER_URL", "http://localhost:8000"))
+        p.add_argument(
+            "--server-url", default=os.environ.get("QUEUEFLOW_SERVER_URL", "http://localhost:8000")
+        )
         p.add_argument("--token", default=os.environ.get("QUEUEFLOW_TOKEN", "dev"))
         return p
 
     job = sub.add_parser("job", help="create, inspect, cancel and watch jobs").add_subparsers(
-        dest="action", required=True)
+        dest="action", required=True
+    )
     create = client(job.add_parser("create", help="enqueue a job"))
     create.add_argument("--task", required=True)
     create.add_argument("--payload", default="{}", help="JSON object")
@@ -75,14 +80,28 @@ class ClientError(Exception):
     pass
 
 
-def _call(args: argparse.Namespace, method: str, path: str, body: Any = None,
-          query: dict[str, Any] | None = None, headers: dict[str, str] | None = None) -> Any:
+def _call(
+    args: argparse.Namespace,
+    method: str,
+    path: str,
+    body: Any = None,
+    query: dict[str, Any] | None = None,
+    headers: dict[str, str] | None = None,
+) -> Any:
     url = args.server_url.rstrip("/") + path
     if query:
         url += "?" + urllib.parse.urlencode({k: v for k, v in query.items() if v is not None})
     data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, method=method, headers={
-        "Authorization": f"Bearer {args.token}", "Content-Type": "application/json", **(headers or {})})
+    req = urllib.request.Request(
+        url,
+        data=data,
+        method=method,
+        headers={
+            "Authorization": f"Bearer {args.token}",
+            "Content-Type": "application/json",
+            **(headers or {}),
+        },
+    )
     try:
         with urllib.request.urlopen(req, timeout=60) as resp:
             raw = resp.read()
@@ -104,9 +123,16 @@ def _watch(args: argparse.Namespace, job_id: str, timeout: float) -> Any:
 
 def _job_command(args: argparse.Namespace) -> Any:
     if args.action == "create":
-        config = {k: v for k, v in {"queue": args.queue, "priority": args.priority,
-                                    "max_retries": args.max_retries, "timeout": args.timeout_secs}.items()
-                  if v is not None}
+        config = {
+            k: v
+            for k, v in {
+                "queue": args.queue,
+                "priority": args.priority,
+                "max_retries": args.max_retries,
+                "timeout": args.timeout_secs,
+            }.items()
+            if v is not None
+        }
         body: dict[str, Any] = {"task_name": args.task, "payload": json.loads(args.payload)}
         if config:
             body["config"] = config
@@ -118,9 +144,18 @@ def _job_command(args: argparse.Namespace) -> Any:
     if args.action == "get":
         return _call(args, "GET", f"/api/v1/jobs/{args.id}")
     if args.action == "list":
-        return _call(args, "GET", "/api/v1/jobs", query={"status": args.status, "queue": args.queue,
-                                                         "task_name": args.task_name, "limit": args.limit,
-                                                         "cursor": args.cursor})
+        return _call(
+            args,
+            "GET",
+            "/api/v1/jobs",
+            query={
+                "status": args.status,
+                "queue": args.queue,
+                "task_name": args.task_name,
+                "limit": args.limit,
+                "cursor": args.cursor,
+            },
+        )
     if args.action == "cancel":
         _call(args, "POST", f"/api/v1/jobs/{args.id}/cancel")
         return {"cancelled": args.id}

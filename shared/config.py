@@ -76,7 +76,8 @@ class Settings:
             missing.append("--api-keys (QUEUEFLOW_API_KEYS) or --jwt-secret (QUEUEFLOW_JWT_SECRET)")
         if missing:
             raise ConfigError(
-                "refusing to start without credentials; missing: " + ", ".join(missing)
+                "refusing to start without credentials; missing: "
+                + ", ".join(missing)
                 + " (or pass --dev for a local development server)"
             )
 
@@ -127,8 +128,13 @@ _SERVE_OPTIONS: list[tuple[str, str, object, object, str]] = [
     ("--workers", "QUEUEFLOW_WORKERS", int, 10, "concurrent in-process handlers per queue"),
     ("--queues", "QUEUEFLOW_QUEUES", str, "", "queues the in-process workers drain (comma-separated)"),
     ("--default-queue", "QUEUEFLOW_DEFAULT_QUEUE", str, "default", "queue for jobs that name none"),
-    ("--handlers", "QUEUEFLOW_HANDLERS", str, "",
-     "Python modules whose @task handlers the in-process workers run (comma-separated)"),
+    (
+        "--handlers",
+        "QUEUEFLOW_HANDLERS",
+        str,
+        "",
+        "Python modules whose @task handlers the in-process workers run (comma-separated)",
+    ),
     ("--worker-token", "QUEUEFLOW_WORKER_TOKEN", str, None, "credential for the worker protocol routes"),
     ("--jwt-secret", "QUEUEFLOW_JWT_SECRET", str, None, "HS256 secret for tenant JWTs"),
     ("--api-keys", "QUEUEFLOW_API_KEYS", str, None, "tenant API keys: token:tenant[:ro],..."),
@@ -142,7 +148,13 @@ _SERVE_OPTIONS: list[tuple[str, str, object, object, str]] = [
     ("--worker-poll-secs", "QUEUEFLOW_WORKER_POLL_SECS", float, 5.0, "longest idle wait (missed NOTIFY net)"),
     ("--janitor-interval-secs", "QUEUEFLOW_JANITOR_INTERVAL_SECS", float, 1.0, "janitor sweep interval"),
     ("--janitor-batch", "QUEUEFLOW_JANITOR_BATCH", int, 100, "rows per janitor sweep"),
-    ("--reclaim-lease-secs", "QUEUEFLOW_RECLAIM_LEASE_SECS", int, 60, "no effect; kept for compatibility (a reclaim is one statement)"),
+    (
+        "--reclaim-lease-secs",
+        "QUEUEFLOW_RECLAIM_LEASE_SECS",
+        int,
+        60,
+        "no effect; kept for compatibility (a reclaim is one statement)",
+    ),
     ("--max-batch", "QUEUEFLOW_MAX_BATCH", int, 1000, "largest POST /jobs/batch"),
     ("--max-body-bytes", "QUEUEFLOW_MAX_BODY_BYTES", int, 10 * 1024 * 1024, "largest request body (413)"),
     ("--shutdown-grace-secs", "QUEUEFLOW_SHUTDOWN_GRACE_SECS", float, 30.0, "drain time on SIGTERM"),
@@ -153,10 +165,18 @@ _SERVE_OPTIONS: list[tuple[str, str, object, object, str]] = [
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     for flag, env, typ, default, help_text in _SERVE_OPTIONS:
         parser.add_argument(flag, type=typ, default=None, help=f"{help_text} [{env}, default {default!r}]")
-    parser.add_argument("--dev", action="store_true", default=None,
-                        help="development mode: any token is tenant 'tenant1' and a worker [QUEUEFLOW_DEV]")
-    parser.add_argument("--auto-migrate", type=_bool, default=None,
-                        help="apply migrations at start [QUEUEFLOW_AUTO_MIGRATE, default true]")
+    parser.add_argument(
+        "--dev",
+        action="store_true",
+        default=None,
+        help="development mode: any token is tenant 'tenant1' and a worker [QUEUEFLOW_DEV]",
+    )
+    parser.add_argument(
+        "--auto-migrate",
+        type=_bool,
+        default=None,
+        help="apply migrations at start [QUEUEFLOW_AUTO_MIGRATE, default true]",
+    )
 
 
 def settings_from(args: argparse.Namespace, environ: dict[str, str] | None = None) -> Settings:
@@ -180,7 +200,7 @@ def settings_from(args: argparse.Namespace, environ: dict[str, str] | None = Non
         raise ConfigError(f"--mode must be one of {', '.join(MODES)}, not {mode!r}")
     if not values["database_url"]:
         raise ConfigError("--database-url (DATABASE_URL) is required")
-    settings = Settings(
+    return Settings(
         mode=mode,
         database_url=str(values["database_url"]),
         host=str(values["host"]),
@@ -211,4 +231,3 @@ def settings_from(args: argparse.Namespace, environ: dict[str, str] | None = Non
         shutdown_grace_secs=float(values["shutdown_grace_secs"]),  # type: ignore[arg-type]
         log_level=str(values["log_level"]),
     )
-    return settings

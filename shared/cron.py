@@ -30,6 +30,8 @@ def next_after(expr: str, after: datetime) -> datetime | None:
 def validate(expr: str) -> None:
     fields = expr.split()
     if len(fields) not in (5, 6, 7):
-        raise ValidationFailed(f"invalid cron expression '{expr}': expected 5, 6 or 7 fields, got {len(fields)}")
+        raise ValidationFailed(
+            f"invalid cron expression '{expr}': expected 5, 6 or 7 fields, got {len(fields)}"
+        )
     if next_after(expr, datetime.now(UTC)) is None:
         raise ValidationFailed(f"invalid cron expression '{expr}': it never fires again")

@@ -45,7 +45,9 @@ def validate(request: wire.CreateWorkflowRequest, depth: int = 0) -> None:
             _validate_condition(step.name, step.when, where)
         if step.workflow is not None:
             if depth + 1 >= MAX_WORKFLOW_DEPTH:
-                raise InvalidWorkflow(f"{where}step '{step.name}': sub-workflows nest at most {MAX_WORKFLOW_DEPTH} deep")
+                raise InvalidWorkflow(
+                    f"{where}step '{step.name}': sub-workflows nest at most {MAX_WORKFLOW_DEPTH} deep"
+                )
             validate(step.workflow, depth + 1)
     stuck = _cycle_members(request.steps)
     if stuck:
@@ -111,8 +113,12 @@ def normalise_step(step: wire.WorkflowStep) -> dict[str, Any]:
 
 
 def normalise_request(request: wire.CreateWorkflowRequest) -> dict[str, Any]:
-    out: dict[str, Any] = {"name": request.name, "steps": [normalise_step(s) for s in request.steps],
-                           "context": request.context or {}, "metadata": request.metadata or {}}
+    out: dict[str, Any] = {
+        "name": request.name,
+        "steps": [normalise_step(s) for s in request.steps],
+        "context": request.context or {},
+        "metadata": request.metadata or {},
+    }
     if request.timeout_secs is not None:
         out["timeout_secs"] = request.timeout_secs
     return out
@@ -130,5 +136,7 @@ def mermaid(steps: list[dict[str, Any]]) -> str:
     """`graph TD`, one node line per step in declaration order, then one line per edge."""
     lines = ["graph TD"]
     lines += [f'    {node_id(s["name"])}["{s["name"].replace(chr(34), chr(39))}"]' for s in steps]
-    lines += [f"    {node_id(dep)} --> {node_id(s['name'])}" for s in steps for dep in s.get("depends_on", [])]
+    lines += [
+        f"    {node_id(dep)} --> {node_id(s['name'])}" for s in steps for dep in s.get("depends_on", [])
+    ]
     return "".join(line + "\n" for line in lines)

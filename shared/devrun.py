@@ -26,21 +26,24 @@ DEV_TOKEN = "dev"
 def banner(api_url: str, database: str) -> str:
     auth = f"-H 'Authorization: Bearer {DEV_TOKEN}'"
     body = '{"task_name":"echo","payload":{"hello":"world"}}'
-    return "\n".join([
-        "",
-        "QueueFlow (development mode)",
-        f"  API        {api_url}",
-        f"  token      {DEV_TOKEN}   (in --dev mode any bearer token is accepted)",
-        f"  database   {database}",
-        "",
-        "Enqueue an echo job:",
-        f"  curl -s -X POST {api_url}/api/v1/jobs {auth} -H 'Content-Type: application/json' -d '{body}'",
-        "Fetch it, with the job_id from that reply:",
-        f"  curl -s {api_url}/api/v1/jobs/<id> {auth}",
-        "",
-        "Ctrl-C stops QueueFlow" + (" and the embedded PostgreSQL." if database.startswith("embedded") else "."),
-        "",
-    ])
+    return "\n".join(
+        [
+            "",
+            "QueueFlow (development mode)",
+            f"  API        {api_url}",
+            f"  token      {DEV_TOKEN}   (in --dev mode any bearer token is accepted)",
+            f"  database   {database}",
+            "",
+            "Enqueue an echo job:",
+            f"  curl -s -X POST {api_url}/api/v1/jobs {auth} -H 'Content-Type: application/json' -d '{body}'",
+            "Fetch it, with the job_id from that reply:",
+            f"  curl -s {api_url}/api/v1/jobs/<id> {auth}",
+            "",
+            "Ctrl-C stops QueueFlow"
+            + (" and the embedded PostgreSQL." if database.startswith("embedded") else "."),
+            "",
+        ]
+    )
 
 
 def run_server(env: dict[str, str]) -> int:
@@ -60,7 +63,9 @@ def run_server(env: dict[str, str]) -> int:
         # so the server sees one SIGINT (a second one would cut its graceful shutdown short).
         child = subprocess.Popen(
             [sys.executable, "-m", "shared.cli", "serve", "--mode", "all", "--dev"],
-            env=env, cwd=REPO, process_group=0,
+            env=env,
+            cwd=REPO,
+            process_group=0,
         )
         for signum in pending:
             child.send_signal(signum)

@@ -67,8 +67,9 @@ async def decode(request: web.Request, typ: type[T]) -> T:
         # connection closes with it.
         request.content.feed_eof()
         encoding = request.headers.get("Content-Encoding")
-        raise UnreadableBody(f"the body is not valid {encoding} data" if encoding
-                             else "the body could not be read") from None
+        raise UnreadableBody(
+            f"the body is not valid {encoding} data" if encoding else "the body could not be read"
+        ) from None
     if nested_deeper_than(raw, MAX_JSON_DEPTH):
         raise ValidationFailed(f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
     try:
@@ -161,8 +162,13 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         # One canonical line per request: client and server errors at info, the rest at debug
         # (the worker protocol's hot routes would otherwise dominate the log).
         emit = log.info if status >= 400 else log.debug
-        emit("request_served", method=request.method, route=route, status=status,
-             duration_ms=round(elapsed * 1000, 2))
+        emit(
+            "request_served",
+            method=request.method,
+            route=route,
+            status=status,
+            duration_ms=round(elapsed * 1000, 2),
+        )
 
 
 # --- requests aiohttp cannot parse ----------------------------------------------------------------
@@ -176,8 +182,13 @@ def answer_malformed_http_with_json() -> None:
     web_protocol.RequestHandler.handle_error = _protocol_error  # type: ignore[method-assign]
 
 
-def _protocol_error(self: web_protocol.RequestHandler, request: web.BaseRequest, status: int = 500,
-                    exc: BaseException | None = None, message: str | None = None) -> web.StreamResponse:
+def _protocol_error(
+    self: web_protocol.RequestHandler,
+    request: web.BaseRequest,
+    status: int = 500,
+    exc: BaseException | None = None,
+    message: str | None = None,
+) -> web.StreamResponse:
     if request.writer.output_size > 0:  # the response had begun: all that is left is to close
         raise ConnectionError("the response was already being sent")
     if isinstance(exc, http_exceptions.ContentEncodingError):
@@ -206,10 +217,11 @@ async def health(request: web.Request) -> web.Response:
     res = request.app[RESOURCES]
     try:
         await asyncio.wait_for(res.pool.fetchval("SELECT 1"), 2)
-    except Exception:  # noqa: BLE001 - any failure means the database is not answering
+    except Exception:
         return error_response(503, "database unavailable")
-    return json_response(wire.HealthStatus(status="healthy", timestamp=datetime.now(UTC),
-                                           version=shared.__version__))
+    return json_response(
+        wire.HealthStatus(status="healthy", timestamp=datetime.now(UTC), version=shared.__version__)
+    )
 
 
 async def ready(request: web.Request) -> web.Response:
@@ -218,7 +230,7 @@ async def ready(request: web.Request) -> web.Response:
         return error_response(503, "shutting down")
     try:
         await asyncio.wait_for(res.pool.fetchval("SELECT 1"), 2)
-    except Exception:  # noqa: BLE001
+    except Exception:
         return error_response(503, "database not ready")
     return json_response(wire.ReadyStatus(status="ready"))
 
@@ -227,11 +239,10 @@ async def metrics_endpoint(request: web.Request) -> web.Response:
     res = request.app[RESOURCES]
     try:
         rows = await asyncio.wait_for(jobs_db.queue_gauges(res.pool), 5)
-    except Exception:  # noqa: BLE001 - the counters still render; the store gauge says why
+    except Exception:
         rows = None
     metrics.set_queue_gauges(rows)
-    return web.Response(body=generate_latest(metrics.REGISTRY),
-                        headers={"Content-Type": CONTENT_TYPE_LATEST})
+    return web.Response(body=generate_latest(metrics.REGISTRY), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
 def add_ops_routes(app: web.Application, with_metrics: bool = True) -> None:

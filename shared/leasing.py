@@ -11,8 +11,14 @@ from shared.db import jobs as jobs_db
 from shared.runtime import Resources
 
 
-async def lease_jobs(res: Resources, queue: str, max_jobs: int, lease_secs: int, wait_secs: float,
-                     timeout_grace: int | None = None) -> list[asyncpg.Record]:
+async def lease_jobs(
+    res: Resources,
+    queue: str,
+    max_jobs: int,
+    lease_secs: int,
+    wait_secs: float,
+    timeout_grace: int | None = None,
+) -> list[asyncpg.Record]:
     """Claim up to `max_jobs`; when none is due, park on the queue's signal (no connection held)
     until a job arrives, the wait ends, or the safety poll re-checks. Idle waiters of one queue
     share one safety claim per poll interval instead of each asking the database."""
@@ -28,14 +34,18 @@ async def lease_jobs(res: Resources, queue: str, max_jobs: int, lease_secs: int,
                 # waste. (A call that will not wait always asks.)
                 rows = []
             else:
-                rows = await jobs_db.claim(res.pool, queue, max_jobs, lease_secs, timeout_grace,
-                                           next(res.claim_turns))
+                rows = await jobs_db.claim(
+                    res.pool, queue, max_jobs, lease_secs, timeout_grace, next(res.claim_turns)
+                )
                 hub.claimed(queue, seen, bool(rows))
         if rows:
             for row in rows:
-                if row["delivery_count"] == 1:  # started_at is this claim; a redelivery has no wait to measure
+                if (
+                    row["delivery_count"] == 1
+                ):  # started_at is this claim; a redelivery has no wait to measure
                     metrics.QUEUE_WAIT.labels(queue).observe(
-                        max(0.0, (row["started_at"] - row["scheduled_at"]).total_seconds()))
+                        max(0.0, (row["started_at"] - row["scheduled_at"]).total_seconds())
+                    )
             if len(rows) == max_jobs:
                 hub.poke(queue)  # more may be waiting: pass the wake-up on
             return rows

@@ -9,40 +9,71 @@ REGISTRY = CollectorRegistry(auto_describe=True)
 _BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 
 JOBS_CREATED = Counter("queueflow_jobs_created", "Jobs this process enqueued.", registry=REGISTRY)
-JOBS_COMPLETED = Counter("queueflow_jobs_completed", "Jobs completed through this process.", registry=REGISTRY)
-JOBS_FAILED = Counter("queueflow_jobs_failed", "Jobs that failed permanently through this process.",
-                      registry=REGISTRY)
+JOBS_COMPLETED = Counter(
+    "queueflow_jobs_completed", "Jobs completed through this process.", registry=REGISTRY
+)
+JOBS_FAILED = Counter(
+    "queueflow_jobs_failed", "Jobs that failed permanently through this process.", registry=REGISTRY
+)
 JOBS_RETRIED = Counter("queueflow_jobs_retried", "Retries this process scheduled.", registry=REGISTRY)
-JOBS_DEAD_LETTERED = Counter("queueflow_jobs_dead_lettered", "Jobs this process moved to the DLQ.",
-                             registry=REGISTRY)
-JOBS_CANCELLED = Counter("queueflow_jobs_cancelled", "Jobs cancelled through this process.", registry=REGISTRY)
-LEASES_RECLAIMED = Counter("queueflow_leases_reclaimed", "Expired leases the janitor reclaimed.",
-                           registry=REGISTRY)
+JOBS_DEAD_LETTERED = Counter(
+    "queueflow_jobs_dead_lettered", "Jobs this process moved to the DLQ.", registry=REGISTRY
+)
+JOBS_CANCELLED = Counter(
+    "queueflow_jobs_cancelled", "Jobs cancelled through this process.", registry=REGISTRY
+)
+LEASES_RECLAIMED = Counter(
+    "queueflow_leases_reclaimed", "Expired leases the janitor reclaimed.", registry=REGISTRY
+)
 WORKFLOWS_CREATED = Counter("queueflow_workflows_created", "Workflows created.", registry=REGISTRY)
 WORKFLOWS_COMPLETED = Counter("queueflow_workflows_completed", "Workflows completed.", registry=REGISTRY)
-WORKFLOWS_FAILED = Counter("queueflow_workflows_failed", "Workflows failed or partially failed.",
-                           registry=REGISTRY)
+WORKFLOWS_FAILED = Counter(
+    "queueflow_workflows_failed", "Workflows failed or partially failed.", registry=REGISTRY
+)
 
-HANDLER_DURATION = Histogram("queueflow_handler_duration_seconds", "Wall time of in-process handlers.",
-                             ["task"], buckets=_BUCKETS, registry=REGISTRY)
-QUEUE_WAIT = Histogram("queueflow_job_queue_wait_seconds", "From a job falling due to its claim.",
-                       ["queue"], buckets=_BUCKETS, registry=REGISTRY)
+HANDLER_DURATION = Histogram(
+    "queueflow_handler_duration_seconds",
+    "Wall time of in-process handlers.",
+    ["task"],
+    buckets=_BUCKETS,
+    registry=REGISTRY,
+)
+QUEUE_WAIT = Histogram(
+    "queueflow_job_queue_wait_seconds",
+    "From a job falling due to its claim.",
+    ["queue"],
+    buckets=_BUCKETS,
+    registry=REGISTRY,
+)
 
-HTTP_REQUESTS = Counter("queueflow_http_requests", "HTTP requests served.", ["method", "route", "status"],
-                        registry=REGISTRY)
-HTTP_DURATION = Histogram("queueflow_http_request_duration_seconds", "HTTP request latency.",
-                          ["method", "route"], buckets=_BUCKETS, registry=REGISTRY)
-LONG_POLL_WAITERS = Gauge("queueflow_long_poll_waiters", "Lease requests parked in a long-poll.",
-                          registry=REGISTRY)
+HTTP_REQUESTS = Counter(
+    "queueflow_http_requests", "HTTP requests served.", ["method", "route", "status"], registry=REGISTRY
+)
+HTTP_DURATION = Histogram(
+    "queueflow_http_request_duration_seconds",
+    "HTTP request latency.",
+    ["method", "route"],
+    buckets=_BUCKETS,
+    registry=REGISTRY,
+)
+LONG_POLL_WAITERS = Gauge(
+    "queueflow_long_poll_waiters", "Lease requests parked in a long-poll.", registry=REGISTRY
+)
 
 STORE_UP = Gauge("queueflow_store_up", "1 if the database answered this scrape.", registry=REGISTRY)
-QUEUE_PENDING = Gauge("queueflow_queue_pending_jobs", "Claimable jobs, all tenants.", ["queue"],
-                      registry=REGISTRY)
-QUEUE_SCHEDULED = Gauge("queueflow_queue_scheduled_jobs", "Jobs waiting for a future run time.", ["queue"],
-                        registry=REGISTRY)
+QUEUE_PENDING = Gauge(
+    "queueflow_queue_pending_jobs", "Claimable jobs, all tenants.", ["queue"], registry=REGISTRY
+)
+QUEUE_SCHEDULED = Gauge(
+    "queueflow_queue_scheduled_jobs", "Jobs waiting for a future run time.", ["queue"], registry=REGISTRY
+)
 QUEUE_RUNNING = Gauge("queueflow_queue_running_jobs", "Jobs currently leased.", ["queue"], registry=REGISTRY)
-QUEUE_OLDEST = Gauge("queueflow_queue_oldest_pending_age_seconds", "Age of the oldest claimable job.",
-                     ["queue"], registry=REGISTRY)
+QUEUE_OLDEST = Gauge(
+    "queueflow_queue_oldest_pending_age_seconds",
+    "Age of the oldest claimable job.",
+    ["queue"],
+    registry=REGISTRY,
+)
 _QUEUE_GAUGES = (QUEUE_PENDING, QUEUE_SCHEDULED, QUEUE_RUNNING, QUEUE_OLDEST)
 
 

@@ -128,8 +128,17 @@ def _service_account() -> pwd.struct_passwd | None:
     if useradd is None:
         raise PgEmbedError(f"running as root needs a {SERVICE_USER!r} user to run PostgreSQL; create one")
     subprocess.run(
-        [useradd, "--system", "--user-group", "--no-create-home", "--shell", "/usr/sbin/nologin", SERVICE_USER],
-        check=True, capture_output=True,
+        [
+            useradd,
+            "--system",
+            "--user-group",
+            "--no-create-home",
+            "--shell",
+            "/usr/sbin/nologin",
+            SERVICE_USER,
+        ],
+        check=True,
+        capture_output=True,
     )
     return pwd.getpwnam(SERVICE_USER)
 
@@ -181,7 +190,9 @@ class EmbeddedPostgres:
     keeps PostgreSQL's durable defaults (development). Connections: trust auth on 127.0.0.1.
     """
 
-    def __init__(self, data_dir: str | os.PathLike[str], port: int | None = None, fsync: bool = False) -> None:
+    def __init__(
+        self, data_dir: str | os.PathLike[str], port: int | None = None, fsync: bool = False
+    ) -> None:
         self.data_dir = Path(data_dir).absolute()
         self.fsync = fsync
         self._requested_port = port
@@ -232,7 +243,9 @@ class EmbeddedPostgres:
             log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
             pid_before = self._postmaster_pid()
             self._socket_dir = self._make_socket_dir()
-            result = self._run_pg_ctl("-w", "-l", str(self.log_path), "-o", self._server_options(port), "start")
+            result = self._run_pg_ctl(
+                "-w", "-l", str(self.log_path), "-o", self._server_options(port), "start"
+            )
             if result.returncode == 0:
                 self._port = port
                 return self.dsn()
@@ -271,7 +284,10 @@ class EmbeddedPostgres:
             raise PgEmbedError(f"psql not found in {self.bindir} or on PATH")
         result = subprocess.run(
             [program, "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-d", self.dsn(dbname), "-c", sql],
-            capture_output=True, text=True, timeout=_TIMEOUT_SECS, cwd="/",
+            capture_output=True,
+            text=True,
+            timeout=_TIMEOUT_SECS,
+            cwd="/",
         )
         if result.returncode != 0:
             raise PgEmbedError(f"psql failed: {result.stderr.strip()}")
@@ -303,8 +319,11 @@ class EmbeddedPostgres:
             settings["max_connections"] = "200"
         else:
             settings.update(
-                fsync="off", synchronous_commit="off", full_page_writes="off",
-                max_connections="400", shared_buffers="128MB",
+                fsync="off",
+                synchronous_commit="off",
+                full_page_writes="off",
+                max_connections="400",
+                shared_buffers="128MB",
             )
         # pg_ctl hands this string to /bin/sh, hence the quoting.
         args = ["-p", str(port), "-k", str(self._socket_dir)]
@@ -325,8 +344,12 @@ class EmbeddedPostgres:
         # cwd=/ so that the postgres user never starts in a directory it cannot enter.
         return subprocess.run(
             self._command(program, *args),
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            text=True, timeout=_TIMEOUT_SECS + 30, cwd="/",
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            timeout=_TIMEOUT_SECS + 30,
+            cwd="/",
         )
 
     def _run_pg_ctl(self, *args: str) -> subprocess.CompletedProcess[str]:
@@ -402,7 +425,11 @@ class EmbeddedPostgres:
             time.sleep(0.05)
         # Line 5 names the socket directory; one of ours (see _make_socket_dir) is now an orphan.
         lines = pid_file.read_text(errors="replace").splitlines() if pid_file.exists() else []
-        if len(lines) > 4 and Path(lines[4]).parent == Path("/tmp") and Path(lines[4]).name.startswith("qfpg."):
+        if (
+            len(lines) > 4
+            and Path(lines[4]).parent == Path("/tmp")
+            and Path(lines[4]).name.startswith("qfpg.")
+        ):
             shutil.rmtree(lines[4], ignore_errors=True)
         pid_file.unlink(missing_ok=True)
 

@@ -64,7 +64,7 @@ async def close_resources(res: Resources) -> None:
     await res.pool.close()
 
 
-def resources_ctx(res: Resources):  # noqa: ANN201 - aiohttp cleanup-context factory
+def resources_ctx(res: Resources):
     async def ctx(app: web.Application) -> AsyncIterator[None]:
         await open_resources(res)
         try:

@@ -112,7 +112,9 @@ async def service(tmp_path: Path) -> AsyncIterator[ServiceFactory]:
         env: Mapping[str, str] | None = None,
         start: bool = True,
     ) -> ServiceProcess:
-        proc = ServiceProcess(database_url, mode=mode, dev=dev, extra_args=extra_args, env=env, log_dir=tmp_path)
+        proc = ServiceProcess(
+            database_url, mode=mode, dev=dev, extra_args=extra_args, env=env, log_dir=tmp_path
+        )
         procs.append(proc)
         return await proc.start() if start else proc
 

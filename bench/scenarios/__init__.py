@@ -6,8 +6,17 @@ from bench.context import Scenario
 from bench.scenarios import e_enqueue, f_fairness, l_pgbench, m_idle, w1_drain, w2_latency, w3_workflows
 
 SCENARIOS: dict[str, Scenario] = {
-    s.name: s for s in (w1_drain.REMOTE, w1_drain.IN_PROCESS, w2_latency.SCENARIO, w3_workflows.SCENARIO,
-                        e_enqueue.SCENARIO, m_idle.SCENARIO, f_fairness.SCENARIO, l_pgbench.SCENARIO)
+    s.name: s
+    for s in (
+        w1_drain.REMOTE,
+        w1_drain.IN_PROCESS,
+        w2_latency.SCENARIO,
+        w3_workflows.SCENARIO,
+        e_enqueue.SCENARIO,
+        m_idle.SCENARIO,
+        f_fairness.SCENARIO,
+        l_pgbench.SCENARIO,
+    )
 }
 # Names that select several scenarios.
 ALIASES: dict[str, tuple[str, ...]] = {"all": tuple(SCENARIOS), "W1": ("W1a", "W1b")}

@@ -23,13 +23,21 @@ CONCURRENCY = 16
 
 def figures(ctx: Context) -> list[Figure]:
     return [
-        Figure("single_jobs_per_s", f"single POST /jobs, {CONCURRENCY} concurrent clients", "jobs/s",
-               "L.insert1_rows_per_s"),
+        Figure(
+            "single_jobs_per_s",
+            f"single POST /jobs, {CONCURRENCY} concurrent clients",
+            "jobs/s",
+            "L.insert1_rows_per_s",
+        ),
         Figure("single_p50_ms", "single POST /jobs latency p50", "ms", "L.insert1_latency_ms"),
         Figure("single_p99_ms", "single POST /jobs latency p99", "ms", "L.insert1_latency_ms"),
         *cpu_figures("", "during single", "api"),
-        Figure("batch_jobs_per_s", "batch POST /jobs/batch (1000/request, sequential)", "jobs/s",
-               "L.insert1000_rows_per_s"),
+        Figure(
+            "batch_jobs_per_s",
+            "batch POST /jobs/batch (1000/request, sequential)",
+            "jobs/s",
+            "L.insert1000_rows_per_s",
+        ),
         Figure("batch_ms", "batch POST /jobs/batch, time per 1000-job request", "ms"),
         *cpu_figures("batch_", "during batch", "api"),
         *PROBE_FIGURES,
@@ -68,9 +76,13 @@ async def run(ctx: Context, run_no: int) -> dict[str, float]:
             batch_cpu = meter.percent()
     return {
         "single_jobs_per_s": total / single_secs,
-        "single_p50_ms": percentile(latencies, 50), "single_p99_ms": percentile(latencies, 99),
-        **cpu_values("", cpu), **cpu_values("batch_", batch_cpu), **probe,
-        "batch_jobs_per_s": batches * 1000 / batch_secs, "batch_ms": 1000 * batch_secs / batches,
+        "single_p50_ms": percentile(latencies, 50),
+        "single_p99_ms": percentile(latencies, 99),
+        **cpu_values("", cpu),
+        **cpu_values("batch_", batch_cpu),
+        **probe,
+        "batch_jobs_per_s": batches * 1000 / batch_secs,
+        "batch_ms": 1000 * batch_secs / batches,
     }
 
 

@@ -34,15 +34,18 @@ def figures(ctx: Context) -> list[Figure]:
 async def _enqueue(http: aiohttp.ClientSession, base: str, key: str, count: int) -> None:
     headers = {"Authorization": f"Bearer {key}"}
     for start in range(0, count, 1000):
-        jobs = [{"task_name": "t", "payload": {"i": i}, "config": {"queue": QUEUE}}
-                for i in range(start, min(count, start + 1000))]
+        jobs = [
+            {"task_name": "t", "payload": {"i": i}, "config": {"queue": QUEUE}}
+            for i in range(start, min(count, start + 1000))
+        ]
         async with http.post(f"{base}/api/v1/jobs/batch", json={"jobs": jobs}, headers=headers) as resp:
             if resp.status != 201:
                 raise RuntimeError(f"batch -> {resp.status}: {await resp.text()}")
 
 
-async def _calls_until_globex(http: aiohttp.ClientSession, base: str, max_jobs: int,
-                              latencies: list[float]) -> int:
+async def _calls_until_globex(
+    http: aiohttp.ClientSession, base: str, max_jobs: int, latencies: list[float]
+) -> int:
     for call in range(1, 100_001):
         started = time.perf_counter()
         leased = await client.lease(http, base, QUEUE, max_jobs, 0)
@@ -58,25 +61,28 @@ async def run(ctx: Context, run_no: int) -> dict[str, float]:
     out: dict[str, float] = {}
     backlog = ctx.n(100_000, 10_000)
     latencies: list[float] = []
-    async with ctx.cluster.database("fair") as dsn:
-        async with servers(ctx.server(dsn, "api", *KEYS), ctx.server(dsn, "janitor")) as (api, _), \
-                client.session() as http:
-            await _enqueue(http, api.base_url, "fair-acme", backlog)
-            # Steady state: autovacuum would analyze a table that grew by 100,000 rows within a
-            # minute; without fresh statistics the first claims are planned for an empty table.
-            conn = await connect(dsn)
-            try:
-                await conn.execute("ANALYZE queueflow.jobs")
-            finally:
-                await conn.close()
-            for max_jobs in (1, 10):
-                await _enqueue(http, api.base_url, "fair-globex", 1)
-                out[f"calls_until_leased_{max_jobs}"] = await _calls_until_globex(
-                    http, api.base_url, max_jobs, [])
-            for _ in range(200):  # the claim's cost with the backlog in place (the janitor's not involved)
-                started = time.perf_counter()
-                await client.lease(http, api.base_url, QUEUE, 10, 0)
-                latencies.append(1000 * (time.perf_counter() - started))
+    async with (
+        ctx.cluster.database("fair") as dsn,
+        servers(ctx.server(dsn, "api", *KEYS), ctx.server(dsn, "janitor")) as (api, _),
+        client.session() as http,
+    ):
+        await _enqueue(http, api.base_url, "fair-acme", backlog)
+        # Steady state: autovacuum would analyze a table that grew by 100,000 rows within a
+        # minute; without fresh statistics the first claims are planned for an empty table.
+        conn = await connect(dsn)
+        try:
+            await conn.execute("ANALYZE queueflow.jobs")
+        finally:
+            await conn.close()
+        for max_jobs in (1, 10):
+            await _enqueue(http, api.base_url, "fair-globex", 1)
+            out[f"calls_until_leased_{max_jobs}"] = await _calls_until_globex(
+                http, api.base_url, max_jobs, []
+            )
+        for _ in range(200):  # the claim's cost with the backlog in place (the janitor's not involved)
+            started = time.perf_counter()
+            await client.lease(http, api.base_url, QUEUE, 10, 0)
+            latencies.append(1000 * (time.perf_counter() - started))
     out["lease_p50_ms"] = percentile(latencies, 50)
     out["lease_p99_ms"] = percentile(latencies, 99)
     return out

@@ -49,7 +49,11 @@ def figures(ctx: Context) -> list[Figure]:
         Figure("cycle1_rows_per_s", "pgbench claim 1 + complete (2 commits)", "rows/s"),
         Figure("cycle1_latency_ms", "pgbench claim 1 + complete, latency avg", "ms"),
         Figure("cycle10_rows_per_s", "pgbench claim 10 + complete 10 (2 commits)", "rows/s"),
-        Figure("cycle10_simple_rows_per_s", "pgbench plain claim 10 (upstream shape + its index) + complete 10", "rows/s"),
+        Figure(
+            "cycle10_simple_rows_per_s",
+            "pgbench plain claim 10 (upstream shape + its index) + complete 10",
+            "rows/s",
+        ),
         Figure("insert1_rows_per_s", "pgbench insert_jobs, 1 row", "rows/s"),
         Figure("insert1_latency_ms", "pgbench insert_jobs, 1 row, latency avg", "ms"),
         Figure("insert1000_rows_per_s", "pgbench insert_jobs, 1000 rows", "rows/s"),
@@ -64,8 +68,10 @@ def _bind(sql: str, params: dict[int, str]) -> str:
     def value(m: re.Match[str]) -> str:
         n = int(m.group(1))
         if n not in params:
-            raise RuntimeError(f"the server's statement has a parameter ${n} this harness does not know; "
-                               "give it a value in bench/scenarios/l_pgbench.py")
+            raise RuntimeError(
+                f"the server's statement has a parameter ${n} this harness does not know; "
+                "give it a value in bench/scenarios/l_pgbench.py"
+            )
         return params[n]
 
     return re.sub(r"\$(\d+)", value, body.strip().rstrip(";"))
@@ -96,12 +102,16 @@ def cycle_script(rows: int, claim_sql: str | None = None) -> str:
     # claim_jobs: $1 queue, $2 batch, $3 lease secs, $4 timeout grace, $5 fair-share rotation.
     claim = _bind(claim_sql or Q.claim_jobs, {1: f"'{QUEUE}'", 2: str(rows), 3: "60", 4: "NULL", 5: "0"})
     ids, toks = "CAST(:ids AS uuid[])", "CAST(:toks AS uuid[])"
-    complete = _bind(Q.complete_jobs, {
-        1: ids, 2: toks, 3: f"""array_fill('{{"ok": true}}'::jsonb, ARRAY[cardinality({ids})])"""})
-    return (f"WITH claimed AS (\n{claim}\n)\n"
-            "SELECT COALESCE(array_agg(id), '{}') AS ids, COALESCE(array_agg(lease_token), '{}') AS toks"
-            " FROM claimed \\gset\n"
-            f"{complete};\n")
+    complete = _bind(
+        Q.complete_jobs,
+        {1: ids, 2: toks, 3: f"""array_fill('{{"ok": true}}'::jsonb, ARRAY[cardinality({ids})])"""},
+    )
+    return (
+        f"WITH claimed AS (\n{claim}\n)\n"
+        "SELECT COALESCE(array_agg(id), '{}') AS ids, COALESCE(array_agg(lease_token), '{}') AS toks"
+        " FROM claimed \\gset\n"
+        f"{complete};\n"
+    )
 
 
 async def insert_script(dsn: str, rows: int) -> str:
@@ -114,9 +124,13 @@ async def insert_script(dsn: str, rows: int) -> str:
 
     known = {
         1: f"ARRAY(SELECT gen_random_uuid() FROM generate_series(1, {rows}))",
-        2: fill("'bench-l'::text"), 3: fill("'echo'::text"),
+        2: fill("'bench-l'::text"),
+        3: fill("'echo'::text"),
         4: f"ARRAY(SELECT jsonb_build_object('i', g) FROM generate_series(1, {rows}) g)",
-        5: fill(f"'{config}'::jsonb"), 6: fill("0"), 7: fill("NULL::timestamptz"), 8: fill("'{}'::jsonb"),
+        5: fill(f"'{config}'::jsonb"),
+        6: fill("0"),
+        7: fill("NULL::timestamptz"),
+        8: fill("'{}'::jsonb"),
         9: f"'{TENANT}'",
     }
     conn = await connect(dsn)
@@ -133,8 +147,16 @@ async def insert_script(dsn: str, rows: int) -> str:
 
 async def _migrate(dsn: str) -> None:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "shared.cli", "migrate", "--database-url", dsn, cwd=REPO,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+        sys.executable,
+        "-m",
+        "shared.cli",
+        "migrate",
+        "--database-url",
+        dsn,
+        cwd=REPO,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
     out, _ = await proc.communicate()
     if proc.returncode != 0:
         raise RuntimeError(f"queueflow migrate failed: {out.decode(errors='replace')}")
@@ -146,9 +168,14 @@ async def _seed(dsn: str, total: int) -> None:
     try:
         await init_connection(conn)
         for start in range(0, total, 1000):
-            await jobs_db.insert_jobs(conn, TENANT, [
-                jobs_db.NewJob(task_name="echo", queue=QUEUE, config=resolve_config(), payload={"i": i})
-                for i in range(start, min(total, start + 1000))])
+            await jobs_db.insert_jobs(
+                conn,
+                TENANT,
+                [
+                    jobs_db.NewJob(task_name="echo", queue=QUEUE, config=resolve_config(), payload={"i": i})
+                    for i in range(start, min(total, start + 1000))
+                ],
+            )
     finally:
         await conn.close()
 
@@ -158,11 +185,30 @@ async def _pgbench(ctx: Context, dbname: str, script: str, name: str, secs: int)
     path = ctx.out_dir / "pgbench" / f"{name}.sql"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(script)
-    argv = [str(ctx.cluster.bindir / "pgbench"), "-n", "-M", "prepared", "-c", str(CLIENTS), "-j", str(THREADS),
-            "-T", str(secs), "-f", str(path), "-h", "127.0.0.1", "-p", str(ctx.cluster.port),
-            "-U", "postgres", dbname]
-    proc = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE,
-                                                stderr=asyncio.subprocess.STDOUT, cwd="/")
+    argv = [
+        str(ctx.cluster.bindir / "pgbench"),
+        "-n",
+        "-M",
+        "prepared",
+        "-c",
+        str(CLIENTS),
+        "-j",
+        str(THREADS),
+        "-T",
+        str(secs),
+        "-f",
+        str(path),
+        "-h",
+        "127.0.0.1",
+        "-p",
+        str(ctx.cluster.port),
+        "-U",
+        "postgres",
+        dbname,
+    ]
+    proc = await asyncio.create_subprocess_exec(
+        *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, cwd="/"
+    )
     out_b, _ = await proc.communicate()
     out = out_b.decode(errors="replace")
     with (ctx.log_dir / f"pgbench-{name}.log").open("a") as log:
@@ -170,7 +216,13 @@ async def _pgbench(ctx: Context, dbname: str, script: str, name: str, secs: int)
     tps = re.search(r"^tps = ([\d.]+)", out, re.MULTILINE)
     lat = re.search(r"^latency average = ([\d.]+) ms", out, re.MULTILINE)
     failed = re.search(r"number of failed transactions: (\d+)", out)
-    if proc.returncode != 0 or "aborted" in out or tps is None or lat is None or (failed and failed.group(1) != "0"):
+    if (
+        proc.returncode != 0
+        or "aborted" in out
+        or tps is None
+        or lat is None
+        or (failed and failed.group(1) != "0")
+    ):
         raise RuntimeError(f"pgbench {name} failed (exit {proc.returncode}):\n{out[-2000:]}")
     return float(tps.group(1)), float(lat.group(1))
 
@@ -205,7 +257,9 @@ async def _cycle(ctx: Context, rows: int, secs: int, simple: bool = False) -> tu
 async def _insert(ctx: Context, rows: int, secs: int) -> tuple[float, float]:
     async with ctx.cluster.database(f"l_insert{rows}") as dsn:
         await _migrate(dsn)
-        tps, lat = await _pgbench(ctx, dsn.rsplit("/", 1)[1], await insert_script(dsn, rows), f"insert{rows}", secs)
+        tps, lat = await _pgbench(
+            ctx, dsn.rsplit("/", 1)[1], await insert_script(dsn, rows), f"insert{rows}", secs
+        )
     return tps * rows, lat
 
 
@@ -218,9 +272,18 @@ async def run(ctx: Context, run_no: int) -> dict[str, float]:
     s10, _ = await _cycle(ctx, 10, short, simple=True)
     i1, i1_lat = await _insert(ctx, 1, short)
     i1000, _ = await _insert(ctx, 1000, short)
-    return {"cycle1_rows_per_s": c1, "cycle1_latency_ms": c1_lat, "cycle10_rows_per_s": c10, "cycle10_simple_rows_per_s": s10, "insert1_rows_per_s": i1, "insert1_latency_ms": i1_lat,
-            "insert1000_rows_per_s": i1000, **probe}
+    return {
+        "cycle1_rows_per_s": c1,
+        "cycle1_latency_ms": c1_lat,
+        "cycle10_rows_per_s": c10,
+        "cycle10_simple_rows_per_s": s10,
+        "insert1_rows_per_s": i1,
+        "insert1_latency_ms": i1_lat,
+        "insert1000_rows_per_s": i1000,
+        **probe,
+    }
 
 
-SCENARIO = Scenario("L", "pgbench references: the server's claim/complete/insert SQL, -c 4 -j 2",
-                    figures, run)
+SCENARIO = Scenario(
+    "L", "pgbench references: the server's claim/complete/insert SQL, -c 4 -j 2", figures, run
+)

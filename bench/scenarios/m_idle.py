@@ -44,7 +44,9 @@ def figures(ctx: Context) -> list[Figure]:
         Figure("sockets", "established sockets on the API port", "sockets"),
         Figure("park_secs", "time until all were parked", "s"),
         Figure("pool_peak", f"DB connections 'queueflow' open, peak (target <= {POOL_FLOOR})", "conns"),
-        Figure("pool_active_peak", "DB connections 'queueflow' active at once, peak (0.2 s samples)", "conns"),
+        Figure(
+            "pool_active_peak", "DB connections 'queueflow' active at once, peak (0.2 s samples)", "conns"
+        ),
         Figure("idle_xact_rate", "DB transactions/s while every client idles (safety polls)", "xact/s"),
         Figure("listener_peak", "DB connections 'queueflow-listener' (target 1)", "conns"),
         Figure("other_peak", "other DB connections to the run's database, peak", "conns"),
@@ -67,8 +69,10 @@ async def run(ctx: Context, run_no: int) -> dict[str, float]:
             rss_base = vm_kib(api.pid, "VmRSS") / 1024
             stop = asyncio.Event()
             started = time.monotonic()
-            loops = [asyncio.create_task(client.worker_loop(http, api.base_url, QUEUE, 1, 30, stop))
-                     for _ in range(n)]
+            loops = [
+                asyncio.create_task(client.worker_loop(http, api.base_url, QUEUE, 1, 30, stop))
+                for _ in range(n)
+            ]
             conn = await connect(dsn)
             try:
                 while await _gauge(probe, api.metrics_url) < n:
@@ -91,8 +95,11 @@ async def run(ctx: Context, run_no: int) -> dict[str, float]:
                         if r["app"] == "queueflow" and r["state"] == "active":
                             peaks["pool_active"] = max(peaks["pool_active"], r["n"])
                     other = sum(c for a, c in by_app.items() if a not in ("queueflow", "queueflow-listener"))
-                    for key, count in (("queueflow", by_app["queueflow"]),
-                                       ("queueflow-listener", by_app["queueflow-listener"]), ("other", other)):
+                    for key, count in (
+                        ("queueflow", by_app["queueflow"]),
+                        ("queueflow-listener", by_app["queueflow-listener"]),
+                        ("other", other),
+                    ):
                         peaks[key] = max(peaks[key], count)
                     parked_min = min(parked_min, await _gauge(probe, api.metrics_url))
                     await asyncio.sleep(0.2)
@@ -111,13 +118,21 @@ async def run(ctx: Context, run_no: int) -> dict[str, float]:
                 with contextlib.suppress(Exception):
                     await client.stop_loops(loops, stop, grace=0)
     return {
-        "clients": n, "parked_min": parked_min, "sockets": sockets, "park_secs": park_secs,
-        "pool_peak": peaks["queueflow"], "pool_active_peak": peaks["pool_active"], "idle_xact_rate": idle_xact_rate,
-        "listener_peak": peaks["queueflow-listener"], "other_peak": peaks["other"],
-        "rss_base_mb": rss_base, "rss_peak_mb": rss_peak,
+        "clients": n,
+        "parked_min": parked_min,
+        "sockets": sockets,
+        "park_secs": park_secs,
+        "pool_peak": peaks["queueflow"],
+        "pool_active_peak": peaks["pool_active"],
+        "idle_xact_rate": idle_xact_rate,
+        "listener_peak": peaks["queueflow-listener"],
+        "other_peak": peaks["other"],
+        "rss_base_mb": rss_base,
+        "rss_peak_mb": rss_peak,
         **cpu_values("", cpu),
     }
 
 
-SCENARIO = Scenario("M", "2,000 idle long-poll clients on one api process: DB connections, memory",
-                    figures, run)
+SCENARIO = Scenario(
+    "M", "2,000 idle long-poll clients on one api process: DB connections, memory", figures, run
+)

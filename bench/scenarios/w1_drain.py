@@ -33,7 +33,7 @@ FROM queueflow.jobs WHERE status = 'completed'"""
 TIMEOUT_SECS = 600.0
 
 
-async def _db_rate(conn, total: int) -> float:  # noqa: ANN001 - asyncpg.Connection
+async def _db_rate(conn, total: int) -> float:
     row = await conn.fetchrow(DRAIN_WINDOW)
     if row["n"] != total:
         raise RuntimeError(f"expected {total} completed jobs, found {row['n']}")
@@ -46,7 +46,9 @@ async def _db_rate(conn, total: int) -> float:  # noqa: ANN001 - asyncpg.Connect
 def remote_figures(ctx: Context) -> list[Figure]:
     shape = f"{ctx.remote_loops} loops x max_jobs {ctx.remote_batch}"
     return [
-        Figure("jobs_per_s", f"drain, remote HTTP workers ({shape}), DB clock", "jobs/s", "L.cycle10_rows_per_s"),
+        Figure(
+            "jobs_per_s", f"drain, remote HTTP workers ({shape}), DB clock", "jobs/s", "L.cycle10_rows_per_s"
+        ),
         Figure("client_jobs_per_s", "drain, remote HTTP workers, client clock", "jobs/s"),
         *cpu_figures("", "during drain", "api + janitor"),
         *PROBE_FIGURES,
@@ -65,8 +67,12 @@ async def run_remote(ctx: Context, run_no: int) -> dict[str, float]:
                 stop = asyncio.Event()
                 meter = CpuMeter([api.pid, janitor.pid], ctx.postmaster)
                 started = time.monotonic()
-                loops = [asyncio.create_task(client.worker_loop(http, api.base_url, QUEUE, ctx.remote_batch, 1, stop))
-                         for _ in range(ctx.remote_loops)]
+                loops = [
+                    asyncio.create_task(
+                        client.worker_loop(http, api.base_url, QUEUE, ctx.remote_batch, 1, stop)
+                    )
+                    for _ in range(ctx.remote_loops)
+                ]
                 try:
                     seen = await wait_for_count(conn, COMPLETED, total, TIMEOUT_SECS, watch=loops)
                     cpu = meter.percent()
@@ -78,8 +84,9 @@ async def run_remote(ctx: Context, run_no: int) -> dict[str, float]:
     return {"jobs_per_s": rate, "client_jobs_per_s": total / (seen - started), **cpu_values("", cpu), **probe}
 
 
-REMOTE = Scenario("W1a", "Drain 20k no-op jobs: remote HTTP workers (api + janitor processes)",
-                  remote_figures, run_remote)
+REMOTE = Scenario(
+    "W1a", "Drain 20k no-op jobs: remote HTTP workers (api + janitor processes)", remote_figures, run_remote
+)
 
 
 # --- W1b: in-process echo workers --------------------------------------------------------------------
@@ -89,8 +96,12 @@ def inprocess_figures(ctx: Context) -> list[Figure]:
     figs = []
     for n in ctx.drain_workers:
         figs += [
-            Figure(f"w{n}_jobs_per_s", f"drain, in-process echo, --workers {n}, DB clock", "jobs/s",
-                   "L.cycle10_rows_per_s"),
+            Figure(
+                f"w{n}_jobs_per_s",
+                f"drain, in-process echo, --workers {n}, DB clock",
+                "jobs/s",
+                "L.cycle10_rows_per_s",
+            ),
             *cpu_figures(f"w{n}_", f"during drain (--workers {n})", "server", client=False),
             *(Figure(f"w{n}_{f.key}", f"{f.label} (--workers {n})", f.unit) for f in PROBE_FIGURES),
         ]
@@ -123,5 +134,6 @@ async def run_inprocess(ctx: Context, run_no: int) -> dict[str, float]:
     return out
 
 
-IN_PROCESS = Scenario("W1b", "Drain 20k no-op jobs: in-process echo workers (--mode all)",
-                      inprocess_figures, run_inprocess)
+IN_PROCESS = Scenario(
+    "W1b", "Drain 20k no-op jobs: in-process echo workers (--mode all)", inprocess_figures, run_inprocess
+)

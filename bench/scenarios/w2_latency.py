@@ -41,15 +41,21 @@ def figures(ctx: Context) -> list[Figure]:
     figs = []
     for prefix, _, interval, _, _ in PHASES:
         every = f"1 job / {interval * 1000:.0f} ms"
-        figs += [Figure(f"{prefix}client_p{q}_ms", f"{every}: enqueue->lease p{q}, client clock", "ms", ref)
-                 for q in (50, 95, 99)]
-        figs += [Figure(f"{prefix}db_p{q}_ms", f"{every}: created_at->started_at p{q}, DB clock", "ms", ref)
-                 for q in (50, 95, 99)]
+        figs += [
+            Figure(f"{prefix}client_p{q}_ms", f"{every}: enqueue->lease p{q}, client clock", "ms", ref)
+            for q in (50, 95, 99)
+        ]
+        figs += [
+            Figure(f"{prefix}db_p{q}_ms", f"{every}: created_at->started_at p{q}, DB clock", "ms", ref)
+            for q in (50, 95, 99)
+        ]
         figs.append(Figure(f"{prefix}enqueue_rate", f"{every}: achieved enqueue rate", "jobs/s"))
     return [*figs, *cpu_figures("", "at 1 job / 5 ms", "api + janitor"), *PROBE_FIGURES]
 
 
-async def _wait_parked(http: aiohttp.ClientSession, metrics_url: str, want: int, within: float = 10.0) -> None:
+async def _wait_parked(
+    http: aiohttp.ClientSession, metrics_url: str, want: int, within: float = 10.0
+) -> None:
     deadline = time.monotonic() + within
     while (await prometheus_value(http, f"{metrics_url}/metrics", "queueflow_long_poll_waiters") or 0) < want:
         if time.monotonic() > deadline:
@@ -57,14 +63,28 @@ async def _wait_parked(http: aiohttp.ClientSession, metrics_url: str, want: int,
         await asyncio.sleep(0.05)
 
 
-async def _phase(ctx: Context, api: Server, pids: list[int], http: aiohttp.ClientSession, dsn: str, prefix: str,
-                 queue: str, interval: float, total: int) -> dict[str, float]:
+async def _phase(
+    ctx: Context,
+    api: Server,
+    pids: list[int],
+    http: aiohttp.ClientSession,
+    dsn: str,
+    prefix: str,
+    queue: str,
+    interval: float,
+    total: int,
+) -> dict[str, float]:
     sent: dict[str, float] = {}
     leased: dict[str, float] = {}
     stop = asyncio.Event()
-    loops = [asyncio.create_task(client.worker_loop(
-        http, api.base_url, queue, 1, 20, stop, on_lease=lambda jid, t: leased.setdefault(jid, t)))
-        for _ in range(LOOPS)]
+    loops = [
+        asyncio.create_task(
+            client.worker_loop(
+                http, api.base_url, queue, 1, 20, stop, on_lease=lambda jid, t: leased.setdefault(jid, t)
+            )
+        )
+        for _ in range(LOOPS)
+    ]
     conn = await connect(dsn)
     try:
         await _wait_parked(http, api.metrics_url, LOOPS)
@@ -108,7 +128,19 @@ async def run(ctx: Context, run_no: int) -> dict[str, float]:
         async with servers(api, janitor), client.session() as http:
             out.update(await probe_commits(dsn))
             for prefix, queue, interval, full, quick in PHASES:
-                out.update(await _phase(ctx, api, [api.pid, janitor.pid], http, dsn, prefix, queue, interval, ctx.n(full, quick)))
+                out.update(
+                    await _phase(
+                        ctx,
+                        api,
+                        [api.pid, janitor.pid],
+                        http,
+                        dsn,
+                        prefix,
+                        queue,
+                        interval,
+                        ctx.n(full, quick),
+                    )
+                )
     return out
 
 

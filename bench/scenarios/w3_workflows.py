@@ -24,12 +24,15 @@ from bench.context import PROBE_FIGURES, Context, Scenario, probe_commits
 from bench.infra import connect, servers, wait_for_count
 from bench.report import Figure, percentile
 
-DIAMOND = {"name": "diamond", "steps": [
-    {"name": "a", "task_name": "echo"},
-    {"name": "b", "task_name": "echo", "depends_on": ["a"]},
-    {"name": "c", "task_name": "echo", "depends_on": ["a"]},
-    {"name": "d", "task_name": "echo", "depends_on": ["b", "c"]},
-]}
+DIAMOND = {
+    "name": "diamond",
+    "steps": [
+        {"name": "a", "task_name": "echo"},
+        {"name": "b", "task_name": "echo", "depends_on": ["a"]},
+        {"name": "c", "task_name": "echo", "depends_on": ["a"]},
+        {"name": "d", "task_name": "echo", "depends_on": ["b", "c"]},
+    ],
+}
 EDGES = """
 SELECT EXTRACT(EPOCH FROM dep.started_at - (
            SELECT max(up.completed_at) FROM queueflow.jobs up
@@ -69,8 +72,12 @@ async def run(ctx: Context, run_no: int) -> dict[str, float]:
     total = ctx.n(1000, 100)
     paced = ctx.n(200, 40)
     async with ctx.cluster.database("w3") as dsn:
-        procs = (ctx.server(dsn, "api"), ctx.server(dsn, "workflow"), ctx.server(dsn, "worker", "--workers", "16"),
-                 ctx.server(dsn, "janitor"))
+        procs = (
+            ctx.server(dsn, "api"),
+            ctx.server(dsn, "workflow"),
+            ctx.server(dsn, "worker", "--workers", "16"),
+            ctx.server(dsn, "janitor"),
+        )
         async with servers(*procs) as (api, *_), client.session() as http:
             out.update(await probe_commits(dsn))
             conn = await connect(dsn)

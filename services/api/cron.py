@@ -26,10 +26,19 @@ async def create_cron(request: web.Request) -> web.Response:
 
 async def list_crons(request: web.Request) -> web.Response:
     page = page_from(request, {})
-    result = await fetch_page(request.app[RESOURCES].pool, "cron_schedules", tenant_of(request).id, page, "text")
-    return json_response(wire.ListCronsResponse(
-        crons=[crons.to_cron(r) for r in result.rows], limit=page.limit, offset=page.offset,
-        has_more=result.has_more, total=result.total, next_cursor=result.next_cursor))
+    result = await fetch_page(
+        request.app[RESOURCES].pool, "cron_schedules", tenant_of(request).id, page, "text"
+    )
+    return json_response(
+        wire.ListCronsResponse(
+            crons=[crons.to_cron(r) for r in result.rows],
+            limit=page.limit,
+            offset=page.offset,
+            has_more=result.has_more,
+            total=result.total,
+            next_cursor=result.next_cursor,
+        )
+    )
 
 
 async def get_cron(request: web.Request) -> web.Response:

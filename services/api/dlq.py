@@ -30,10 +30,19 @@ async def list_dead_letters(request: web.Request) -> web.Response:
     replayed = replayed_filter(request)
     if replayed is not None:
         page.conditions.append("replayed_at IS NOT NULL" if replayed else "replayed_at IS NULL")
-    result = await fetch_page(request.app[RESOURCES].pool, "dead_letters", tenant_of(request).id, page, "bigint")
-    return json_response(wire.ListDeadLettersResponse(
-        dead_letters=[jobs_db.to_dead_letter(r) for r in result.rows], limit=page.limit,
-        offset=page.offset, has_more=result.has_more, total=result.total, next_cursor=result.next_cursor))
+    result = await fetch_page(
+        request.app[RESOURCES].pool, "dead_letters", tenant_of(request).id, page, "bigint"
+    )
+    return json_response(
+        wire.ListDeadLettersResponse(
+            dead_letters=[jobs_db.to_dead_letter(r) for r in result.rows],
+            limit=page.limit,
+            offset=page.offset,
+            has_more=result.has_more,
+            total=result.total,
+            next_cursor=result.next_cursor,
+        )
+    )
 
 
 async def get_dead_letter(request: web.Request) -> web.Response:
@@ -65,9 +74,15 @@ async def replay_dead_letters(request: web.Request) -> web.Response:
         raise ValidationFailed(f"limit cannot exceed {max_batch}")
     tenant = tenant_of(request).id
     pool = request.app[RESOURCES].pool
-    ids = await jobs_db.dead_letters_to_replay(pool, tenant, body.queue, body.task_name,
-                                               instant("created_after", body.created_after),
-                                               instant("created_before", body.created_before), limit)
+    ids = await jobs_db.dead_letters_to_replay(
+        pool,
+        tenant,
+        body.queue,
+        body.task_name,
+        instant("created_after", body.created_after),
+        instant("created_before", body.created_before),
+        limit,
+    )
     results = []
     async with pool.acquire() as conn:
         for dl_id in ids:
@@ -75,8 +90,11 @@ async def replay_dead_letters(request: web.Request) -> web.Response:
             if outcome == "replayed":
                 results.append(wire.ReplayedDeadLetter(dead_letter_id=dl_id, job_id=job_id))
             elif outcome == "purged":
-                results.append(wire.ReplayedDeadLetter(
-                    dead_letter_id=dl_id, error="the original job was purged by retention"))
+                results.append(
+                    wire.ReplayedDeadLetter(
+                        dead_letter_id=dl_id, error="the original job was purged by retention"
+                    )
+                )
             # replayed concurrently by another caller, or gone: not listed
     replayed = sum(1 for r in results if r.job_id)
     return json_response(wire.ReplayDeadLettersResponse(replayed=replayed, results=results))

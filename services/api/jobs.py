@@ -76,21 +76,33 @@ async def create_batch(request: web.Request) -> web.Response:
         try:
             items.append(_new_job(item, settings.default_queue, (item.idempotency_key or "").strip() or None))
         except ValidationFailed as err:
-            raise ValidationFailed(f"jobs[{index}]: {err.message.removeprefix('validation error: ')}") from None
+            raise ValidationFailed(
+                f"jobs[{index}]: {err.message.removeprefix('validation error: ')}"
+            ) from None
     ids = await jobs_db.insert_jobs(request.app[RESOURCES].pool, tenant_of(request).id, items)
     return json_response(wire.CreateBatchJobsResponse(job_ids=ids, count=len(ids)), 201)
 
 
 async def list_jobs(request: web.Request) -> web.Response:
-    page = page_from(request, {
-        "status": ("status", JOB_STATUSES),
-        "queue": ("queue_name", None),
-        "task_name": ("task_name", None),
-    })
+    page = page_from(
+        request,
+        {
+            "status": ("status", JOB_STATUSES),
+            "queue": ("queue_name", None),
+            "task_name": ("task_name", None),
+        },
+    )
     result = await fetch_page(request.app[RESOURCES].pool, "jobs", tenant_of(request).id, page, "uuid")
-    return json_response(wire.ListJobsResponse(
-        jobs=[jobs_db.to_job(r) for r in result.rows], limit=page.limit, offset=page.offset,
-        has_more=result.has_more, total=result.total, next_cursor=result.next_cursor))
+    return json_response(
+        wire.ListJobsResponse(
+            jobs=[jobs_db.to_job(r) for r in result.rows],
+            limit=page.limit,
+            offset=page.offset,
+            has_more=result.has_more,
+            total=result.total,
+            next_cursor=result.next_cursor,
+        )
+    )
 
 
 async def _job_or_404(request: web.Request) -> wire.Job:
@@ -123,8 +135,15 @@ async def cancel_jobs(request: web.Request) -> web.Response:
         raise ValidationFailed(f"limit cannot exceed {max_batch}")
     statuses = [body.status] if body.status else list(ACTIVE_JOB_STATUSES)
     count = await jobs_db.cancel_matching(
-        request.app[RESOURCES].pool, tenant_of(request).id, statuses, body.queue, body.task_name,
-        instant("created_after", body.created_after), instant("created_before", body.created_before), limit)
+        request.app[RESOURCES].pool,
+        tenant_of(request).id,
+        statuses,
+        body.queue,
+        body.task_name,
+        instant("created_after", body.created_after),
+        instant("created_before", body.created_before),
+        limit,
+    )
     return json_response(wire.CancelJobsResponse(cancelled=count))
 
 

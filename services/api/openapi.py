@@ -32,13 +32,9 @@ def build_spec() -> dict[str, Any]:
     from services.api.app import PUBLIC_DOCS, ROUTES
 
     types: list[Any] = [wire.ErrorBody]
-    for route in ROUTES:
-        for t in (route.request, route.response):
-            if isinstance(t, type):
-                types.append(t)
+    types.extend(t for route in ROUTES for t in (route.request, route.response) if isinstance(t, type))
     types.extend(t for *_, t in PUBLIC_DOCS)
-    schemas, components = msgspec.json.schema_components(
-        types, ref_template="#/components/schemas/{name}")
+    schemas, components = msgspec.json.schema_components(types, ref_template="#/components/schemas/{name}")
     by_type = dict(zip(types, schemas, strict=True))
     error = {"description": "Error", "content": {"application/json": {"schema": by_type[wire.ErrorBody]}}}
 
@@ -50,22 +46,32 @@ def build_spec() -> dict[str, Any]:
             "tags": [route.tag],
             "security": [{"bearerAuth": []}],
             "parameters": [
-                {"name": name, "in": "path", "required": True,
-                 "schema": {"type": "integer", "format": "int64"} if route.tag == "dlq" and name == "id"
-                 else {"type": "string"}}
+                {
+                    "name": name,
+                    "in": "path",
+                    "required": True,
+                    "schema": {"type": "integer", "format": "int64"}
+                    if route.tag == "dlq" and name == "id"
+                    else {"type": "string"},
+                }
                 for name in re.findall(r"{(\w+)}", route.path)
             ],
             "responses": {},
         }
         if route.operation_id.startswith("list"):
-            op["parameters"] += [{"name": n, "in": "query", "required": False, "schema": {"type": t},
-                                  "description": d} for n, t, d in _LIST_PARAMS]
+            op["parameters"] += [
+                {"name": n, "in": "query", "required": False, "schema": {"type": t}, "description": d}
+                for n, t, d in _LIST_PARAMS
+            ]
         if route.operation_id == "createJob":
-            op["parameters"].append({"name": "Idempotency-Key", "in": "header", "required": False,
-                                     "schema": {"type": "string"}})
+            op["parameters"].append(
+                {"name": "Idempotency-Key", "in": "header", "required": False, "schema": {"type": "string"}}
+            )
         if route.request is not None:
-            op["requestBody"] = {"required": True,
-                                 "content": {"application/json": {"schema": by_type[route.request]}}}
+            op["requestBody"] = {
+                "required": True,
+                "content": {"application/json": {"schema": by_type[route.request]}},
+            }
         ok: dict[str, Any] = {"description": "OK"}
         if route.response == "sse":
             ok["content"] = {"text/event-stream": {"schema": {"type": "string"}}}
@@ -78,19 +84,28 @@ def build_spec() -> dict[str, Any]:
         paths.setdefault(route.path, {})[route.method.lower()] = op
     for method, path, tag, op_id, summary, typ in PUBLIC_DOCS:
         paths.setdefault(path, {})[method.lower()] = {
-            "operationId": op_id, "summary": summary, "tags": [tag],
-            "responses": {"200": {"description": "OK", "content": {"application/json": {"schema": by_type[typ]}}},
-                          "503": error},
+            "operationId": op_id,
+            "summary": summary,
+            "tags": [tag],
+            "responses": {
+                "200": {"description": "OK", "content": {"application/json": {"schema": by_type[typ]}}},
+                "503": error,
+            },
         }
     return {
         "openapi": "3.1.0",
-        "info": {"title": "QueueFlow", "version": shared.__version__,
-                 "description": "PostgreSQL-native job queue and workflow engine (Python server)."},
+        "info": {
+            "title": "QueueFlow",
+            "version": shared.__version__,
+            "description": "PostgreSQL-native job queue and workflow engine (Python server).",
+        },
         "servers": [{"url": "http://localhost:8000"}],
         "paths": paths,
         "components": {
             "schemas": components,
-            "securitySchemes": {"bearerAuth": {"type": "http", "scheme": "bearer", "bearerFormat": "API Key"}},
+            "securitySchemes": {
+                "bearerAuth": {"type": "http", "scheme": "bearer", "bearerFormat": "API Key"}
+            },
         },
     }
 

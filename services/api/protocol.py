@@ -18,10 +18,18 @@ LEASE_LOST = "lease is no longer held (it expired and the job was reclaimed)"
 
 async def lease(request: web.Request) -> web.Response:
     body = await decode(request, wire.LeaseJobsRequest)
-    rows = await lease_jobs(request.app[RESOURCES], queue_in_path(request), body.max_jobs or 1,
-                            body.lease_secs or 30, body.wait_secs or 0)
-    return json_response(wire.LeaseJobsResponse(
-        jobs=[wire.LeasedJob(job=jobs_db.to_job(r), lease_token=str(r["lease_token"])) for r in rows]))
+    rows = await lease_jobs(
+        request.app[RESOURCES],
+        queue_in_path(request),
+        body.max_jobs or 1,
+        body.lease_secs or 30,
+        body.wait_secs or 0,
+    )
+    return json_response(
+        wire.LeaseJobsResponse(
+            jobs=[wire.LeasedJob(job=jobs_db.to_job(r), lease_token=str(r["lease_token"])) for r in rows]
+        )
+    )
 
 
 def _ids(request: web.Request, token: str) -> tuple:

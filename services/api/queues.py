@@ -16,11 +16,21 @@ from shared.runtime import RESOURCES
 
 async def list_queues(request: web.Request) -> web.Response:
     rows = await request.app[RESOURCES].pool.fetch(Q.tenant_queue_stats, tenant_of(request).id)
-    return json_response(wire.QueuesResponse(queues=[
-        wire.QueueStats(queue=r["queue_name"], pending=r["pending"], scheduled=r["scheduled"], running=r["running"],
-                        paused=r["paused"],
-                        oldest_pending_age_secs=None if r["oldest_age"] is None else int(math.floor(r["oldest_age"])))
-        for r in rows]))
+    return json_response(
+        wire.QueuesResponse(
+            queues=[
+                wire.QueueStats(
+                    queue=r["queue_name"],
+                    pending=r["pending"],
+                    scheduled=r["scheduled"],
+                    running=r["running"],
+                    paused=r["paused"],
+                    oldest_pending_age_secs=None if r["oldest_age"] is None else math.floor(r["oldest_age"]),
+                )
+                for r in rows
+            ]
+        )
+    )
 
 
 async def _set_paused(request: web.Request, paused: bool) -> web.Response:
@@ -32,8 +42,11 @@ async def _set_paused(request: web.Request, paused: bool) -> web.Response:
         if not paused:
             await conn.execute(Q.wake_queue, queue)  # parked workers claim at once (on commit)
         counts = await conn.fetchrow(Q.tenant_queue_counts, tenant, queue)
-    return json_response(wire.QueueControlResponse(queue=queue, paused=paused, pending=counts["pending"],
-                                                   running=counts["running"]))
+    return json_response(
+        wire.QueueControlResponse(
+            queue=queue, paused=paused, pending=counts["pending"], running=counts["running"]
+        )
+    )
 
 
 async def pause_queue(request: web.Request) -> web.Response:

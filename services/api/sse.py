@@ -18,12 +18,18 @@ from shared.runtime import Resources
 KEEPALIVE_SECS = 15.0
 
 
-async def stream_status(request: web.Request, res: Resources, changed: asyncio.Event,
-                        read: Callable[[], Awaitable[tuple[bytes, bool] | None]], max_secs: float) -> web.StreamResponse:
+async def stream_status(
+    request: web.Request,
+    res: Resources,
+    changed: asyncio.Event,
+    read: Callable[[], Awaitable[tuple[bytes, bool] | None]],
+    max_secs: float,
+) -> web.StreamResponse:
     """`read()` returns (the event's data, whether it is terminal), or None when the resource is
     gone; an event is sent only when its data differs from the last one sent."""
-    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
-                                           "X-Accel-Buffering": "no"})
+    response = web.StreamResponse(
+        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    )
     await response.prepare(request)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max_secs

@@ -31,9 +31,16 @@ async def create_workflow(request: web.Request) -> web.Response:
 async def list_workflows(request: web.Request) -> web.Response:
     page = page_from(request, {"status": ("status", WORKFLOW_STATUSES)})
     result = await fetch_page(request.app[RESOURCES].pool, "workflows", tenant_of(request).id, page, "text")
-    return json_response(wire.ListWorkflowsResponse(
-        workflows=[workflows_db.to_workflow(r) for r in result.rows], limit=page.limit, offset=page.offset,
-        has_more=result.has_more, total=result.total, next_cursor=result.next_cursor))
+    return json_response(
+        wire.ListWorkflowsResponse(
+            workflows=[workflows_db.to_workflow(r) for r in result.rows],
+            limit=page.limit,
+            offset=page.offset,
+            has_more=result.has_more,
+            total=result.total,
+            next_cursor=result.next_cursor,
+        )
+    )
 
 
 async def _workflow_or_404(request: web.Request) -> wire.Workflow:
@@ -61,7 +68,9 @@ async def get_diagram(request: web.Request) -> web.Response:
 
 async def cancel_workflow(request: web.Request) -> web.Response:
     wf_id = request.match_info["id"]
-    outcome, status = await workflows_db.cancel_workflow(request.app[RESOURCES].pool, tenant_of(request).id, wf_id)
+    outcome, status = await workflows_db.cancel_workflow(
+        request.app[RESOURCES].pool, tenant_of(request).id, wf_id
+    )
     if outcome == "missing":
         raise NotFound(f"workflow not found: {wf_id}")
     if outcome == "conflict":
@@ -71,11 +80,15 @@ async def cancel_workflow(request: web.Request) -> web.Response:
 
 async def retry_workflow(request: web.Request) -> web.Response:
     wf_id = request.match_info["id"]
-    outcome, status = await workflows_db.retry_workflow(request.app[RESOURCES].pool, tenant_of(request).id, wf_id)
+    outcome, status = await workflows_db.retry_workflow(
+        request.app[RESOURCES].pool, tenant_of(request).id, wf_id
+    )
     if outcome == "missing":
         raise NotFound(f"workflow not found: {wf_id}")
     if outcome == "conflict":
-        raise Conflict(f"workflow is {status}; only a failed, partially_failed or cancelled workflow can be retried")
+        raise Conflict(
+            f"workflow is {status}; only a failed, partially_failed or cancelled workflow can be retried"
+        )
     return web.Response(status=204)
 
 
@@ -92,8 +105,12 @@ async def workflow_events(request: web.Request) -> web.StreamResponse:
         wf = await workflows_db.get_workflow(res.pool, tenant, wf_id)
         if wf is None:
             return None
-        event = wire.WorkflowEvent(workflow_id=wf.id, status=wf.status, error_message=wf.error_message,
-                                   steps=await workflows_db.step_states(res.pool, wf.id))
+        event = wire.WorkflowEvent(
+            workflow_id=wf.id,
+            status=wf.status,
+            error_message=wf.error_message,
+            steps=await workflows_db.step_states(res.pool, wf.id),
+        )
         return msgspec.json.encode(event), wf.status in TERMINAL_WORKFLOW_STATUSES
 
     try:

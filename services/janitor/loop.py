@@ -41,7 +41,9 @@ class Janitor:
     async def _run(self) -> None:
         s = self.res.settings
         loop = asyncio.get_running_loop()
-        since = await self.res.pool.fetchval("SELECT now()") - timedelta(seconds=max(60.0, s.janitor_interval_secs))
+        since = await self.res.pool.fetchval("SELECT now()") - timedelta(
+            seconds=max(60.0, s.janitor_interval_secs)
+        )
         next_retention = loop.time() + s.retention_interval_secs
         next_housekeeping = loop.time()
         while not self._stopping:
@@ -64,13 +66,15 @@ class Janitor:
             except Exception:  # a failed sweep must never end lease recovery
                 log.exception("janitor_sweep_failed")
                 due_in = None
-            sleep = s.janitor_interval_secs if due_in is None else min(s.janitor_interval_secs, due_in + 0.001)
+            sleep = (
+                s.janitor_interval_secs if due_in is None else min(s.janitor_interval_secs, due_in + 0.001)
+            )
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(max(0.005, sleep)):
                     await self._poke.wait()
 
 
-def janitor_ctx(res: Resources):  # noqa: ANN201 - aiohttp cleanup-context factory
+def janitor_ctx(res: Resources):
     async def ctx(app: web.Application) -> AsyncIterator[None]:
         janitor = Janitor(res)
         janitor.start()

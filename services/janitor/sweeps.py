@@ -53,8 +53,9 @@ async def time_out_workflows(res: Resources) -> int:
 
 async def heal_stalled_workflows(res: Resources, older_than_secs: float = 30.0) -> int:
     """Queue a re-evaluation for live workflows that nothing could move forward any more."""
-    rows = await res.pool.fetch(Q.stalled_workflows, older_than_secs, res.settings.janitor_batch,
-                                workflows_db.OUTBOX_ATTEMPTS)
+    rows = await res.pool.fetch(
+        Q.stalled_workflows, older_than_secs, res.settings.janitor_batch, workflows_db.OUTBOX_ATTEMPTS
+    )
     if rows:
         log.warning("workflows_healed", workflows=len(rows))
     return len(rows)

@@ -86,10 +86,13 @@ def _check_spec(name: object, concurrency: object, timeout_secs: object) -> Task
         raise ValueError(f"a task needs a non-blank name, not {name!r}")
     if concurrency is not None and (type(concurrency) is not int or concurrency < 1):
         raise ValueError(f"task {name!r}: concurrency must be a positive integer, not {concurrency!r}")
-    if timeout_secs is not None and (type(timeout_secs) is not int
-                                     or not 1 <= timeout_secs <= MAX_TIMEOUT_SECS):
-        raise ValueError(f"task {name!r}: timeout_secs must be an integer from 1 to {MAX_TIMEOUT_SECS}, "
-                         f"not {timeout_secs!r}")
+    if timeout_secs is not None and (
+        type(timeout_secs) is not int or not 1 <= timeout_secs <= MAX_TIMEOUT_SECS
+    ):
+        raise ValueError(
+            f"task {name!r}: timeout_secs must be an integer from 1 to {MAX_TIMEOUT_SECS}, "
+            f"not {timeout_secs!r}"
+        )
     return TaskSpec(name, concurrency, timeout_secs)
 
 
@@ -117,7 +120,7 @@ def spec_of(obj: object) -> TaskSpec | None:
     """The TaskSpec `@task` attached to `obj`, or None."""
     try:
         spec = getattr(obj, _SPEC_ATTR, None)
-    except Exception:  # noqa: BLE001 - exotic module attributes must not break the scan
+    except Exception:
         return None
     return spec if isinstance(spec, TaskSpec) else None
 
@@ -145,16 +148,27 @@ class Registry:
     def __init__(self) -> None:
         self._tasks: dict[str, Task] = {}
 
-    def register(self, name: str, handler: Handler, *, timeout_secs: int | None = None,
-                 concurrency: int | None = None, source: str = BUILTIN) -> Task:
+    def register(
+        self,
+        name: str,
+        handler: Handler,
+        *,
+        timeout_secs: int | None = None,
+        concurrency: int | None = None,
+        source: str = BUILTIN,
+    ) -> Task:
         spec = _check_spec(name, concurrency, timeout_secs)
         existing = self._tasks.get(name)
         if existing is not None:
             if existing.handler is handler:
                 return existing  # the same function, reached through two modules
-            owner = "a built-in task" if existing.source == BUILTIN else f"a task of module {existing.source!r}"
-            raise ConfigError(f"task {name!r} of {_where(source)} is already registered as {owner}; "
-                              "task names must be unique")
+            owner = (
+                "a built-in task" if existing.source == BUILTIN else f"a task of module {existing.source!r}"
+            )
+            raise ConfigError(
+                f"task {name!r} of {_where(source)} is already registered as {owner}; "
+                "task names must be unique"
+            )
         entry = Task(spec.name, handler, _is_async(handler), spec.timeout_secs, spec.concurrency, source)
         self._tasks[name] = entry
         return entry
@@ -162,12 +176,24 @@ class Registry:
     def register_module(self, module: ModuleType) -> list[Task]:
         """Register every `@task` function found in `module`'s namespace (its own and re-exported
         ones); returns them. A module without any is a start-up error."""
-        found = [(value, spec) for value in list(vars(module).values()) if (spec := spec_of(value)) is not None]
+        found = [
+            (value, spec) for value in list(vars(module).values()) if (spec := spec_of(value)) is not None
+        ]
         if not found:
-            raise ConfigError(f"--handlers: module {module.__name__!r} defines no @task functions "
-                              "(decorate handlers with services.worker.task)")
-        return [self.register(spec.name, fn, timeout_secs=spec.timeout_secs, concurrency=spec.concurrency,
-                              source=module.__name__) for fn, spec in found]
+            raise ConfigError(
+                f"--handlers: module {module.__name__!r} defines no @task functions "
+                "(decorate handlers with services.worker.task)"
+            )
+        return [
+            self.register(
+                spec.name,
+                fn,
+                timeout_secs=spec.timeout_secs,
+                concurrency=spec.concurrency,
+                source=module.__name__,
+            )
+            for fn, spec in found
+        ]
 
     def get(self, name: str) -> Task | None:
         return self._tasks.get(name)
@@ -192,6 +218,8 @@ def import_handler_modules(registry: Registry, modules: Iterable[str]) -> None:
     for name in modules:
         try:
             module = importlib.import_module(name)
-        except Exception as err:  # noqa: BLE001 - whatever the module raised, start-up fails naming it
-            raise ConfigError(f"--handlers: cannot import module {name!r}: {type(err).__name__}: {err}") from err
+        except Exception as err:
+            raise ConfigError(
+                f"--handlers: cannot import module {name!r}: {type(err).__name__}: {err}"
+            ) from err
         registry.register_module(module)

@@ -71,10 +71,12 @@ class WorkerRuntime:
         s = self.res.settings
         if any(not t.is_async for t in self.registry):
             self._threads = concurrent.futures.ThreadPoolExecutor(
-                max_workers=s.workers * len(s.worker_queues), thread_name_prefix="queueflow-task")
+                max_workers=s.workers * len(s.worker_queues), thread_name_prefix="queueflow-task"
+            )
         await self._register_tasks()
-        self._loops = [asyncio.create_task(self._queue_loop(q), name=f"queueflow-worker-{q}")
-                       for q in s.worker_queues]
+        self._loops = [
+            asyncio.create_task(self._queue_loop(q), name=f"queueflow-worker-{q}") for q in s.worker_queues
+        ]
         self._loops.append(asyncio.create_task(self._task_heartbeat(), name="queueflow-task-heartbeat"))
 
     async def stop(self) -> None:
@@ -114,8 +116,9 @@ class WorkerRuntime:
             self._threads.shutdown(wait=False, cancel_futures=True)
 
     async def _register_tasks(self) -> None:
-        await self.res.pool.execute(Q.register_tasks, self.process_id, self.registry.names(),
-                                    list(self.res.settings.worker_queues))
+        await self.res.pool.execute(
+            Q.register_tasks, self.process_id, self.registry.names(), list(self.res.settings.worker_queues)
+        )
 
     async def _task_heartbeat(self) -> None:
         while True:
@@ -135,8 +138,9 @@ class WorkerRuntime:
                 await asyncio.wait(mine, return_when=asyncio.FIRST_COMPLETED)
                 continue
             try:
-                rows = await lease_jobs(self.res, queue, free, s.lease_secs, s.worker_poll_secs,
-                                        timeout_grace=s.lease_grace_secs)
+                rows = await lease_jobs(
+                    self.res, queue, free, s.lease_secs, s.worker_poll_secs, timeout_grace=s.lease_grace_secs
+                )
             except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as err:
                 log.warning("claim_failed", queue=queue, error=str(err))
                 await asyncio.sleep(1.0)
@@ -159,8 +163,14 @@ class WorkerRuntime:
         token: uuid.UUID = row["lease_token"]
         task = self.registry.get(job.task_name)
         if task is None:
-            await jobs_db.fail(self.res.pool, row["id"], token, f"no handler registered for task '{job.task_name}'",
-                               retryable=False, reason="handler_not_found")
+            await jobs_db.fail(
+                self.res.pool,
+                row["id"],
+                token,
+                f"no handler registered for task '{job.task_name}'",
+                retryable=False,
+                reason="handler_not_found",
+            )
             log.warning("job_dead_lettered", job_id=job.id, task=job.task_name, reason="handler_not_found")
             return
         try:
@@ -191,7 +201,9 @@ class WorkerRuntime:
             # The claim leased the job for its own timeout plus the grace; a longer task timeout,
             # or time spent waiting for a run or task slot, needs a fresh lease before the handler
             # starts (while it waits, _take_slot keeps the lease alive).
-            extend = task.timeout_secs is not None and task.timeout_secs > int(job.config.get("timeout_secs") or 0)
+            extend = task.timeout_secs is not None and task.timeout_secs > int(
+                job.config.get("timeout_secs") or 0
+            )
             for slots in (self._gates.get(job.queue_name), self._slots.get(task.name)):
                 if slots is None:
                     continue
@@ -213,8 +225,9 @@ class WorkerRuntime:
             if release is not None:
                 release()
 
-    async def _take_slot(self, slots: asyncio.Semaphore, ctx: JobContext, job_id: uuid.UUID,
-                         token: uuid.UUID, timeout: int) -> bool:
+    async def _take_slot(
+        self, slots: asyncio.Semaphore, ctx: JobContext, job_id: uuid.UUID, token: uuid.UUID, timeout: int
+    ) -> bool:
         """Wait for a free slot of a concurrency-limited task while keeping the job's lease alive.
         False when the job was cancelled or its lease lost meanwhile (no slot is then held)."""
         if not slots.locked():
@@ -229,8 +242,9 @@ class WorkerRuntime:
         got = False
         try:
             while True:
-                done, _ = await asyncio.wait((acquiring, cancelled), timeout=keepalive,
-                                             return_when=asyncio.FIRST_COMPLETED)
+                done, _ = await asyncio.wait(
+                    (acquiring, cancelled), timeout=keepalive, return_when=asyncio.FIRST_COMPLETED
+                )
                 if acquiring in done:
                     got = True
                     return True
@@ -248,8 +262,9 @@ class WorkerRuntime:
     async def _extend_lease(self, job_id: uuid.UUID, token: uuid.UUID, timeout: int) -> bool:
         """Lease the job for its timeout plus the grace, from now; False when it is no longer ours
         (cancelled through the API, or reclaimed)."""
-        verdict, _ = await jobs_db.heartbeat(self.res.pool, job_id, token,
-                                             timeout + self.res.settings.lease_grace_secs)
+        verdict, _ = await jobs_db.heartbeat(
+            self.res.pool, job_id, token, timeout + self.res.settings.lease_grace_secs
+        )
         return verdict == "extended"
 
     def _start(self, task: Task, ctx: JobContext, release: Callable[[], None] | None) -> asyncio.Future[Any]:
@@ -265,6 +280,7 @@ class WorkerRuntime:
         loop = asyncio.get_running_loop()
         thread_job = self._threads.submit(contextvars.copy_context().run, task.handler, ctx)
         if release is not None:
+
             def released(_: concurrent.futures.Future[Any]) -> None:
                 with contextlib.suppress(RuntimeError):  # the loop is gone: nothing left to release
                     loop.call_soon_threadsafe(release)
@@ -272,8 +288,15 @@ class WorkerRuntime:
             thread_job.add_done_callback(released)
         return asyncio.wrap_future(thread_job, loop=loop)
 
-    async def _await_handler(self, task: Task, ctx: JobContext, handler: asyncio.Future[Any],
-                             job_id: uuid.UUID, token: uuid.UUID, timeout: int) -> None:
+    async def _await_handler(
+        self,
+        task: Task,
+        ctx: JobContext,
+        handler: asyncio.Future[Any],
+        job_id: uuid.UUID,
+        token: uuid.UUID,
+        timeout: int,
+    ) -> None:
         started = time.perf_counter()
         try:
             done, _ = await asyncio.wait((handler,), timeout=timeout)
@@ -302,17 +325,21 @@ class WorkerRuntime:
             return
         result = handler.result()
         if result is not None and not isinstance(result, dict):
-            await self._fail(job_id, token, f"handler returned {type(result).__name__}, not an object", False,
-                             task.name)
+            await self._fail(
+                job_id, token, f"handler returned {type(result).__name__}, not an object", False, task.name
+            )
             return
         problem = _unstorable(result or {})
         if problem is not None:
-            await self._fail(job_id, token, f"handler returned a result that cannot be stored: {problem}", False,
-                             task.name)
+            await self._fail(
+                job_id, token, f"handler returned a result that cannot be stored: {problem}", False, task.name
+            )
             return
         await self.res.completer.complete(job_id, token, result or {})
 
-    async def _fail(self, job_id: uuid.UUID, token: uuid.UUID, error: str, retryable: bool, task: str) -> None:
+    async def _fail(
+        self, job_id: uuid.UUID, token: uuid.UUID, error: str, retryable: bool, task: str
+    ) -> None:
         verdict, _ = await jobs_db.fail(self.res.pool, job_id, token, error, retryable)
         log.info("job_failed", job_id=str(job_id), task=task, outcome=verdict, retryable=retryable)
 
@@ -352,7 +379,7 @@ def default_registry() -> Registry:
     return build_registry()
 
 
-def worker_ctx(res: Resources, registry: Registry | None = None):  # noqa: ANN201 - cleanup-context factory
+def worker_ctx(res: Resources, registry: Registry | None = None):
     """The worker service's cleanup context. The registry is built here, when the process composes
     its services, so an unimportable --handlers module fails start-up before anything opens."""
     tasks = registry if registry is not None else build_registry(res.settings.handlers)
@@ -360,8 +387,13 @@ def worker_ctx(res: Resources, registry: Registry | None = None):  # noqa: ANN20
     async def ctx(app: web.Application) -> AsyncIterator[None]:
         runtime = WorkerRuntime(res, tasks)
         await runtime.start()
-        log.info("worker_started", queues=list(res.settings.worker_queues), workers=res.settings.workers,
-                 tasks=runtime.registry.names(), handler_modules=list(res.settings.handlers))
+        log.info(
+            "worker_started",
+            queues=list(res.settings.worker_queues),
+            workers=res.settings.workers,
+            tasks=runtime.registry.names(),
+            handler_modules=list(res.settings.handlers),
+        )
         try:
             yield
         finally:

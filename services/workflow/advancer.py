@@ -28,9 +28,14 @@ log = structlog.get_logger("queueflow.workflow")
 CONSUMERS = 4
 # Failures that say nothing about the row: the connection or the server, or a transaction that
 # lost a race. They do not count as an attempt.
-_NOT_THE_ROWS_FAULT = (OSError, asyncpg.InterfaceError, asyncpg.exceptions.SerializationError,
-                       asyncpg.exceptions.DeadlockDetectedError, asyncpg.exceptions.PostgresConnectionError,
-                       asyncpg.exceptions.OperatorInterventionError)
+_NOT_THE_ROWS_FAULT = (
+    OSError,
+    asyncpg.InterfaceError,
+    asyncpg.exceptions.SerializationError,
+    asyncpg.exceptions.DeadlockDetectedError,
+    asyncpg.exceptions.PostgresConnectionError,
+    asyncpg.exceptions.OperatorInterventionError,
+)
 
 
 class Advancer:
@@ -41,8 +46,10 @@ class Advancer:
         self._stopping = False
 
     def start(self) -> None:
-        self._tasks = [asyncio.create_task(self._consume(), name=f"queueflow-advancer-{i}")
-                       for i in range(self.consumers)]
+        self._tasks = [
+            asyncio.create_task(self._consume(), name=f"queueflow-advancer-{i}")
+            for i in range(self.consumers)
+        ]
 
     async def stop(self) -> None:
         self._stopping = True
@@ -76,14 +83,25 @@ class Advancer:
         the outbox. At the last attempt the workflow fails, naming the error, instead of staying
         live with nothing left to move it."""
         error = f"{type(err).__name__}: {err}"[:500]
-        log.error("advance_event_failed", outbox_id=event["id"], workflow_id=event["workflow_id"], error=error,
-                  exc_info=err)
+        log.error(
+            "advance_event_failed",
+            outbox_id=event["id"],
+            workflow_id=event["workflow_id"],
+            error=error,
+            exc_info=err,
+        )
         attempts = await conn.fetchval(Q.outbox_failed, event["id"], error, event["attempts"])
         if attempts is not None and attempts >= OUTBOX_ATTEMPTS:
             async with conn.transaction():
-                failed = await fail_workflow(conn, event["workflow_id"], f"workflow advancement failed: {error}")
-            log.error("workflow_advancement_abandoned", workflow_id=event["workflow_id"], outbox_id=event["id"],
-                      workflow_failed=failed)
+                failed = await fail_workflow(
+                    conn, event["workflow_id"], f"workflow advancement failed: {error}"
+                )
+            log.error(
+                "workflow_advancement_abandoned",
+                workflow_id=event["workflow_id"],
+                outbox_id=event["id"],
+                workflow_failed=failed,
+            )
 
     async def _consume(self) -> None:
         hub = self.res.hub
@@ -107,7 +125,7 @@ class Advancer:
             await hub.wait(ADVANCE, seen, self.res.settings.worker_poll_secs)
 
 
-def workflow_ctx(res: Resources):  # noqa: ANN201 - aiohttp cleanup-context factory
+def workflow_ctx(res: Resources):
     async def ctx(app: web.Application) -> AsyncIterator[None]:
         advancer = Advancer(res)
         advancer.start()

@@ -63,8 +63,12 @@ def holds(cond: dict[str, Any], context: dict[str, Any]) -> bool:
     if op in ("gt", "gte", "lt", "lte"):
         if not _comparable(actual, expected):
             return False
-        return {"gt": actual > expected, "gte": actual >= expected,
-                "lt": actual < expected, "lte": actual <= expected}[op]
+        return {
+            "gt": actual > expected,
+            "gte": actual >= expected,
+            "lt": actual < expected,
+            "lte": actual <= expected,
+        }[op]
     if op == "contains":
         if isinstance(actual, str):
             return isinstance(expected, str) and expected in actual

@@ -49,27 +49,43 @@ class Step:
 
     @classmethod
     def of(cls, r: asyncpg.Record) -> Step:
-        return cls(r["name"], r["definition"], list(r["depends_on"]), r["on_failure"], r["status"], r["skip_kind"],
-                   r["attempt"], r["job_id"], r["child_workflow_id"], r["fan_total"], r["fan_completed"],
-                   r["fan_failed"])
+        return cls(
+            r["name"],
+            r["definition"],
+            list(r["depends_on"]),
+            r["on_failure"],
+            r["status"],
+            r["skip_kind"],
+            r["attempt"],
+            r["job_id"],
+            r["child_workflow_id"],
+            r["fan_total"],
+            r["fan_completed"],
+            r["fan_failed"],
+        )
 
     @property
     def satisfied(self) -> bool:
         """May its dependents run?"""
-        return (self.status == "completed"
-                or (self.status == "skipped" and self.skip_kind == "condition")
-                or (self.status == "failed" and self.on_failure == "continue"))
+        return (
+            self.status == "completed"
+            or (self.status == "skipped" and self.skip_kind == "condition")
+            or (self.status == "failed" and self.on_failure == "continue")
+        )
 
     @property
     def problem(self) -> bool:
-        return self.status in ("failed", "cancelled") or (self.status == "skipped" and self.skip_kind == "policy")
+        return self.status in ("failed", "cancelled") or (
+            self.status == "skipped" and self.skip_kind == "policy"
+        )
 
 
 class Advancement:
     """One workflow's state while its row lock is held."""
 
-    def __init__(self, conn: asyncpg.Connection, row: asyncpg.Record, steps: list[asyncpg.Record],
-                 default_queue: str) -> None:
+    def __init__(
+        self, conn: asyncpg.Connection, row: asyncpg.Record, steps: list[asyncpg.Record], default_queue: str
+    ) -> None:
         self.conn = conn
         self.row = row
         self.id: str = row["id"]
@@ -100,7 +116,9 @@ class Advancement:
                 step.fan_completed += 1
             else:
                 step.fan_failed += 1
-            await self.conn.execute(Q.step_fan_progress, self.id, step.name, step.fan_completed, step.fan_failed)
+            await self.conn.execute(
+                Q.step_fan_progress, self.id, step.name, step.fan_completed, step.fan_failed
+            )
             if step.fan_completed + step.fan_failed == step.fan_total:
                 await self._finish_fan_out(step)
             return
@@ -133,22 +151,31 @@ class Advancement:
             if step.child_workflow_id is not None:
                 child = await self.conn.fetchrow(Q.lock_workflow, step.child_workflow_id)
                 if child is not None and child["status"] in TERMINAL_WORKFLOW_STATUSES:
-                    await self.child_finished({"step_name": step.name, "child_workflow_id": child["id"],
-                                               "outcome": child["status"]})
+                    await self.child_finished(
+                        {"step_name": step.name, "child_workflow_id": child["id"], "outcome": child["status"]}
+                    )
             elif step.fan_total is not None:
                 rows = await self.conn.fetch(Q.fan_out_results, self.id, step.name, step.attempt)
                 step.fan_completed = sum(r["status"] == "completed" for r in rows)
                 step.fan_failed = sum(r["status"] in ("failed", "cancelled") for r in rows)
-                await self.conn.execute(Q.step_fan_progress, self.id, step.name, step.fan_completed,
-                                        step.fan_failed)
+                await self.conn.execute(
+                    Q.step_fan_progress, self.id, step.name, step.fan_completed, step.fan_failed
+                )
                 if step.fan_completed + step.fan_failed == step.fan_total:
                     await self._finish_fan_out(step)
             elif step.job_id is not None:
                 job = await self.conn.fetchrow(Q.job_outcome, step.job_id)
                 if job is not None and job["status"] in ("completed", "failed", "cancelled"):
-                    await self.job_finished({"step_name": step.name, "step_attempt": step.attempt,
-                                             "job_id": step.job_id, "outcome": job["status"],
-                                             "result": job["result"], "error_message": job["error_message"]})
+                    await self.job_finished(
+                        {
+                            "step_name": step.name,
+                            "step_attempt": step.attempt,
+                            "job_id": step.job_id,
+                            "outcome": job["status"],
+                            "result": job["result"],
+                            "error_message": job["error_message"],
+                        }
+                    )
 
     # -- scheduling -----------------------------------------------------------------------------
 
@@ -168,7 +195,9 @@ class Advancement:
                 progressed = True
                 blocker = next((d for d in deps if not d.satisfied), None)
                 if blocker is not None:
-                    await self._finish(step, "skipped", f"dependency '{blocker.name}' did not complete", "policy")
+                    await self._finish(
+                        step, "skipped", f"dependency '{blocker.name}' did not complete", "policy"
+                    )
                 elif "when" in step.definition and not holds(step.definition["when"], self.context):
                     await self._finish(step, "skipped", "condition not met", "condition")
                 elif "workflow" in step.definition or "fan_out" in step.definition:
@@ -192,25 +221,35 @@ class Advancement:
 
     async def _schedule_tasks(self, steps: list[Step]) -> None:
         """One job per step, inserted by one statement, and the steps marked in one round trip."""
-        ids = await jobs_db.insert_jobs(self.conn, self.row["tenant_id"],
-                                        [self._job(s, s.attempt + 1) for s in steps])
+        ids = await jobs_db.insert_jobs(
+            self.conn, self.row["tenant_id"], [self._job(s, s.attempt + 1) for s in steps]
+        )
         for step, job_id in zip(steps, ids, strict=True):
             step.attempt += 1
             step.job_id, step.child_workflow_id, step.fan_total = jobs_db.parse_id(job_id), None, None
             step.fan_completed = step.fan_failed = 0
-        await self.conn.executemany(Q.step_scheduled, [(self.id, s.name, s.attempt, s.job_id, None, None)
-                                                       for s in steps])
+        await self.conn.executemany(
+            Q.step_scheduled, [(self.id, s.name, s.attempt, s.job_id, None, None) for s in steps]
+        )
 
-    def _job(self, step: Step, attempt: int, extra: dict[str, Any] | None = None,
-             index: int | None = None) -> jobs_db.NewJob:
+    def _job(
+        self, step: Step, attempt: int, extra: dict[str, Any] | None = None, index: int | None = None
+    ) -> jobs_db.NewJob:
         d = step.definition
         payload = {**d.get("payload", {}), **(extra or {})}
         if self.context:
             payload["_context"] = self.context
         return jobs_db.NewJob(
-            task_name=d["task_name"], queue=d.get("queue") or self.default_queue,
-            config=resolve_config(**d.get("config", {})), payload=payload, metadata=d.get("metadata", {}),
-            workflow_id=self.id, workflow_step=step.name, step_index=index, step_attempt=attempt)
+            task_name=d["task_name"],
+            queue=d.get("queue") or self.default_queue,
+            config=resolve_config(**d.get("config", {})),
+            payload=payload,
+            metadata=d.get("metadata", {}),
+            workflow_id=self.id,
+            workflow_step=step.name,
+            step_index=index,
+            step_attempt=attempt,
+        )
 
     async def _fan_out(self, step: Step, attempt: int) -> None:
         spec = step.definition["fan_out"]
@@ -220,7 +259,9 @@ class Advancement:
             await self._fail(step, f"fan_out path '{spec['path']}' is not an array in the context")
             return
         if len(items) > limit:
-            await self._fail(step, f"fan_out path '{spec['path']}' has {len(items)} elements, more than max_items {limit}")
+            await self._fail(
+                step, f"fan_out path '{spec['path']}' has {len(items)} elements, more than max_items {limit}"
+            )
             return
         key = spec.get("item_key") or "item"
         jobs = [self._job(step, attempt, {key: item, "_index": i}, index=i) for i, item in enumerate(items)]
@@ -234,30 +275,56 @@ class Advancement:
             await self._fail(step, f"{step.fan_failed} of {step.fan_total} fan-out children failed")
             return
         rows = await self.conn.fetch(Q.fan_out_results, self.id, step.name, step.attempt)
-        await self._complete(step, {"results": [r["result"] if r["result"] is not None else {} for r in rows]})
+        await self._complete(
+            step, {"results": [r["result"] if r["result"] is not None else {} for r in rows]}
+        )
 
     async def _spawn_child(self, step: Step, attempt: int) -> None:
         definition = step.definition["workflow"]
-        context = {**definition.get("context", {}), **step.definition.get("payload", {}), "_parent": self.context}
+        context = {
+            **definition.get("context", {}),
+            **step.definition.get("payload", {}),
+            "_parent": self.context,
+        }
         child_id = await workflows_db.insert_workflow(
-            self.conn, self.row["tenant_id"], definition, context, parent=(self.id, step.name),
-            depth=self.row["depth"] + 1)
+            self.conn,
+            self.row["tenant_id"],
+            definition,
+            context,
+            parent=(self.id, step.name),
+            depth=self.row["depth"] + 1,
+        )
         await self._mark_scheduled(step, attempt, child_id=child_id)
         child = await Advancement.load(self.conn, child_id, self.default_queue)
         if child is not None:
             await child.start()
             await child.evaluate()
 
-    async def _mark_scheduled(self, step: Step, attempt: int, job_id: str | None = None,
-                              child_id: str | None = None, fan_total: int | None = None) -> None:
-        step.status, step.attempt, step.child_workflow_id, step.fan_total = "running", attempt, child_id, fan_total
+    async def _mark_scheduled(
+        self,
+        step: Step,
+        attempt: int,
+        job_id: str | None = None,
+        child_id: str | None = None,
+        fan_total: int | None = None,
+    ) -> None:
+        step.status, step.attempt, step.child_workflow_id, step.fan_total = (
+            "running",
+            attempt,
+            child_id,
+            fan_total,
+        )
         step.job_id = jobs_db.parse_id(job_id) if job_id else None
         step.fan_completed = step.fan_failed = 0
-        await self.conn.execute(Q.step_scheduled, self.id, step.name, attempt, step.job_id, child_id, fan_total)
+        await self.conn.execute(
+            Q.step_scheduled, self.id, step.name, attempt, step.job_id, child_id, fan_total
+        )
 
     # -- outcomes -------------------------------------------------------------------------------
 
-    async def _finish(self, step: Step, status: str, error: str | None = None, skip_kind: str | None = None) -> None:
+    async def _finish(
+        self, step: Step, status: str, error: str | None = None, skip_kind: str | None = None
+    ) -> None:
         step.status, step.skip_kind = status, skip_kind
         await self.conn.execute(Q.step_finished, self.id, step.name, status, skip_kind, error)
 

@@ -46,13 +46,13 @@ class GroupCommit(Generic[In, Out]):
             await self._wakeup.wait()
             self._wakeup.clear()
             while self._pending:
-                batch, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch:]
+                batch, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch :]
                 await self._flush(batch)
 
     async def _flush(self, batch: list[tuple[In, asyncio.Future[Out]]]) -> None:
         try:
             answers = await self._write_many([item for item, _ in batch])
-        except Exception as err:  # noqa: BLE001 - isolate the failure: one item at a time
+        except Exception as err:
             if len(batch) > 1:
                 for one in batch:
                     await self._flush([one])
@@ -85,8 +85,9 @@ class CompletionBatcher(GroupCommit[Completion, tuple[str, str | None]]):
     async def _write_many(self, items: list[Completion]) -> list[tuple[str, str | None]]:
         return await jobs_db.complete_many(self.pool, items)  # type: ignore[return-value]
 
-    async def complete(self, job_id: uuid.UUID, token: uuid.UUID | None,
-                       result: dict[str, Any]) -> tuple[str, str | None]:
+    async def complete(
+        self, job_id: uuid.UUID, token: uuid.UUID | None, result: dict[str, Any]
+    ) -> tuple[str, str | None]:
         """('completed' | 'replay' | 'missing' | 'conflict', status) for one completion."""
         return await self.submit((job_id, token, result))
 
@@ -104,8 +105,11 @@ class InsertBatcher(GroupCommit[tuple[str | None, jobs_db.NewJob], str]):
         ids: list[str] = [""] * len(items)
         async with self.pool.acquire() as conn, conn.transaction():
             for tenant, indexes in by_tenant.items():
-                for index, job_id in zip(indexes, await jobs_db.insert_jobs(conn, tenant, [items[i][1] for i in indexes]),
-                                         strict=True):
+                for index, job_id in zip(
+                    indexes,
+                    await jobs_db.insert_jobs(conn, tenant, [items[i][1] for i in indexes]),
+                    strict=True,
+                ):
                     ids[index] = job_id
         return ids
 

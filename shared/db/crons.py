@@ -19,10 +19,19 @@ log = structlog.get_logger("queueflow.cron")
 
 def to_cron(r: asyncpg.Record) -> wire.CronSchedule:
     return wire.CronSchedule(
-        id=r["id"], name=r["name"], cron_expr=r["cron_expr"], task_name=r["task_name"], enabled=r["enabled"],
-        next_run_at=r["next_run_at"], created_at=r["created_at"], payload=r["payload"],
-        queue_name=r["queue_name"], config=None if r["config"] is None else wire.JobConfig(**r["config"]),
-        last_enqueued_at=r["last_enqueued_at"], tenant_id=r["tenant_id"])
+        id=r["id"],
+        name=r["name"],
+        cron_expr=r["cron_expr"],
+        task_name=r["task_name"],
+        enabled=r["enabled"],
+        next_run_at=r["next_run_at"],
+        created_at=r["created_at"],
+        payload=r["payload"],
+        queue_name=r["queue_name"],
+        config=None if r["config"] is None else wire.JobConfig(**r["config"]),
+        last_enqueued_at=r["last_enqueued_at"],
+        tenant_id=r["tenant_id"],
+    )
 
 
 async def create(db: Any, tenant: str, body: wire.CreateCronRequest) -> str | None:
@@ -32,10 +41,23 @@ async def create(db: Any, tenant: str, body: wire.CreateCronRequest) -> str | No
     cron_id = "c_" + uuid.uuid4().hex
     config = None
     if body.config is not None:
-        config = {k: v for k, v in {f: getattr(body.config, f) for f in body.config.__struct_fields__}.items()
-                  if v is not None}
-    return await db.fetchval(Q.insert_cron, cron_id, body.name, body.cron_expr, body.task_name,
-                             body.payload or {}, config, body.queue, tenant, first)
+        config = {
+            k: v
+            for k, v in {f: getattr(body.config, f) for f in body.config.__struct_fields__}.items()
+            if v is not None
+        }
+    return await db.fetchval(
+        Q.insert_cron,
+        cron_id,
+        body.name,
+        body.cron_expr,
+        body.task_name,
+        body.payload or {},
+        config,
+        body.queue,
+        tenant,
+        first,
+    )
 
 
 async def resume(pool: asyncpg.Pool, tenant: str, cron_id: str) -> bool:
@@ -58,15 +80,21 @@ async def fire_due(pool: asyncpg.Pool, default_queue: str, batch: int) -> int:
         for row in await conn.fetch(Q.due_crons, batch):
             due: datetime = row["next_run_at"]
             job = jobs_db.NewJob(
-                task_name=row["task_name"], queue=row["queue_name"] or default_queue,
-                config=resolve_config(**(row["config"] or {})), payload=row["payload"],
-                metadata={"cron_id": row["id"], "cron_name": row["name"],
-                          "cron_due_at": due.astimezone(UTC).isoformat().replace("+00:00", "Z")},
-                idempotency_key=f"cron:{row['id']}:{int(due.timestamp())}")
+                task_name=row["task_name"],
+                queue=row["queue_name"] or default_queue,
+                config=resolve_config(**(row["config"] or {})),
+                payload=row["payload"],
+                metadata={
+                    "cron_id": row["id"],
+                    "cron_name": row["name"],
+                    "cron_due_at": due.astimezone(UTC).isoformat().replace("+00:00", "Z"),
+                },
+                idempotency_key=f"cron:{row['id']}:{int(due.timestamp())}",
+            )
             await jobs_db.insert_jobs(conn, row["tenant_id"], [job])
             try:
                 upcoming = cron.next_after(row["cron_expr"], row["db_now"])
-            except Exception:  # noqa: BLE001 - a schedule that cannot be evaluated stops firing
+            except Exception:
                 upcoming = None
             await conn.execute(Q.cron_fired, row["id"], upcoming)
             log.info("cron_fired", cron_id=row["id"], due_at=due.isoformat())

@@ -117,8 +117,9 @@ async def insert_jobs(db: Executor, tenant: str | None, jobs: list[NewJob]) -> l
         return [str(i) for i in ids]
     fresh = {r["id"] for r in inserted}
     keys = [j.idempotency_key for j, i in zip(jobs, ids, strict=True) if i not in fresh and j.idempotency_key]
-    existing = {r["idempotency_key"]: str(r["id"])
-                for r in await db.fetch(Q.ids_for_idempotency_keys, tenant, keys)}
+    existing = {
+        r["idempotency_key"]: str(r["id"]) for r in await db.fetch(Q.ids_for_idempotency_keys, tenant, keys)
+    }
     out = []
     for job, new_id in zip(jobs, ids, strict=True):
         if new_id in fresh:
@@ -140,8 +141,9 @@ async def get_job(db: Executor, tenant: str, job_id: str) -> wire.Job | None:
     return None if row is None else to_job(row)
 
 
-async def cancel_job(db: Executor, tenant: str, job_id: str
-                     ) -> tuple[Literal["cancelled", "missing", "conflict"], str | None]:
+async def cancel_job(
+    db: Executor, tenant: str, job_id: str
+) -> tuple[Literal["cancelled", "missing", "conflict"], str | None]:
     """('cancelled', None), ('missing', None), or ('conflict', the terminal status it already has)."""
     jid = parse_id(job_id)
     if jid is None:
@@ -153,9 +155,16 @@ async def cancel_job(db: Executor, tenant: str, job_id: str
     return ("missing", None) if status is None else ("conflict", str(status))
 
 
-async def cancel_matching(db: Executor, tenant: str, statuses: list[str], queue: str | None,
-                          task_name: str | None, after: datetime | None, before: datetime | None,
-                          limit: int) -> int:
+async def cancel_matching(
+    db: Executor,
+    tenant: str,
+    statuses: list[str],
+    queue: str | None,
+    task_name: str | None,
+    after: datetime | None,
+    before: datetime | None,
+    limit: int,
+) -> int:
     rows = await db.fetch(Q.cancel_jobs_matching, tenant, statuses, queue, task_name, after, before, limit)
     metrics.JOBS_CANCELLED.inc(len(rows))
     return len(rows)
@@ -164,8 +173,14 @@ async def cancel_matching(db: Executor, tenant: str, statuses: list[str], queue:
 # --- the worker protocol -------------------------------------------------------------------------
 
 
-async def claim(db: Executor, queue: str, max_jobs: int, lease_secs: int,
-                timeout_grace: int | None = None, rotation: int = 0) -> list[asyncpg.Record]:
+async def claim(
+    db: Executor,
+    queue: str,
+    max_jobs: int,
+    lease_secs: int,
+    timeout_grace: int | None = None,
+    rotation: int = 0,
+) -> list[asyncpg.Record]:
     """Lease up to `max_jobs` due jobs, shared fairly between the queue's tenants (`rotation`
     changes which tenant leads); returned in priority, scheduled_at, created_at order."""
     rows = await db.fetch(Q.claim_jobs, queue, max_jobs, lease_secs, timeout_grace, rotation)
@@ -177,8 +192,9 @@ async def claim(db: Executor, queue: str, max_jobs: int, lease_secs: int,
 Verdict = Literal["missing", "replay", "conflict"]
 
 
-async def lease_verdicts(db: Executor, attempts: list[tuple[uuid.UUID, uuid.UUID | None]],
-                         terminal_only: bool = True) -> list[tuple[Verdict, str | None]]:
+async def lease_verdicts(
+    db: Executor, attempts: list[tuple[uuid.UUID, uuid.UUID | None]], terminal_only: bool = True
+) -> list[tuple[Verdict, str | None]]:
     """Why a lease-guarded write matched nothing, per (job id, token): the job is 'missing' (404),
     the same token already finished it ('replay', an idempotent success), or the lease is lost
     ('conflict', 409). Returns the job's status alongside."""
@@ -190,13 +206,16 @@ async def lease_verdicts(db: Executor, attempts: list[tuple[uuid.UUID, uuid.UUID
             out.append(("missing", None))
             continue
         same_holder = token is not None and row["lease_token"] == token
-        finished = row["status"] in TERMINAL_JOB_STATUSES or (not terminal_only and row["status"] != "running")
+        finished = row["status"] in TERMINAL_JOB_STATUSES or (
+            not terminal_only and row["status"] != "running"
+        )
         out.append(("replay" if same_holder and finished else "conflict", row["status"]))
     return out
 
 
-async def heartbeat(db: Executor, job_id: uuid.UUID, token: uuid.UUID | None,
-                    extend_secs: int) -> tuple[Verdict | Literal["extended"], str | None]:
+async def heartbeat(
+    db: Executor, job_id: uuid.UUID, token: uuid.UUID | None, extend_secs: int
+) -> tuple[Verdict | Literal["extended"], str | None]:
     if token is not None and await db.fetchval(Q.heartbeat, job_id, token, extend_secs) is not None:
         return "extended", "running"
     # Not extended: the holder learns the job's status (it stops), anyone else gets a conflict.
@@ -204,11 +223,13 @@ async def heartbeat(db: Executor, job_id: uuid.UUID, token: uuid.UUID | None,
     return verdict, status
 
 
-async def complete_many(db: Executor, items: list[tuple[uuid.UUID, uuid.UUID | None, dict[str, Any]]]
-                        ) -> list[tuple[Verdict | Literal["completed"], str | None]]:
+async def complete_many(
+    db: Executor, items: list[tuple[uuid.UUID, uuid.UUID | None, dict[str, Any]]]
+) -> list[tuple[Verdict | Literal["completed"], str | None]]:
     """Complete many jobs in one statement (group commit); one verdict per item, in order."""
-    done = await db.fetch(Q.complete_jobs, [i[0] for i in items], [i[1] for i in items],
-                          [i[2] for i in items])
+    done = await db.fetch(
+        Q.complete_jobs, [i[0] for i in items], [i[1] for i in items], [i[2] for i in items]
+    )
     finished = {r["id"] for r in done}
     metrics.JOBS_COMPLETED.inc(len(finished))
     out: list[tuple[Verdict | Literal["completed"], str | None]] = []
@@ -227,8 +248,14 @@ async def complete_many(db: Executor, items: list[tuple[uuid.UUID, uuid.UUID | N
     return out
 
 
-async def fail(db: Executor, job_id: uuid.UUID, token: uuid.UUID | None, error: str, retryable: bool,
-               reason: str | None = None) -> tuple[Verdict | Literal["retrying", "failed"], str | None]:
+async def fail(
+    db: Executor,
+    job_id: uuid.UUID,
+    token: uuid.UUID | None,
+    error: str,
+    retryable: bool,
+    reason: str | None = None,
+) -> tuple[Verdict | Literal["retrying", "failed"], str | None]:
     """A failure through the retry policy: 'retrying', or 'failed' with its dead letter written by
     the same statement; otherwise the verdict for a write that matched nothing."""
     row = None
@@ -255,8 +282,9 @@ async def get_dead_letter(db: Executor, tenant: str, dl_id: int) -> wire.DeadLet
     return None if row is None else to_dead_letter(row)
 
 
-async def replay_one(conn: asyncpg.Connection, tenant: str, dl_id: int
-                     ) -> tuple[Literal["replayed", "missing", "replayed_before", "purged"], str | None]:
+async def replay_one(
+    conn: asyncpg.Connection, tenant: str, dl_id: int
+) -> tuple[Literal["replayed", "missing", "replayed_before", "purged"], str | None]:
     """Replay one dead letter as a fresh detached job, at most once. Runs its own transaction."""
     new_id = uuid.uuid4()
     tx = conn.transaction()
@@ -279,10 +307,19 @@ async def replay_one(conn: asyncpg.Connection, tenant: str, dl_id: int
     return ("missing", None) if entry is None else ("replayed_before", None)
 
 
-async def dead_letters_to_replay(db: Executor, tenant: str, queue: str | None, task_name: str | None,
-                                 after: datetime | None, before: datetime | None, limit: int) -> list[int]:
-    return [r["id"] for r in await db.fetch(Q.dead_letters_to_replay, tenant, queue, task_name, after,
-                                            before, limit)]
+async def dead_letters_to_replay(
+    db: Executor,
+    tenant: str,
+    queue: str | None,
+    task_name: str | None,
+    after: datetime | None,
+    before: datetime | None,
+    limit: int,
+) -> list[int]:
+    return [
+        r["id"]
+        for r in await db.fetch(Q.dead_letters_to_replay, tenant, queue, task_name, after, before, limit)
+    ]
 
 
 # --- system --------------------------------------------------------------------------------------
@@ -295,5 +332,7 @@ async def tenant_stats(db: Executor, tenant: str) -> wire.StatsSnapshot:
 
 
 async def queue_gauges(db: Executor) -> list[tuple[str, int, int, int, float]]:
-    return [(r["queue_name"], r["pending"], r["scheduled"], r["running"], float(r["oldest_age"]))
-            for r in await db.fetch(Q.queue_gauges)]
+    return [
+        (r["queue_name"], r["pending"], r["scheduled"], r["running"], float(r["oldest_age"]))
+        for r in await db.fetch(Q.queue_gauges)
+    ]

@@ -21,10 +21,10 @@ import structlog
 
 log = structlog.get_logger("queueflow.listener")
 
-WORK = "queueflow_work"            # payload: queue name; a due job was inserted or re-queued
-DELAYED = "queueflow_delayed"      # payload: queue name; a future-dated job appeared
+WORK = "queueflow_work"  # payload: queue name; a due job was inserted or re-queued
+DELAYED = "queueflow_delayed"  # payload: queue name; a future-dated job appeared
 JOB_EVENTS = "queueflow_job_events"  # payload: "<job id>:<status>"
-WORKFLOW = "queueflow_workflow"    # an outbox row was written: the advancer has work
+WORKFLOW = "queueflow_workflow"  # an outbox row was written: the advancer has work
 WORKFLOW_EVENTS = "queueflow_workflow_events"  # payload: workflow id; a watched workflow changed
 CHANNELS = (WORK, DELAYED, JOB_EVENTS, WORKFLOW, WORKFLOW_EVENTS)
 
@@ -37,13 +37,13 @@ ADVANCE = "\0advance"
 
 
 class _QueueSignal:
-    __slots__ = ("epoch", "waiters", "empty_epoch", "checked_at", "gate")
+    __slots__ = ("checked_at", "empty_epoch", "epoch", "gate", "waiters")
 
     def __init__(self) -> None:
         self.epoch = 0
         self.waiters: deque[asyncio.Future[None]] = deque()
         self.empty_epoch: int | None = None  # the epoch at which a claim last found nothing
-        self.checked_at = float("-inf")      # when a claim last looked (loop time)
+        self.checked_at = float("-inf")  # when a claim last looked (loop time)
         self.gate = asyncio.Semaphore(CLAIMS_PER_QUEUE)
 
 
@@ -75,8 +75,11 @@ class Hub:
         the listener is connected (so nothing could have been missed), and that claim is younger
         than `max_age` seconds. Then a claim would find nothing: park instead of asking."""
         sig = self._signal(queue)
-        return (self.connected and sig.empty_epoch == seen_epoch
-                and asyncio.get_running_loop().time() - sig.checked_at < max_age)
+        return (
+            self.connected
+            and sig.empty_epoch == seen_epoch
+            and asyncio.get_running_loop().time() - sig.checked_at < max_age
+        )
 
     def claimed(self, queue: str, seen_epoch: int, found: bool) -> None:
         sig = self._signal(queue)
@@ -204,7 +207,9 @@ class Listener:
         while True:
             conn: asyncpg.Connection | None = None
             try:
-                conn = await asyncpg.connect(self.dsn, server_settings={"application_name": "queueflow-listener"})
+                conn = await asyncpg.connect(
+                    self.dsn, server_settings={"application_name": "queueflow-listener"}
+                )
                 for channel in CHANNELS:
                     await conn.add_listener(channel, self._on_notify)
                 self.hub.connected = True
@@ -216,7 +221,7 @@ class Listener:
                     await asyncio.wait_for(conn.fetchval("SELECT 1"), self.check_interval)
             except asyncio.CancelledError:
                 raise
-            except Exception as err:  # noqa: BLE001 - any failure means reconnect
+            except Exception as err:
                 log.warning("listener_disconnected", error=str(err))
             finally:
                 self.hub.connected = False

@@ -39,7 +39,9 @@ async def apply_migrations(dsn_or_conn: str | asyncpg.Connection) -> list[str]:
                     continue
                 async with conn.transaction():
                     await conn.execute(sql)
-                    await conn.execute("INSERT INTO queueflow.schema_migrations (version) VALUES ($1)", version)
+                    await conn.execute(
+                        "INSERT INTO queueflow.schema_migrations (version) VALUES ($1)", version
+                    )
                 applied.append(version)
             return applied
         finally:

@@ -20,8 +20,9 @@ def _jsonb_decode(data: bytes) -> Any:
 
 
 async def init_connection(conn: asyncpg.Connection) -> None:
-    await conn.set_type_codec("jsonb", schema="pg_catalog", encoder=_jsonb_encode,
-                              decoder=_jsonb_decode, format="binary")
+    await conn.set_type_codec(
+        "jsonb", schema="pg_catalog", encoder=_jsonb_encode, decoder=_jsonb_decode, format="binary"
+    )
 
 
 async def _keep_session(conn: asyncpg.Connection) -> None:

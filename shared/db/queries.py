@@ -21,7 +21,7 @@ def _load() -> dict[str, str]:
         marks = list(_NAME.finditer(text))
         for i, m in enumerate(marks):
             end = marks[i + 1].start() if i + 1 < len(marks) else len(text)
-            body = text[m.end():end].strip()
+            body = text[m.end() : end].strip()
             if m.group(1) in blocks:
                 raise ValueError(f"duplicate query name {m.group(1)!r} in {f.name}")
             blocks[m.group(1)] = body

@@ -20,11 +20,22 @@ CANCELLED_BY_USER = "workflow cancelled"
 
 def to_workflow(r: asyncpg.Record) -> wire.Workflow:
     return wire.Workflow(
-        id=r["id"], name=r["name"], status=r["status"], steps=r["steps"], created_at=r["created_at"],
-        context=r["context"], metadata=r["metadata"], retry_count=r["retry_count"],
-        started_at=r["started_at"], completed_at=r["completed_at"], tenant_id=r["tenant_id"],
-        timeout_secs=r["timeout_secs"], deadline_at=r["deadline_at"], error_message=r["error_message"],
-        parent_workflow_id=r["parent_workflow_id"], parent_step_name=r["parent_step_name"],
+        id=r["id"],
+        name=r["name"],
+        status=r["status"],
+        steps=r["steps"],
+        created_at=r["created_at"],
+        context=r["context"],
+        metadata=r["metadata"],
+        retry_count=r["retry_count"],
+        started_at=r["started_at"],
+        completed_at=r["completed_at"],
+        tenant_id=r["tenant_id"],
+        timeout_secs=r["timeout_secs"],
+        deadline_at=r["deadline_at"],
+        error_message=r["error_message"],
+        parent_workflow_id=r["parent_workflow_id"],
+        parent_step_name=r["parent_step_name"],
     )
 
 
@@ -33,24 +44,48 @@ def to_step_state(r: asyncpg.Record) -> wire.WorkflowStepState:
     if r["fan_total"] is not None:
         fan = wire.FanOutProgress(total=r["fan_total"], completed=r["fan_completed"], failed=r["fan_failed"])
     return wire.WorkflowStepState(
-        name=r["name"], status=r["status"], job_id=None if r["job_id"] is None else str(r["job_id"]),
-        error=r["error"], started_at=r["started_at"], completed_at=r["completed_at"],
-        child_workflow_id=r["child_workflow_id"], fan_out=fan,
+        name=r["name"],
+        status=r["status"],
+        job_id=None if r["job_id"] is None else str(r["job_id"]),
+        error=r["error"],
+        started_at=r["started_at"],
+        completed_at=r["completed_at"],
+        child_workflow_id=r["child_workflow_id"],
+        fan_out=fan,
     )
 
 
-async def insert_workflow(conn: asyncpg.Connection, tenant: str | None, definition: dict[str, Any],
-                          context: dict[str, Any], parent: tuple[str, str] | None = None,
-                          depth: int = 0) -> str:
+async def insert_workflow(
+    conn: asyncpg.Connection,
+    tenant: str | None,
+    definition: dict[str, Any],
+    context: dict[str, Any],
+    parent: tuple[str, str] | None = None,
+    depth: int = 0,
+) -> str:
     """Store a (validated, normalised) workflow and its steps with status 'created'. The caller
     owns the transaction and decides who starts it."""
     wf_id = str(uuid.uuid4())
-    await conn.execute(Q.insert_workflow, wf_id, definition["name"], context, definition["metadata"], tenant,
-                       definition["steps"], definition.get("timeout_secs"),
-                       parent[0] if parent else None, parent[1] if parent else None, depth)
-    await conn.executemany(Q.insert_step, [
-        (wf_id, s["name"], i, s, s["depends_on"], s["on_failure"]) for i, s in enumerate(definition["steps"])
-    ])
+    await conn.execute(
+        Q.insert_workflow,
+        wf_id,
+        definition["name"],
+        context,
+        definition["metadata"],
+        tenant,
+        definition["steps"],
+        definition.get("timeout_secs"),
+        parent[0] if parent else None,
+        parent[1] if parent else None,
+        depth,
+    )
+    await conn.executemany(
+        Q.insert_step,
+        [
+            (wf_id, s["name"], i, s, s["depends_on"], s["on_failure"])
+            for i, s in enumerate(definition["steps"])
+        ],
+    )
     metrics.WORKFLOWS_CREATED.inc()
     return wf_id
 
@@ -82,8 +117,9 @@ async def cancel_below(conn: asyncpg.Connection, wf_id: str, reason: str) -> Non
     await conn.execute(Q.cancel_descendants, wf_id, reason)
 
 
-async def finish_workflow(conn: asyncpg.Connection, row: asyncpg.Record, status: str,
-                          error: str | None) -> bool:
+async def finish_workflow(
+    conn: asyncpg.Connection, row: asyncpg.Record, status: str, error: str | None
+) -> bool:
     """Guarded terminal write; tells the parent (a 'child' outbox row) when this is a sub-workflow.
     False when the workflow was already terminal."""
     if await conn.fetchval(Q.settle_workflow, row["id"], status, error) is None:
@@ -93,8 +129,9 @@ async def finish_workflow(conn: asyncpg.Connection, row: asyncpg.Record, status:
     elif status in ("failed", "partially_failed"):
         metrics.WORKFLOWS_FAILED.inc()
     if row["parent_workflow_id"] is not None:
-        await conn.execute(Q.insert_outbox, row["parent_workflow_id"], "child", row["parent_step_name"], status,
-                           row["id"])
+        await conn.execute(
+            Q.insert_outbox, row["parent_workflow_id"], "child", row["parent_step_name"], status, row["id"]
+        )
     return True
 
 
@@ -112,8 +149,9 @@ async def fail_workflow(conn: asyncpg.Connection, wf_id: str, reason: str) -> bo
     return await finish_workflow(conn, row, "failed", reason)
 
 
-async def cancel_workflow(pool: asyncpg.Pool, tenant: str, wf_id: str
-                          ) -> tuple[Literal["cancelled", "missing", "conflict"], str | None]:
+async def cancel_workflow(
+    pool: asyncpg.Pool, tenant: str, wf_id: str
+) -> tuple[Literal["cancelled", "missing", "conflict"], str | None]:
     """('cancelled', None), ('missing', None) or ('conflict', the terminal status it has)."""
     async with pool.acquire() as conn, conn.transaction():
         row = await conn.fetchrow(Q.lock_tenant_workflow, wf_id, tenant)
@@ -126,8 +164,9 @@ async def cancel_workflow(pool: asyncpg.Pool, tenant: str, wf_id: str
     return "cancelled", None
 
 
-async def retry_workflow(pool: asyncpg.Pool, tenant: str, wf_id: str
-                         ) -> tuple[Literal["retried", "missing", "conflict"], str | None]:
+async def retry_workflow(
+    pool: asyncpg.Pool, tenant: str, wf_id: str
+) -> tuple[Literal["retried", "missing", "conflict"], str | None]:
     """Re-run what did not complete: failed and cancelled steps, steps a failure policy skipped, and
     everything downstream of them; completed upstream steps keep their results."""
     async with pool.acquire() as conn, conn.transaction():
@@ -137,8 +176,12 @@ async def retry_workflow(pool: asyncpg.Pool, tenant: str, wf_id: str
         if row["status"] not in ("failed", "partially_failed", "cancelled"):
             return "conflict", str(row["status"])
         steps = await conn.fetch(Q.workflow_steps, wf_id)
-        rerun = {s["name"] for s in steps if s["status"] in ("failed", "cancelled")
-                 or (s["status"] == "skipped" and s["skip_kind"] == "policy")}
+        rerun = {
+            s["name"]
+            for s in steps
+            if s["status"] in ("failed", "cancelled")
+            or (s["status"] == "skipped" and s["skip_kind"] == "policy")
+        }
         grew = True
         while grew:  # plus everything downstream
             grew = False

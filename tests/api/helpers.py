@@ -33,8 +33,14 @@ def bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
-def make_jwt(sub: str | None = "acme", *, secret: str = JWT_SECRET, algorithm: str = "HS256",
-             exp_in: float | None = 3600, **claims: Any) -> str:
+def make_jwt(
+    sub: str | None = "acme",
+    *,
+    secret: str = JWT_SECRET,
+    algorithm: str = "HS256",
+    exp_in: float | None = 3600,
+    **claims: Any,
+) -> str:
     body: dict[str, Any] = dict(claims)
     if sub is not None:
         body["sub"] = sub
@@ -68,7 +74,9 @@ async def create_job(client: TestClient, headers: dict[str, str] = DEV, **body: 
     return str((await resp.json())["job_id"])
 
 
-async def create_batch(client: TestClient, items: list[dict[str, Any]], headers: dict[str, str] = DEV) -> list[str]:
+async def create_batch(
+    client: TestClient, items: list[dict[str, Any]], headers: dict[str, str] = DEV
+) -> list[str]:
     resp = await client.post("/api/v1/jobs/batch", json={"jobs": items}, headers=headers)
     assert resp.status == 201, await resp.text()
     return list((await resp.json())["job_ids"])
@@ -80,14 +88,18 @@ async def get_job(client: TestClient, job_id: str, headers: dict[str, str] = DEV
     return dict(await resp.json())
 
 
-async def list_json(client: TestClient, path: str, headers: dict[str, str] = DEV, **params: Any) -> dict[str, Any]:
+async def list_json(
+    client: TestClient, path: str, headers: dict[str, str] = DEV, **params: Any
+) -> dict[str, Any]:
     query = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in params.items()}
     resp = await client.get(path, params=query, headers=headers)
     assert resp.status == 200, await resp.text()
     return dict(await resp.json())
 
 
-async def lease(client: TestClient, queue: str, headers: dict[str, str] = DEV, **body: Any) -> list[dict[str, Any]]:
+async def lease(
+    client: TestClient, queue: str, headers: dict[str, str] = DEV, **body: Any
+) -> list[dict[str, Any]]:
     resp = await client.post(f"/api/v1/queues/{queue}/lease", json=body, headers=headers)
     assert resp.status == 200, await resp.text()
     return list((await resp.json())["jobs"])
@@ -100,38 +112,73 @@ async def lease_one(client: TestClient, queue: str, job_id: str, headers: dict[s
     return str(leased[0]["lease_token"])
 
 
-async def fail_job(client: TestClient, job_id: str, token: str, *, retryable: bool = False,
-                   error: str = "boom", headers: dict[str, str] = DEV) -> None:
-    resp = await client.post(f"/api/v1/jobs/{job_id}/fail",
-                             json={"lease_token": token, "error": error, "retryable": retryable}, headers=headers)
+async def fail_job(
+    client: TestClient,
+    job_id: str,
+    token: str,
+    *,
+    retryable: bool = False,
+    error: str = "boom",
+    headers: dict[str, str] = DEV,
+) -> None:
+    resp = await client.post(
+        f"/api/v1/jobs/{job_id}/fail",
+        json={"lease_token": token, "error": error, "retryable": retryable},
+        headers=headers,
+    )
     assert resp.status == 204, await resp.text()
 
 
-async def complete_job(client: TestClient, job_id: str, token: str, result: dict[str, Any] | None = None,
-                       headers: dict[str, str] = DEV) -> None:
-    resp = await client.post(f"/api/v1/jobs/{job_id}/complete",
-                             json={"lease_token": token, "result": result or {}}, headers=headers)
+async def complete_job(
+    client: TestClient,
+    job_id: str,
+    token: str,
+    result: dict[str, Any] | None = None,
+    headers: dict[str, str] = DEV,
+) -> None:
+    resp = await client.post(
+        f"/api/v1/jobs/{job_id}/complete",
+        json={"lease_token": token, "result": result or {}},
+        headers=headers,
+    )
     assert resp.status == 204, await resp.text()
 
 
-async def make_dead_letter(client: TestClient, queue: str, *, task_name: str = "boom",
-                           payload: dict[str, Any] | None = None, headers: dict[str, str] = DEV,
-                           worker: dict[str, str] = DEV, **extra: Any) -> tuple[str, int]:
+async def make_dead_letter(
+    client: TestClient,
+    queue: str,
+    *,
+    task_name: str = "boom",
+    payload: dict[str, Any] | None = None,
+    headers: dict[str, str] = DEV,
+    worker: dict[str, str] = DEV,
+    **extra: Any,
+) -> tuple[str, int]:
     """A job on `queue` (a queue no in-process worker drains) failed non-retryably through the
     worker protocol. Returns (job id, dead-letter id)."""
-    job_id = await create_job(client, headers, task_name=task_name, payload=payload or {},
-                              config={"queue": queue, **extra.pop("config", {})}, **extra)
+    job_id = await create_job(
+        client,
+        headers,
+        task_name=task_name,
+        payload=payload or {},
+        config={"queue": queue, **extra.pop("config", {})},
+        **extra,
+    )
     token = await lease_one(client, queue, job_id, worker)
     await fail_job(client, job_id, token, headers=worker)
     dl_id = await resources_of(client).pool.fetchval(
-        "SELECT id FROM queueflow.dead_letters WHERE job_id = $1::uuid", job_id)
+        "SELECT id FROM queueflow.dead_letters WHERE job_id = $1::uuid", job_id
+    )
     assert dl_id is not None
     return job_id, int(dl_id)
 
 
 async def count(client: TestClient, table: str, where: str = "TRUE", *args: Any) -> int:
-    return int(await resources_of(client).pool.fetchval(
-        f"SELECT count(*) FROM queueflow.{table} WHERE {where}", *args))
+    return int(
+        await resources_of(client).pool.fetchval(
+            f"SELECT count(*) FROM queueflow.{table} WHERE {where}", *args
+        )
+    )
 
 
 BASE = datetime(2030, 1, 1, tzinfo=UTC)
@@ -146,6 +193,8 @@ async def set_created_at(client: TestClient, table: str, id_type: str, ids: list
     stamps = [BASE + timedelta(minutes=i) for i in range(len(ids))]
     await resources_of(client).pool.execute(
         f"UPDATE queueflow.{table} t SET created_at = u.at FROM unnest($1::{id_type}[], $2::timestamptz[])"
-        " AS u(id, at) WHERE t.id = u.id", ids, stamps)
+        " AS u(id, at) WHERE t.id = u.id",
+        ids,
+        stamps,
+    )
     return stamps
-

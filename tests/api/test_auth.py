@@ -129,7 +129,9 @@ async def test_api_key_identifies_its_tenant(api):
 # --- read-only credentials -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("token", ["ro1", make_jwt("acme", scope="read")], ids=["ro api key", "scope read jwt"])
+@pytest.mark.parametrize(
+    "token", ["ro1", make_jwt("acme", scope="read")], ids=["ro api key", "scope read jwt"]
+)
 @pytest.mark.parametrize(("method", "path", "body"), TENANT_WRITES, ids=_ids(TENANT_WRITES))
 async def test_read_only_credential_writing_is_403_and_writes_nothing(api, method, path, body, token):
     client = await api(**STRICT)
@@ -142,7 +144,9 @@ async def test_read_only_credential_writing_is_403_and_writes_nothing(api, metho
     assert await count(client, "dead_letters", "replayed_at IS NULL") == 1
 
 
-@pytest.mark.parametrize("token", ["ro1", make_jwt("acme", scope="read")], ids=["ro api key", "scope read jwt"])
+@pytest.mark.parametrize(
+    "token", ["ro1", make_jwt("acme", scope="read")], ids=["ro api key", "scope read jwt"]
+)
 async def test_read_only_credential_reads_its_tenants_data(api, token):
     client = await api(**STRICT)
     job_id = await create_job(client, ACME)
@@ -160,7 +164,10 @@ async def test_hs256_jwt_sub_is_the_tenant(api):
     client = await api(**STRICT)
     job_id = await create_job(client, ACME)
     token = make_jwt("acme")
-    assert await list_json(client, "/api/v1/whoami", bearer(token)) == {"tenant": "acme", "access": "read_write"}
+    assert await list_json(client, "/api/v1/whoami", bearer(token)) == {
+        "tenant": "acme",
+        "access": "read_write",
+    }
     assert (await get_job(client, job_id, bearer(token)))["tenant_id"] == "acme"
     minted = await create_job(client, bearer(make_jwt("initech")))
     assert (await get_job(client, minted, bearer(make_jwt("initech"))))["tenant_id"] == "initech"
@@ -205,15 +212,20 @@ async def test_jwt_is_not_accepted_when_no_secret_is_configured(api):
 # --- worker routes ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("headers", [ACME, ACME_RO, bearer(make_jwt("acme"))], ids=["api key", "ro key", "jwt"])
+@pytest.mark.parametrize(
+    "headers", [ACME, ACME_RO, bearer(make_jwt("acme"))], ids=["api key", "ro key", "jwt"]
+)
 async def test_tenant_credential_on_worker_routes_is_403(api, headers):
     client = await api(**STRICT)
     for method, path, body in WORKER_ROUTES:
         await expect_error(await _call(client, method, path, body, headers), 403, "access denied")
 
 
-@pytest.mark.parametrize("headers", [{}, bearer("nope"), {"Authorization": "Bearer "}, {"Authorization": "wtok"}],
-                         ids=["missing", "unknown", "empty", "no scheme"])
+@pytest.mark.parametrize(
+    "headers",
+    [{}, bearer("nope"), {"Authorization": "Bearer "}, {"Authorization": "wtok"}],
+    ids=["missing", "unknown", "empty", "no scheme"],
+)
 async def test_worker_routes_without_a_valid_credential_are_401(api, headers):
     client = await api(**STRICT)
     for method, path, body in WORKER_ROUTES:
@@ -237,8 +249,13 @@ async def test_another_tenants_job_is_404_everywhere(api):
     job_id = await create_job(client, ACME)
     expected = f"job not found: {job_id}"
     assert await expect_error(await client.get(f"/api/v1/jobs/{job_id}", headers=GLOBEX), 404) == expected
-    assert await expect_error(await client.post(f"/api/v1/jobs/{job_id}/cancel", headers=GLOBEX), 404) == expected
-    assert await expect_error(await client.get(f"/api/v1/jobs/{job_id}/events", headers=GLOBEX), 404) == expected
+    assert (
+        await expect_error(await client.post(f"/api/v1/jobs/{job_id}/cancel", headers=GLOBEX), 404)
+        == expected
+    )
+    assert (
+        await expect_error(await client.get(f"/api/v1/jobs/{job_id}/events", headers=GLOBEX), 404) == expected
+    )
     assert (await list_json(client, "/api/v1/jobs", GLOBEX))["jobs"] == []
     assert (await get_job(client, job_id, ACME))["status"] == "pending"
 
@@ -263,7 +280,8 @@ async def test_foreign_and_missing_jobs_answer_identically(api):
     missing = await client.get(f"/api/v1/jobs/{MISSING_JOB}", headers=GLOBEX)
     assert foreign.status == missing.status == 404
     assert (await foreign.json())["error"].replace(job_id, "ID") == (await missing.json())["error"].replace(
-        MISSING_JOB, "ID")
+        MISSING_JOB, "ID"
+    )
 
 
 # --- development mode ------------------------------------------------------------------------------
@@ -272,7 +290,10 @@ async def test_foreign_and_missing_jobs_answer_identically(api):
 @pytest.mark.parametrize("token", ["dev", "anything-at-all", "wtok"])
 async def test_dev_mode_accepts_any_token_as_tenant1(api, token):
     client = await api()
-    assert await list_json(client, "/api/v1/whoami", bearer(token)) == {"tenant": "tenant1", "access": "read_write"}
+    assert await list_json(client, "/api/v1/whoami", bearer(token)) == {
+        "tenant": "tenant1",
+        "access": "read_write",
+    }
     job_id = await create_job(client, bearer(token), config={"queue": "q-dev"})
     assert (await get_job(client, job_id, DEV))["tenant_id"] == "tenant1"
     await lease_one(client, "q-dev", job_id, bearer(token))

@@ -80,7 +80,9 @@ MALFORMED = {
 
 
 @pytest.mark.parametrize("raw", MALFORMED.values(), ids=MALFORMED.keys())
-@pytest.mark.parametrize("path", ["/api/v1/jobs", "/api/v1/jobs/batch", "/api/v1/jobs/cancel", "/api/v1/dlq/replay"])
+@pytest.mark.parametrize(
+    "path", ["/api/v1/jobs", "/api/v1/jobs/batch", "/api/v1/jobs/cancel", "/api/v1/dlq/replay"]
+)
 async def test_malformed_json_is_400_and_writes_nothing(api, path, raw):
     client = await api()
     resp = await client.post(path, data=raw, headers=JSON)
@@ -95,7 +97,10 @@ NUL_BODIES = {
     "metadata": ("/api/v1/jobs", {"task_name": "t", "metadata": {"k": "\u0000"}}),
     "queue": ("/api/v1/jobs", {"task_name": "t", "config": {"queue": "q\u0000"}}),
     "idempotency_key": ("/api/v1/jobs", {"task_name": "t", "idempotency_key": "k\u0000"}),
-    "batch item payload": ("/api/v1/jobs/batch", {"jobs": [{"task_name": "t"}, {"task_name": "t", "payload": {"x": "\u0000"}}]}),
+    "batch item payload": (
+        "/api/v1/jobs/batch",
+        {"jobs": [{"task_name": "t"}, {"task_name": "t", "payload": {"x": "\u0000"}}]},
+    ),
 }
 
 
@@ -108,10 +113,14 @@ async def test_nul_character_in_a_string_is_400_not_500(api, path, body):
     await _assert_nothing_written(client)
 
 
-@pytest.mark.parametrize(("path", "body"), [
-    ("/api/v1/jobs/cancel", {"queue": "q\u0000"}),
-    ("/api/v1/dlq/replay", {"task_name": "t\u0000"}),
-], ids=["cancel filter", "bulk replay filter"])
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/api/v1/jobs/cancel", {"queue": "q\u0000"}),
+        ("/api/v1/dlq/replay", {"task_name": "t\u0000"}),
+    ],
+    ids=["cancel filter", "bulk replay filter"],
+)
 async def test_nul_character_in_a_filter_is_400_not_500(api, path, body):
     client = await api()
     await create_job(client)
@@ -126,15 +135,21 @@ async def test_nul_character_in_a_list_filter_is_400_and_not_blamed_on_the_curso
     assert "cursor" not in message
 
 
-@pytest.mark.parametrize(("route", "body"), [
-    ("complete", {"result": {"out": "a\u0000"}}),
-    ("fail", {"error": "bad\u0000news"}),
-], ids=["complete result", "fail error"])
+@pytest.mark.parametrize(
+    ("route", "body"),
+    [
+        ("complete", {"result": {"out": "a\u0000"}}),
+        ("fail", {"error": "bad\u0000news"}),
+    ],
+    ids=["complete result", "fail error"],
+)
 async def test_nul_character_in_a_worker_report_is_400_and_leaves_the_job_running(api, route, body):
     client = await api()
     job_id = await create_job(client, config={"queue": "q-nul"})
     token = await lease_one(client, "q-nul", job_id)
-    resp = await client.post(f"/api/v1/jobs/{job_id}/{route}", json={"lease_token": token, **body}, headers=DEV)
+    resp = await client.post(
+        f"/api/v1/jobs/{job_id}/{route}", json={"lease_token": token, **body}, headers=DEV
+    )
     await expect_error(resp, 400, "validation error: ")
     assert await count(client, "jobs", "status = 'running'") == 1
     assert await count(client, "dead_letters") == 0
@@ -151,11 +166,15 @@ OUT_OF_RANGE_TIMES = ["0001-01-01T00:30:00+01:00", "9999-12-31T23:30:00-01:00"]
 
 
 @pytest.mark.parametrize("at", OUT_OF_RANGE_TIMES)
-@pytest.mark.parametrize(("path", "field"), [
-    ("/api/v1/jobs", "run_at"),
-    ("/api/v1/jobs/cancel", "created_after"),
-    ("/api/v1/dlq/replay", "created_before"),
-], ids=["create run_at", "cancel created_after", "bulk replay created_before"])
+@pytest.mark.parametrize(
+    ("path", "field"),
+    [
+        ("/api/v1/jobs", "run_at"),
+        ("/api/v1/jobs/cancel", "created_after"),
+        ("/api/v1/dlq/replay", "created_before"),
+    ],
+    ids=["create run_at", "cancel created_after", "bulk replay created_before"],
+)
 async def test_timestamp_outside_the_utc_calendar_is_400_not_500(api, path, field, at):
     client = await api()
     body = {field: at, **({"task_name": "t"} if path == "/api/v1/jobs" else {})}
@@ -191,10 +210,18 @@ NESTED_AT = {
     "job payload": ("/api/v1/jobs", b'{"task_name": "t", "payload": %s}'),
     "job metadata": ("/api/v1/jobs", b'{"task_name": "t", "metadata": %s}'),
     "batch item payload": ("/api/v1/jobs/batch", b'{"jobs": [{"task_name": "t", "payload": %s}]}'),
-    "workflow context": ("/api/v1/workflows", b'{"name": "w", "context": %s, "steps": [{"name": "a", "task_name": "t"}]}'),
-    "workflow when": ("/api/v1/workflows",
-                      b'{"name": "w", "steps": [{"name": "a", "task_name": "t", "when": {"all": %s}}]}'),
-    "cron payload": ("/api/v1/cron", b'{"name": "c", "cron_expr": "* * * * *", "task_name": "t", "payload": %s}'),
+    "workflow context": (
+        "/api/v1/workflows",
+        b'{"name": "w", "context": %s, "steps": [{"name": "a", "task_name": "t"}]}',
+    ),
+    "workflow when": (
+        "/api/v1/workflows",
+        b'{"name": "w", "steps": [{"name": "a", "task_name": "t", "when": {"all": %s}}]}',
+    ),
+    "cron payload": (
+        "/api/v1/cron",
+        b'{"name": "c", "cron_expr": "* * * * *", "task_name": "t", "payload": %s}',
+    ),
 }
 
 
@@ -321,7 +348,9 @@ async def test_offset_beyond_bigint_is_a_400_about_the_offset(api):
     assert "offset" in await expect_error(resp, 400, "validation error: ")
 
 
-@pytest.mark.parametrize("query", ["created_after=yesterday", "cursor=garbage", "replayed=perhaps", "limit=x"])
+@pytest.mark.parametrize(
+    "query", ["created_after=yesterday", "cursor=garbage", "replayed=perhaps", "limit=x"]
+)
 async def test_bad_dead_letter_list_query_is_400(api, query):
     client = await api()
     await expect_error(await client.get(f"/api/v1/dlq?{query}", headers=DEV), 400, "validation error: ")
@@ -344,8 +373,11 @@ async def test_invalid_job_id_in_a_tenant_path_is_404(api, job_id):
 async def test_invalid_job_id_in_a_worker_path_is_404(api, route):
     client = await api()
     token = "00000000-0000-4000-8000-000000000000"
-    body = {"heartbeat": {"lease_token": token, "extend_secs": 5}, "complete": {"lease_token": token},
-            "fail": {"lease_token": token, "error": "x"}}[route]
+    body = {
+        "heartbeat": {"lease_token": token, "extend_secs": 5},
+        "complete": {"lease_token": token},
+        "fail": {"lease_token": token, "error": "x"},
+    }[route]
     resp = await client.post(f"/api/v1/jobs/not-a-uuid/{route}", json=body, headers=DEV)
     await expect_error(resp, 404, "job not found: ")
 
@@ -355,8 +387,9 @@ async def test_complete_with_a_non_object_result_is_400_and_leaves_the_job_runni
     job_id = await create_job(client, config={"queue": "q-res"})
     token = await lease_one(client, "q-res", job_id)
     for result in ([1, 2], "done", 3):
-        resp = await client.post(f"/api/v1/jobs/{job_id}/complete", json={"lease_token": token, "result": result},
-                                 headers=DEV)
+        resp = await client.post(
+            f"/api/v1/jobs/{job_id}/complete", json={"lease_token": token, "result": result}, headers=DEV
+        )
         await expect_error(resp, 400, "validation error: ")
     assert await count(client, "jobs", "status = 'running'") == 1
 
@@ -366,7 +399,9 @@ async def test_non_integer_dead_letter_path_id_is_400(api, dl_id):
     client = await api()
     _, real = await make_dead_letter(client, "q-path")
     await expect_error(await client.get(f"/api/v1/dlq/{dl_id}", headers=DEV), 400, "validation error: ")
-    await expect_error(await client.post(f"/api/v1/dlq/{dl_id}/replay", headers=DEV), 400, "validation error: ")
+    await expect_error(
+        await client.post(f"/api/v1/dlq/{dl_id}/replay", headers=DEV), 400, "validation error: "
+    )
     assert await count(client, "dead_letters", "replayed_at IS NULL") == 1
     assert real > 0
 
@@ -386,13 +421,16 @@ async def test_unknown_route_is_404_with_the_error_body(api):
     await expect_error(await client.get("/api/v1/nothing-here", headers=DEV), 404)
 
 
-@pytest.mark.parametrize(("method", "path"), [
-    ("DELETE", "/api/v1/jobs"),
-    ("PUT", "/api/v1/jobs/batch"),
-    ("DELETE", "/api/v1/jobs/00000000-0000-4000-8000-000000000000"),
-    ("PUT", "/api/v1/dlq"),
-    ("GET", "/api/v1/queues/default/lease"),
-])
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("DELETE", "/api/v1/jobs"),
+        ("PUT", "/api/v1/jobs/batch"),
+        ("DELETE", "/api/v1/jobs/00000000-0000-4000-8000-000000000000"),
+        ("PUT", "/api/v1/dlq"),
+        ("GET", "/api/v1/queues/default/lease"),
+    ],
+)
 async def test_wrong_method_is_405_with_the_error_body(api, method, path):
     client = await api()
     await expect_error(await client.request(method, path, headers=DEV), 405)

@@ -54,7 +54,11 @@ async def test_exhausted_retries_dead_letter_with_reason_max_attempts_exceeded(a
     job_id = await create_job(client, config={"queue": "q-max", "max_retries": 0})
     await fail_job(client, job_id, await lease_one(client, "q-max", job_id), retryable=True, error="flaky")
     [entry] = (await list_json(client, "/api/v1/dlq"))["dead_letters"]
-    assert (entry["job_id"], entry["reason"], entry["error_message"]) == (job_id, "max_attempts_exceeded", "flaky")
+    assert (entry["job_id"], entry["reason"], entry["error_message"]) == (
+        job_id,
+        "max_attempts_exceeded",
+        "flaky",
+    )
 
 
 async def test_retryable_failure_with_budget_left_writes_no_dead_letter(api):
@@ -86,7 +90,9 @@ async def test_get_unknown_dead_letter_is_404(api, dl_id):
 async def test_non_integer_dead_letter_id_is_400(api, dl_id):
     client = await api()
     await expect_error(await client.get(f"/api/v1/dlq/{dl_id}", headers=DEV), 400, "validation error: ")
-    await expect_error(await client.post(f"/api/v1/dlq/{dl_id}/replay", headers=DEV), 400, "validation error: ")
+    await expect_error(
+        await client.post(f"/api/v1/dlq/{dl_id}/replay", headers=DEV), 400, "validation error: "
+    )
 
 
 async def test_dead_letter_without_tenant_is_visible_to_no_tenant(api):
@@ -159,8 +165,14 @@ async def test_list_bad_replayed_value_is_400(api):
 async def test_replay_creates_a_fresh_detached_pending_job_with_the_same_work(api):
     client = await api()
     config = {"queue": "q-replay", "priority": 4, "max_retries": 0, "timeout": 77, "retry_backoff": "fixed"}
-    job_id, dl_id = await make_dead_letter(client, "q-replay", task_name="charge", payload={"amount": 5},
-                                           config=config, metadata={"origin": "test"})
+    job_id, dl_id = await make_dead_letter(
+        client,
+        "q-replay",
+        task_name="charge",
+        payload={"amount": 5},
+        config=config,
+        metadata={"origin": "test"},
+    )
     original = await get_job(client, job_id)
     resp = await client.post(f"/api/v1/dlq/{dl_id}/replay", headers=DEV)
     assert resp.status == 201
@@ -175,8 +187,15 @@ async def test_replay_creates_a_fresh_detached_pending_job_with_the_same_work(ap
     assert new["tenant_id"] == "tenant1"
     assert new["metadata"]["replayed_from_job"] == job_id
     assert new["metadata"]["origin"] == "test"
-    for absent in ("workflow_id", "workflow_step_id", "started_at", "completed_at", "error_message", "result",
-                   "idempotency_key"):
+    for absent in (
+        "workflow_id",
+        "workflow_step_id",
+        "started_at",
+        "completed_at",
+        "error_message",
+        "result",
+        "idempotency_key",
+    ):
         assert absent not in new, absent
     assert (await get_job(client, job_id))["status"] == "failed"  # history is not rewritten
     entry = await (await client.get(f"/api/v1/dlq/{dl_id}", headers=DEV)).json()
@@ -196,7 +215,9 @@ async def test_second_replay_is_409_and_creates_nothing(api):
 
 async def test_replay_unknown_dead_letter_is_404(api):
     client = await api()
-    await expect_error(await client.post("/api/v1/dlq/4242/replay", headers=DEV), 404, "dead letter not found")
+    await expect_error(
+        await client.post("/api/v1/dlq/4242/replay", headers=DEV), 404, "dead letter not found"
+    )
     assert await count(client, "jobs") == 0
 
 
@@ -274,8 +295,11 @@ async def test_bulk_replay_honours_the_created_window(api):
     client = await api()
     dl_ids = [(await make_dead_letter(client, "q-bw"))[1] for _ in range(3)]
     stamps = await _age(client, dl_ids)
-    resp = await client.post("/api/v1/dlq/replay", headers=DEV,
-                             json={"created_after": iso(stamps[1]), "created_before": iso(stamps[2])})
+    resp = await client.post(
+        "/api/v1/dlq/replay",
+        headers=DEV,
+        json={"created_after": iso(stamps[1]), "created_before": iso(stamps[2])},
+    )
     assert [r["dead_letter_id"] for r in (await resp.json())["results"]] == [dl_ids[1]]
 
 
@@ -293,8 +317,19 @@ async def test_bulk_replay_reports_a_purged_original_as_an_error_result(api):
     assert await count(client, "dead_letters", "id = $1 AND replayed_at IS NULL", purged) == 1
 
 
-@pytest.mark.parametrize("body", [{"limit": 0}, {"limit": 6}, {"limit": "3"}, {"queue": 5}, {"bogus": 1},
-                                  {"created_after": "yesterday"}, [], "x"])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"limit": 0},
+        {"limit": 6},
+        {"limit": "3"},
+        {"queue": 5},
+        {"bogus": 1},
+        {"created_after": "yesterday"},
+        [],
+        "x",
+    ],
+)
 async def test_bulk_replay_bad_body_is_400_and_replays_nothing(api, body):
     client = await api(max_batch=5)
     await make_dead_letter(client, "q-bad")

@@ -69,20 +69,45 @@ async def test_created_job_is_pending_with_defaults_and_omits_absent_optional_fi
     assert job["delivery_count"] == 0
     assert job["tenant_id"] == "tenant1"
     assert parse_time(job["scheduled_at"]) == parse_time(job["created_at"])
-    for absent in ("started_at", "completed_at", "next_retry_at", "error_message", "result",
-                   "idempotency_key", "workflow_id", "workflow_step_id"):
+    for absent in (
+        "started_at",
+        "completed_at",
+        "next_retry_at",
+        "error_message",
+        "result",
+        "idempotency_key",
+        "workflow_id",
+        "workflow_step_id",
+    ):
         assert absent not in job, absent
 
 
 async def test_create_job_applies_config_overrides_and_queue(api):
     client = await api()
-    config = {"queue": "emails", "priority": 7, "max_retries": 0, "timeout": 30, "retry_backoff": "linear",
-              "retry_delay_secs": 5, "retry_max_delay_secs": 50, "jitter_factor": 0.0}
-    job = await get_job(client, await create_job(client, task_name="send", payload={"to": "a@b"}, config=config))
+    config = {
+        "queue": "emails",
+        "priority": 7,
+        "max_retries": 0,
+        "timeout": 30,
+        "retry_backoff": "linear",
+        "retry_delay_secs": 5,
+        "retry_max_delay_secs": 50,
+        "jitter_factor": 0.0,
+    }
+    job = await get_job(
+        client, await create_job(client, task_name="send", payload={"to": "a@b"}, config=config)
+    )
     assert job["queue_name"] == "emails"
     assert job["payload"] == {"to": "a@b"}
-    assert job["config"] == {"priority": 7, "max_retries": 0, "timeout_secs": 30, "retry_backoff": "linear",
-                             "retry_delay_secs": 5, "retry_max_delay_secs": 50, "jitter_factor": 0.0}
+    assert job["config"] == {
+        "priority": 7,
+        "max_retries": 0,
+        "timeout_secs": 30,
+        "retry_backoff": "linear",
+        "retry_delay_secs": 5,
+        "retry_max_delay_secs": 50,
+        "jitter_factor": 0.0,
+    }
 
 
 async def test_partial_config_fills_every_other_field_with_its_default(api):
@@ -100,13 +125,23 @@ async def test_null_fields_in_a_create_mean_absent(api):
 
 async def test_config_bounds_are_inclusive(api):
     client = await api()
-    config = {"priority": 2**31 - 1, "max_retries": 1000, "timeout": 86400, "retry_delay_secs": 2592000,
-              "retry_max_delay_secs": 2592000, "jitter_factor": 1.0}
+    config = {
+        "priority": 2**31 - 1,
+        "max_retries": 1000,
+        "timeout": 86400,
+        "retry_delay_secs": 2592000,
+        "retry_max_delay_secs": 2592000,
+        "jitter_factor": 1.0,
+    }
     job = await get_job(client, await create_job(client, config=config))
     assert job["config"]["priority"] == 2**31 - 1
     assert job["config"]["timeout_secs"] == 86400
-    low = await get_job(client, await create_job(client, config={"priority": -(2**31), "max_retries": 0,
-                                                                 "timeout": 1, "jitter_factor": 0}))
+    low = await get_job(
+        client,
+        await create_job(
+            client, config={"priority": -(2**31), "max_retries": 0, "timeout": 1, "jitter_factor": 0}
+        ),
+    )
     assert low["config"]["priority"] == -(2**31)
     assert low["config"]["max_retries"] == 0
 
@@ -167,8 +202,9 @@ async def test_same_idempotency_key_same_tenant_returns_the_same_job_once(api):
 async def test_concurrent_creates_with_one_idempotency_key_make_one_job(api):
     client = await api()
     headers = {**DEV, "Idempotency-Key": "race"}
-    resps = await asyncio.gather(*(client.post("/api/v1/jobs", json={"task_name": "a"}, headers=headers)
-                                   for _ in range(10)))
+    resps = await asyncio.gather(
+        *(client.post("/api/v1/jobs", json={"task_name": "a"}, headers=headers) for _ in range(10))
+    )
     assert {r.status for r in resps} == {201}
     assert len({(await r.json())["job_id"] for r in resps}) == 1
     assert await count(client, "jobs") == 1
@@ -211,7 +247,9 @@ async def test_idempotency_key_still_dedupes_after_the_job_finished(api):
 
 async def test_idempotency_key_longer_than_255_is_400_and_writes_nothing(api):
     client = await api()
-    resp = await client.post("/api/v1/jobs", json={"task_name": "a"}, headers={**DEV, "Idempotency-Key": "k" * 256})
+    resp = await client.post(
+        "/api/v1/jobs", json={"task_name": "a"}, headers={**DEV, "Idempotency-Key": "k" * 256}
+    )
     await expect_error(resp, 400, "validation error: ")
     assert await count(client, "jobs") == 0
 
@@ -235,24 +273,34 @@ async def test_batch_returns_ids_in_input_order_and_count(api):
 async def test_batch_items_carry_their_own_config_queue_run_at_and_metadata(api):
     client = await api()
     run_at = datetime(2032, 1, 1, tzinfo=UTC)
-    ids = await create_batch(client, [
-        {"task_name": "a", "config": {"queue": "q1", "priority": 3}, "metadata": {"m": 1}},
-        {"task_name": "b", "run_at": iso(run_at)},
-    ])
+    ids = await create_batch(
+        client,
+        [
+            {"task_name": "a", "config": {"queue": "q1", "priority": 3}, "metadata": {"m": 1}},
+            {"task_name": "b", "run_at": iso(run_at)},
+        ],
+    )
     a, b = [await get_job(client, i) for i in ids]
     assert (a["queue_name"], a["config"]["priority"], a["metadata"]) == ("q1", 3, {"m": 1})
-    assert (b["queue_name"], b["config"], parse_time(b["scheduled_at"])) == ("default", DEFAULT_CONFIG, run_at)
+    assert (b["queue_name"], b["config"], parse_time(b["scheduled_at"])) == (
+        "default",
+        DEFAULT_CONFIG,
+        run_at,
+    )
 
 
 async def test_batch_item_idempotency_keys_are_kept_and_dedupe(api):
     client = await api()
     existing = await create_job(client, {**DEV, "Idempotency-Key": "old"})
-    ids = await create_batch(client, [
-        {"task_name": "a", "idempotency_key": "new"},
-        {"task_name": "b", "idempotency_key": "old"},
-        {"task_name": "c", "idempotency_key": "new"},
-        {"task_name": "d"},
-    ])
+    ids = await create_batch(
+        client,
+        [
+            {"task_name": "a", "idempotency_key": "new"},
+            {"task_name": "b", "idempotency_key": "old"},
+            {"task_name": "c", "idempotency_key": "new"},
+            {"task_name": "d"},
+        ],
+    )
     assert ids[1] == existing
     assert ids[0] == ids[2] != ids[3]
     assert (await get_job(client, ids[0]))["idempotency_key"] == "new"
@@ -291,7 +339,9 @@ async def test_get_unknown_job_is_404_naming_the_id(api):
 async def test_job_without_tenant_is_visible_to_no_tenant(api):
     client = await api()
     job_id = await create_job(client)
-    await resources_of(client).pool.execute("UPDATE queueflow.jobs SET tenant_id = NULL WHERE id = $1::uuid", job_id)
+    await resources_of(client).pool.execute(
+        "UPDATE queueflow.jobs SET tenant_id = NULL WHERE id = $1::uuid", job_id
+    )
     await expect_error(await client.get(f"/api/v1/jobs/{job_id}", headers=DEV), 404)
     await expect_error(await client.post(f"/api/v1/jobs/{job_id}/cancel", headers=DEV), 404)
     assert (await list_json(client, "/api/v1/jobs"))["jobs"] == []
@@ -335,8 +385,9 @@ async def test_list_include_total_counts_the_filtered_set(api):
     assert "total" not in await list_json(client, "/api/v1/jobs", include_total=False)
 
 
-@pytest.mark.parametrize(("raw", "effective"), [("0", 1), ("-5", 1), ("1", 1), ("100", 100), ("101", 100),
-                                                 ("100000", 100)])
+@pytest.mark.parametrize(
+    ("raw", "effective"), [("0", 1), ("-5", 1), ("1", 1), ("100", 100), ("101", 100), ("100000", 100)]
+)
 async def test_list_limit_is_clamped_to_1_through_100(api, raw, effective):
     client = await api()
     await create_batch(client, [{"task_name": "t"}] * 2)
@@ -373,7 +424,8 @@ async def test_cursor_paging_reproduces_the_full_listing(api, order_by):
     # Two rows share a creation instant: the id breaks the tie.
     stamps = await _set_created_at(client, ids)
     await resources_of(client).pool.execute(
-        "UPDATE queueflow.jobs SET created_at = $2 WHERE id = $1::uuid", ids[4], stamps[3])
+        "UPDATE queueflow.jobs SET created_at = $2 WHERE id = $1::uuid", ids[4], stamps[3]
+    )
     params = {} if order_by is None else {"order_by": order_by}
     full = [j["id"] for j in (await list_json(client, "/api/v1/jobs", **params))["jobs"]]
     assert sorted(full) == sorted(ids)
@@ -395,11 +447,14 @@ async def test_cursor_paging_reproduces_the_full_listing(api, order_by):
 
 async def test_list_filters_by_status_queue_and_task_name(api):
     client = await api()
-    ids = await create_batch(client, [
-        {"task_name": "a", "config": {"queue": "q1"}},
-        {"task_name": "b", "config": {"queue": "q1"}},
-        {"task_name": "a", "config": {"queue": "q2"}},
-    ])
+    ids = await create_batch(
+        client,
+        [
+            {"task_name": "a", "config": {"queue": "q1"}},
+            {"task_name": "b", "config": {"queue": "q1"}},
+            {"task_name": "a", "config": {"queue": "q2"}},
+        ],
+    )
     await client.post(f"/api/v1/jobs/{ids[1]}/cancel", headers=DEV)
 
     async def listed(**params):
@@ -423,7 +478,9 @@ async def test_created_after_is_inclusive_and_created_before_is_exclusive(api):
     stamps = await _set_created_at(client, ids)
 
     async def listed(**params):
-        body = await list_json(client, "/api/v1/jobs", include_total=True, order_by="created_at ASC", **params)
+        body = await list_json(
+            client, "/api/v1/jobs", include_total=True, order_by="created_at ASC", **params
+        )
         assert body["total"] == len(body["jobs"])
         return [j["id"] for j in body["jobs"]]
 
@@ -523,12 +580,15 @@ async def test_cancel_by_filter_with_an_empty_body_uses_the_defaults(api):
 
 async def test_cancel_by_filter_matches_queue_task_and_status(api):
     client = await api()
-    ids = await create_batch(client, [
-        {"task_name": "a", "config": {"queue": "q1"}},
-        {"task_name": "b", "config": {"queue": "q1"}},
-        {"task_name": "a", "config": {"queue": "q2"}},
-        {"task_name": "a", "config": {"queue": "q3"}},
-    ])
+    ids = await create_batch(
+        client,
+        [
+            {"task_name": "a", "config": {"queue": "q1"}},
+            {"task_name": "b", "config": {"queue": "q1"}},
+            {"task_name": "a", "config": {"queue": "q2"}},
+            {"task_name": "a", "config": {"queue": "q3"}},
+        ],
+    )
     await lease_one(client, "q3", ids[3])
     resp = await client.post("/api/v1/jobs/cancel", json={"queue": "q1", "task_name": "a"}, headers=DEV)
     assert await resp.json() == {"cancelled": 1}
@@ -552,8 +612,11 @@ async def test_cancel_by_filter_honours_the_created_window(api):
     client = await api()
     ids = await create_batch(client, [{"task_name": "t"}] * 4)
     stamps = await _set_created_at(client, ids)
-    resp = await client.post("/api/v1/jobs/cancel", headers=DEV,
-                             json={"created_after": iso(stamps[1]), "created_before": iso(stamps[3])})
+    resp = await client.post(
+        "/api/v1/jobs/cancel",
+        headers=DEV,
+        json={"created_after": iso(stamps[1]), "created_before": iso(stamps[3])},
+    )
     assert await resp.json() == {"cancelled": 2}
     statuses = [(await get_job(client, i))["status"] for i in ids]
     assert statuses == ["pending", "cancelled", "cancelled", "pending"]
@@ -571,10 +634,12 @@ async def test_cancel_by_filter_with_a_terminal_or_unknown_status_is_400(api, st
 async def test_cancel_by_filter_limit_above_max_batch_is_400(api):
     client = await api(max_batch=5)
     await create_job(client)
-    await expect_error(await client.post("/api/v1/jobs/cancel", json={"limit": 6}, headers=DEV), 400,
-                       "validation error: ")
-    await expect_error(await client.post("/api/v1/jobs/cancel", json={"limit": 0}, headers=DEV), 400,
-                       "validation error: ")
+    await expect_error(
+        await client.post("/api/v1/jobs/cancel", json={"limit": 6}, headers=DEV), 400, "validation error: "
+    )
+    await expect_error(
+        await client.post("/api/v1/jobs/cancel", json={"limit": 0}, headers=DEV), 400, "validation error: "
+    )
     assert await count(client, "jobs", "status = 'pending'") == 1
 
 

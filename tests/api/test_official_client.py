@@ -32,8 +32,11 @@ async def dead_letter(qf: QueueFlow, queue: str, payload: dict[str, Any]) -> tup
     job = await call(qf.create_job, "boom", payload=payload, queue=queue)
     leased = (await call(qf.worker.lease_jobs, queue, LeaseJobsRequest(max_jobs=1))).jobs
     assert [lease.job.id for lease in leased] == [job.id]
-    await call(qf.worker.fail_job, job.id,
-               FailJobRequest(lease_token=leased[0].lease_token, error="nope", retryable=False))
+    await call(
+        qf.worker.fail_job,
+        job.id,
+        FailJobRequest(lease_token=leased[0].lease_token, error="nope", retryable=False),
+    )
     entries = (await call(qf.dlq.list_dead_letters, queue=queue, replayed=False)).dead_letters
     [entry] = [e for e in entries if e.job_id == job.id]
     return job.id, entry.id
@@ -62,8 +65,10 @@ async def test_create_job_with_idempotency_key_returns_the_same_job(api):
 
 async def test_list_jobs_pages_with_next_cursor(api):
     qf = await connect(api)
-    created = await call(qf.jobs.create_batch_jobs, CreateBatchJobsRequest(
-        jobs=[CreateJobRequest(task_name="t", payload={"i": i}) for i in range(5)]))
+    created = await call(
+        qf.jobs.create_batch_jobs,
+        CreateBatchJobsRequest(jobs=[CreateJobRequest(task_name="t", payload={"i": i}) for i in range(5)]),
+    )
     assert created.count == 5
     first = await call(qf.jobs.list_jobs, limit=2, include_total=True)
     assert (first.total, first.has_more, len(first.jobs)) == (5, True, 2)
@@ -122,7 +127,11 @@ async def test_replay_dead_letter_returns_a_fresh_pending_job(api):
     fresh = await call(qf.replay_dead_letter, dl_id)
     assert fresh.id != job_id
     assert (fresh.status, fresh.task_name, fresh.payload, fresh.queue_name) == (
-        "pending", "boom", {"x": 1}, "q-client-dlq")
+        "pending",
+        "boom",
+        {"x": 1},
+        "q-client-dlq",
+    )
     assert fresh.metadata["replayed_from_job"] == job_id
     assert (await call(qf.dlq.get_dead_letter, dl_id)).replay_job_id == fresh.id
     with pytest.raises(ApiException) as err:

@@ -120,7 +120,10 @@ async def test_path_and_query_parameter_types_match_the_old_spec(spec):
     server parses it (a non-integer is a 400) and the 0.5 client sends it."""
     _, body = spec
     for method, path in _ops(OLD_SPEC) & _ops(body):
-        new = {(p["name"], p["in"]): p["schema"] for p in body["paths"][path][method.lower()].get("parameters", [])}
+        new = {
+            (p["name"], p["in"]): p["schema"]
+            for p in body["paths"][path][method.lower()].get("parameters", [])
+        }
         for param in OLD_SPEC["paths"][path][method.lower()].get("parameters", []):
             if param["in"] == "header":
                 continue
@@ -140,8 +143,17 @@ async def test_old_schemas_fields_are_all_present_in_ours(spec):
     _, body = spec
     ours = body["components"]["schemas"]
     shared_names = set(OLD_SPEC["components"]["schemas"]) & set(ours)
-    assert {"Job", "CreateJobRequest", "JobConfigRequest", "DeadLetter", "StatsSnapshot", "ErrorBody",
-            "ListJobsResponse", "LeaseJobsRequest", "HealthStatus"} <= shared_names
+    assert {
+        "Job",
+        "CreateJobRequest",
+        "JobConfigRequest",
+        "DeadLetter",
+        "StatsSnapshot",
+        "ErrorBody",
+        "ListJobsResponse",
+        "LeaseJobsRequest",
+        "HealthStatus",
+    } <= shared_names
     for name in shared_names:
         old_props = set(OLD_SPEC["components"]["schemas"][name].get("properties", {}))
         new_props = set(ours[name].get("properties", {}))
@@ -188,5 +200,12 @@ async def test_list_operations_document_the_shared_list_parameters(spec):
     _, body = spec
     for path in ("/api/v1/jobs", "/api/v1/dlq"):
         names = {p["name"] for p in body["paths"][path]["get"]["parameters"] if p["in"] == "query"}
-        assert {"limit", "offset", "order_by", "include_total", "cursor", "created_after",
-                "created_before"} <= names, path
+        assert {
+            "limit",
+            "offset",
+            "order_by",
+            "include_total",
+            "cursor",
+            "created_after",
+            "created_before",
+        } <= names, path

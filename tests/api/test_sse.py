@@ -4,6 +4,7 @@ first at once, and the stream ends after a terminal status. Errors come before t
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 from typing import Any
 
@@ -128,7 +129,7 @@ async def test_in_process_job_streams_to_completed_without_repeating_a_status(ap
     assert all(name == "status" for name, _ in events)
     assert statuses[-1] == "completed"
     assert set(statuses) <= {"pending", "running", "completed"}
-    assert all(a != b for a, b in zip(statuses, statuses[1:], strict=False))
+    assert all(a != b for a, b in itertools.pairwise(statuses))
     assert events[-1][1]["result"] == {"n": 7, "echoed": True}
 
 

@@ -26,8 +26,16 @@ from tests.api.helpers import (
 )
 from tests.support.waiting import eventually
 
-STAT_FIELDS = {"jobs_created", "jobs_completed", "jobs_failed", "jobs_retried", "jobs_dead_lettered",
-               "workflows_created", "workflows_completed", "workflows_failed"}
+STAT_FIELDS = {
+    "jobs_created",
+    "jobs_completed",
+    "jobs_failed",
+    "jobs_retried",
+    "jobs_dead_lettered",
+    "workflows_created",
+    "workflows_completed",
+    "workflows_failed",
+}
 BUILTIN_TASKS = ["echo", "fail", "log", "sleep"]
 
 
@@ -99,13 +107,17 @@ async def test_whoami_in_dev_mode_is_tenant1_read_write(api):
     assert await list_json(client, "/api/v1/whoami") == {"tenant": "tenant1", "access": "read_write"}
 
 
-@pytest.mark.parametrize(("headers", "expected"), [
-    (ACME, {"tenant": "acme", "access": "read_write"}),
-    (GLOBEX, {"tenant": "globex", "access": "read_write"}),
-    (ACME_RO, {"tenant": "acme", "access": "read_only"}),
-    (bearer(make_jwt("initech")), {"tenant": "initech", "access": "read_write"}),
-    (bearer(make_jwt("initech", scope="read")), {"tenant": "initech", "access": "read_only"}),
-], ids=["key1", "key2", "ro key", "jwt", "read jwt"])
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [
+        (ACME, {"tenant": "acme", "access": "read_write"}),
+        (GLOBEX, {"tenant": "globex", "access": "read_write"}),
+        (ACME_RO, {"tenant": "acme", "access": "read_only"}),
+        (bearer(make_jwt("initech")), {"tenant": "initech", "access": "read_write"}),
+        (bearer(make_jwt("initech", scope="read")), {"tenant": "initech", "access": "read_only"}),
+    ],
+    ids=["key1", "key2", "ro key", "jwt", "read jwt"],
+)
 async def test_whoami_reports_the_credentials_tenant_and_access(api, headers, expected):
     client = await api(**STRICT)
     assert await list_json(client, "/api/v1/whoami", headers) == expected

@@ -20,8 +20,17 @@ def test_serve_without_credentials_exits_non_zero_naming_what_is_missing():
 
 
 def test_serve_with_a_malformed_api_key_exits_non_zero():
-    out = run("serve", "--mode", "api", "--database-url", "postgresql://nowhere/none",
-              "--worker-token", "w", "--api-keys", "no-colon-here")
+    out = run(
+        "serve",
+        "--mode",
+        "api",
+        "--database-url",
+        "postgresql://nowhere/none",
+        "--worker-token",
+        "w",
+        "--api-keys",
+        "no-colon-here",
+    )
     assert out.returncode != 0
     assert "api-keys" in out.stderr
 
@@ -42,8 +51,9 @@ async def test_job_create_wait_get_list_and_stats_through_the_cli(database_url, 
     proc = await service(database_url, mode="all")
     common = ["--server-url", proc.base_url, "--token", "dev"]
 
-    created = await asyncio.to_thread(run, "job", "create", "--task", "echo", "--payload", '{"n": 7}',
-                                      "--wait", *common)
+    created = await asyncio.to_thread(
+        run, "job", "create", "--task", "echo", "--payload", '{"n": 7}', "--wait", *common
+    )
     assert created.returncode == 0, created.stderr
     job = json.loads(created.stdout)
     assert job["status"] == "completed" and job["result"] == {"n": 7, "echoed": True}

@@ -24,7 +24,9 @@ async def create(client, **body):
 def test_five_field_expressions_are_utc_and_strictly_after_the_reference():
     at = datetime(2026, 1, 1, 0, 5, tzinfo=UTC)
     assert next_after("*/5 * * * *", at) == datetime(2026, 1, 1, 0, 10, tzinfo=UTC)
-    assert next_after("30 3 * * *", datetime(2026, 1, 1, 4, 0, tzinfo=UTC)) == datetime(2026, 1, 2, 3, 30, tzinfo=UTC)
+    assert next_after("30 3 * * *", datetime(2026, 1, 1, 4, 0, tzinfo=UTC)) == datetime(
+        2026, 1, 2, 3, 30, tzinfo=UTC
+    )
 
 
 def test_six_field_expressions_lead_with_seconds():
@@ -59,21 +61,35 @@ async def test_create_get_list_pause_resume_delete(api):
 
 async def test_duplicate_name_within_a_tenant_is_409_but_another_tenant_may_use_it(api):
     client = await api(dev=False, worker_token="w", api_keys="ka:acme,kb:globex")
-    assert (await client.post("/api/v1/cron", json={"name": "n", "cron_expr": "* * * * *", "task_name": "echo"},
-                              headers={"Authorization": "Bearer ka"})).status == 201
-    again = await client.post("/api/v1/cron", json={"name": "n", "cron_expr": "* * * * *", "task_name": "echo"},
-                              headers={"Authorization": "Bearer ka"})
+    assert (
+        await client.post(
+            "/api/v1/cron",
+            json={"name": "n", "cron_expr": "* * * * *", "task_name": "echo"},
+            headers={"Authorization": "Bearer ka"},
+        )
+    ).status == 201
+    again = await client.post(
+        "/api/v1/cron",
+        json={"name": "n", "cron_expr": "* * * * *", "task_name": "echo"},
+        headers={"Authorization": "Bearer ka"},
+    )
     assert again.status == 409
-    other = await client.post("/api/v1/cron", json={"name": "n", "cron_expr": "* * * * *", "task_name": "echo"},
-                              headers={"Authorization": "Bearer kb"})
+    other = await client.post(
+        "/api/v1/cron",
+        json={"name": "n", "cron_expr": "* * * * *", "task_name": "echo"},
+        headers={"Authorization": "Bearer kb"},
+    )
     assert other.status == 201
     foreign = (await other.json())["cron_id"]
     assert (await client.get(f"/api/v1/cron/{foreign}", headers={"Authorization": "Bearer ka"})).status == 404
 
 
 async def force_due(db, cron_id, ago_secs):
-    await db.execute("UPDATE queueflow.cron_schedules SET next_run_at = now() - make_interval(secs => $2) "
-                     "WHERE id = $1", cron_id, ago_secs)
+    await db.execute(
+        "UPDATE queueflow.cron_schedules SET next_run_at = now() - make_interval(secs => $2) WHERE id = $1",
+        cron_id,
+        ago_secs,
+    )
 
 
 async def fired_jobs(db, cron_id):
@@ -88,7 +104,11 @@ async def test_a_due_occurrence_fires_once_and_carries_cron_metadata(api, db):
     assert await sweeps.fire_crons(res) == 1
     assert await sweeps.fire_crons(res) == 0  # a second tick at the same instant fires nothing
     [job] = await fired_jobs(db, cron_id)
-    assert job["task_name"] == "echo" and json.loads(job["payload"]) == {"k": 2} and job["tenant_id"] == "tenant1"
+    assert (
+        job["task_name"] == "echo"
+        and json.loads(job["payload"]) == {"k": 2}
+        and job["tenant_id"] == "tenant1"
+    )
     assert json.loads(job["metadata"])["cron_name"] == "nightly"
     row = await db.fetchrow("SELECT * FROM queueflow.cron_schedules WHERE id = $1", cron_id)
     assert row["last_enqueued_at"] is not None and row["next_run_at"] > datetime.now(UTC)
@@ -135,14 +155,19 @@ async def test_concurrent_janitor_ticks_fire_each_occurrence_exactly_once(api, d
 
 @pytest.mark.timeout(60)
 async def test_every_second_schedule_fires_with_two_janitor_processes(database_url, service, db):
-    janitors = [await service(database_url, mode="janitor", extra_args=["--janitor-interval-secs", "0.2"])
-                for _ in range(2)]
+    janitors = [
+        await service(database_url, mode="janitor", extra_args=["--janitor-interval-secs", "0.2"])
+        for _ in range(2)
+    ]
     api_proc = await service(database_url, mode="api")
     import aiohttp
 
     async with aiohttp.ClientSession() as http:
-        resp = await http.post(f"{api_proc.base_url}/api/v1/cron", headers=AUTH,
-                               json={"name": "tick", "cron_expr": "* * * * * *", "task_name": "echo"})
+        resp = await http.post(
+            f"{api_proc.base_url}/api/v1/cron",
+            headers=AUTH,
+            json={"name": "tick", "cron_expr": "* * * * * *", "task_name": "echo"},
+        )
         cron_id = (await resp.json())["cron_id"]
 
     async def three_fired():

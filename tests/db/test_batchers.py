@@ -15,7 +15,9 @@ async def test_concurrent_single_enqueues_each_get_their_own_job(api, db):
         headers = dict(keys[key])
         if idem:
             headers["Idempotency-Key"] = idem
-        resp = await client.post("/api/v1/jobs", json={"task_name": "t", "payload": {"i": i}}, headers=headers)
+        resp = await client.post(
+            "/api/v1/jobs", json={"task_name": "t", "payload": {"i": i}}, headers=headers
+        )
         assert resp.status == 201
         return (await resp.json())["job_id"]
 
@@ -40,7 +42,11 @@ async def test_a_failing_job_in_a_group_fails_alone(api):
     res = resources_of(client)
     good = jobs_db.NewJob(task_name="t", queue="q", config={"priority": 0})
     bad = jobs_db.NewJob(task_name="t", queue="q", config={"priority": 0}, payload={"s": "\x00"})
-    results = await asyncio.gather(res.inserter.insert("tenant1", good), res.inserter.insert("tenant1", bad),
-                                   res.inserter.insert("tenant1", good), return_exceptions=True)
+    results = await asyncio.gather(
+        res.inserter.insert("tenant1", good),
+        res.inserter.insert("tenant1", bad),
+        res.inserter.insert("tenant1", good),
+        return_exceptions=True,
+    )
     assert isinstance(results[0], str) and isinstance(results[2], str)
     assert isinstance(results[1], Exception)

@@ -14,8 +14,10 @@ async def test_migrations_are_recorded_and_a_second_run_applies_nothing(database
     assert await apply_migrations(database_url) == []
     conn = await asyncpg.connect(database_url)
     try:
-        recorded = [r["version"] for r in await conn.fetch(
-            "SELECT version FROM queueflow.schema_migrations ORDER BY version")]
+        recorded = [
+            r["version"]
+            for r in await conn.fetch("SELECT version FROM queueflow.schema_migrations ORDER BY version")
+        ]
     finally:
         await conn.close()
     assert recorded == [v for v, _ in migration_files()]

@@ -89,8 +89,10 @@ class Rendered:
 def kustomize_or_skip() -> str:
     found = find_kustomize()
     if found is None:
-        message = ("kustomize is not installed: run `bash deploy/tools/install-kustomize.sh` "
-                   "(go install of sigs.k8s.io/kustomize/kustomize/v5, ~1 min cold)")
+        message = (
+            "kustomize is not installed: run `bash deploy/tools/install-kustomize.sh` "
+            "(go install of sigs.k8s.io/kustomize/kustomize/v5, ~1 min cold)"
+        )
         if os.environ.get("CI"):
             pytest.fail(message + "; .ci/run must install it before the tests", pytrace=False)
         pytest.skip(message)
@@ -107,9 +109,13 @@ def load_secret_example() -> dict[str, Any]:
 
 def render_overlay(kustomize: str, name: str) -> Rendered:
     import yaml
+
     proc = subprocess.run(
         [kustomize, "build", str(OVERLAYS_DIR / name)],
-        capture_output=True, text=True, timeout=120, check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     if proc.returncode != 0:
         pytest.fail(f"kustomize build overlays/{name} failed:\n{proc.stderr}", pytrace=False)
@@ -133,8 +139,7 @@ def component(doc: dict[str, Any]) -> str:
     return doc["metadata"]["labels"]["app.kubernetes.io/component"]
 
 
-def container_env(rendered: Rendered, container: dict[str, Any],
-                  secret: dict[str, Any]) -> dict[str, str]:
+def container_env(rendered: Rendered, container: dict[str, Any], secret: dict[str, Any]) -> dict[str, str]:
     """The environment the container would see, with Secret values taken from the example."""
     secret_data: dict[str, str] = secret.get("stringData", {})
     env: dict[str, str] = {}
@@ -188,7 +193,11 @@ def serve_option_parser() -> argparse.ArgumentParser:
 def known_env_names() -> set[str]:
     from shared.config import _SERVE_OPTIONS
 
-    return {env for _, env, *_ in _SERVE_OPTIONS} | {"DATABASE_URL", "QUEUEFLOW_DEV", "QUEUEFLOW_AUTO_MIGRATE"}
+    return {env for _, env, *_ in _SERVE_OPTIONS} | {
+        "DATABASE_URL",
+        "QUEUEFLOW_DEV",
+        "QUEUEFLOW_AUTO_MIGRATE",
+    }
 
 
 def cli_parser() -> argparse.ArgumentParser:
@@ -203,7 +212,9 @@ def parse_cli(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Name
     try:
         return parser.parse_args(argv)
     except SystemExit as exc:
-        raise AssertionError(f"`queueflow {' '.join(argv)}` is not a valid invocation (exit {exc.code})") from None
+        raise AssertionError(
+            f"`queueflow {' '.join(argv)}` is not a valid invocation (exit {exc.code})"
+        ) from None
     except argparse.ArgumentError as exc:
         raise AssertionError(f"`queueflow {' '.join(argv)}`: {exc}") from None
 

@@ -18,6 +18,7 @@ import tomllib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import pytest
 from qf_deploy_helpers import DEPLOY, REPO, cli_parser, known_env_names, parse_cli, serve_option_parser
@@ -230,15 +231,15 @@ def test_healthcheck_uses_python_against_the_metrics_port(runtime: Stage) -> Non
 
 class _HealthHandler(http.server.BaseHTTPRequestHandler):
     status = 200
-    paths: list[str] = []
+    paths: ClassVar[list[str]] = []
 
-    def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+    def do_GET(self) -> None:
         type(self).paths.append(self.path)
         self.send_response(self.status)
         self.send_header("Content-Length", "0")
         self.end_headers()
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: object) -> None:
         pass
 
 
@@ -258,8 +259,13 @@ def health_server(status: int) -> Iterator[tuple[int, list[str]]]:
 
 def run_healthcheck(runtime: Stage, port: int) -> int:
     argv = healthcheck_command(runtime)
-    proc = subprocess.run([sys.executable, *argv[1:]], env={"QUEUEFLOW_METRICS_PORT": str(port)},
-                          capture_output=True, timeout=30, check=False)
+    proc = subprocess.run(
+        [sys.executable, *argv[1:]],
+        env={"QUEUEFLOW_METRICS_PORT": str(port)},
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
     return proc.returncode
 
 
@@ -304,7 +310,16 @@ def test_dockerignore_sends_only_what_the_build_needs(builder: Stage) -> None:
     for copy in builder.all("COPY"):
         for source in copy.value.split()[:-1]:
             assert not ignored(source.rstrip("/"), rules), f"COPY {source} is excluded from the context"
-    for path in (".venv", ".git", "tests", "bench", "docs", ".qfdata", "shared/__pycache__",
-                 "shared/db/__pycache__/x.pyc", "queueflow_server.egg-info"):
+    for path in (
+        ".venv",
+        ".git",
+        "tests",
+        "bench",
+        "docs",
+        ".qfdata",
+        "shared/__pycache__",
+        "shared/db/__pycache__/x.pyc",
+        "queueflow_server.egg-info",
+    ):
         assert ignored(path, rules), f"{path} would be sent to the Docker daemon"
     assert not ignored("shared/db/migrations/0001.sql", rules)

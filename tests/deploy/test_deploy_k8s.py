@@ -43,8 +43,7 @@ CRD_SCHEMAS = {("monitoring.coreos.com/v1", "ServiceMonitor"): "servicemonitor-m
 CLUSTER_SCOPED = {"Namespace"}
 
 
-def settings_of(rendered: Rendered, owner: dict[str, Any], container: dict[str, Any],
-                secret: dict[str, Any]):
+def settings_of(rendered: Rendered, owner: dict[str, Any], container: dict[str, Any], secret: dict[str, Any]):
     """The server's own Settings for this container: its serve flags plus its environment."""
     from shared.config import settings_from
 
@@ -86,15 +85,22 @@ def test_kustomize_is_the_pinned_version(kustomize_bin: str) -> None:
 
     out = subprocess.run([kustomize_bin, "version"], capture_output=True, text=True, timeout=30, check=True)
     script = (DEPLOY / "tools" / "install-kustomize.sh").read_text()
-    assert f'KUSTOMIZE_VERSION:-{KUSTOMIZE_VERSION}' in script
+    assert f"KUSTOMIZE_VERSION:-{KUSTOMIZE_VERSION}" in script
     if out.stdout.strip() != KUSTOMIZE_VERSION:
         pytest.skip(f"kustomize {out.stdout.strip()} found, {KUSTOMIZE_VERSION} pinned; results may differ")
 
 
 def test_overlay_renders_the_whole_deployment(overlay: Rendered) -> None:
     kinds = {d["kind"] for d in overlay.docs}
-    assert {"Namespace", "ServiceAccount", "ConfigMap", "Deployment", "Service", "Job",
-            "NetworkPolicy"} <= kinds
+    assert {
+        "Namespace",
+        "ServiceAccount",
+        "ConfigMap",
+        "Deployment",
+        "Service",
+        "Job",
+        "NetworkPolicy",
+    } <= kinds
     assert "Secret" not in kinds, "overlays never ship the Secret (see secret.example.yaml)"
     names = [(d["kind"], d["metadata"]["name"]) for d in overlay.docs]
     assert len(names) == len(set(names)), "duplicate objects"
@@ -263,8 +269,10 @@ def test_secret_example_has_only_placeholders(overlay: Rendered, secret_example:
         assert "REPLACE_ME" in value, f"{key} must be an obvious placeholder"
     referenced = {
         item["valueFrom"]["secretKeyRef"]["key"]
-        for owner in overlay.pod_owners() for container in containers(owner)
-        for item in container.get("env", []) if "secretKeyRef" in item.get("valueFrom", {})
+        for owner in overlay.pod_owners()
+        for container in containers(owner)
+        for item in container.get("env", [])
+        if "secretKeyRef" in item.get("valueFrom", {})
     }
     assert set(values) == referenced
     assert "REPLACE_ME" in SECRET_EXAMPLE.read_text()
@@ -303,8 +311,10 @@ def test_probes(overlay: Rendered) -> None:
         assert port in names
         live = container["livenessProbe"]
         # Liveness must not be stricter than readiness: a pod leaves the Service before it restarts.
-        assert (live["periodSeconds"] * live["failureThreshold"]
-                >= container["readinessProbe"]["periodSeconds"] * container["readinessProbe"]["failureThreshold"])
+        assert (
+            live["periodSeconds"] * live["failureThreshold"]
+            >= container["readinessProbe"]["periodSeconds"] * container["readinessProbe"]["failureThreshold"]
+        )
 
 
 def test_grace_period_covers_prestop_and_drain(overlay: Rendered, secret_example: dict[str, Any]) -> None:
@@ -355,7 +365,9 @@ def test_namespace_enforces_the_restricted_profile(overlay: Rendered) -> None:
     assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
     for doc in overlay.docs:
         if doc["kind"] not in CLUSTER_SCOPED:
-            assert doc["metadata"].get("namespace") == overlay.namespace, f"{doc['kind']}/{doc['metadata']['name']}"
+            assert doc["metadata"].get("namespace") == overlay.namespace, (
+                f"{doc['kind']}/{doc['metadata']['name']}"
+            )
 
 
 def test_images(overlay: Rendered) -> None:
@@ -370,7 +382,13 @@ def test_images(overlay: Rendered) -> None:
 
 def test_no_dev_mode_anywhere(overlay: Rendered) -> None:
     for config_map in overlay.of_kind("ConfigMap"):
-        assert config_map.get("data", {}).get("QUEUEFLOW_DEV", "false").lower() in ("", "0", "false", "no", "off")
+        assert config_map.get("data", {}).get("QUEUEFLOW_DEV", "false").lower() in (
+            "",
+            "0",
+            "false",
+            "no",
+            "off",
+        )
     for owner in overlay.pod_owners():
         for container in containers(owner):
             assert "--dev" not in invocation(container)
@@ -384,8 +402,11 @@ def test_no_dev_mode_anywhere(overlay: Rendered) -> None:
 def test_services_select_one_deployment_each(overlay: Rendered) -> None:
     for service in overlay.of_kind("Service"):
         selector = service["spec"]["selector"]
-        matched = [d for d in overlay.deployments()
-                   if selector_matches(selector, d["spec"]["template"]["metadata"]["labels"])]
+        matched = [
+            d
+            for d in overlay.deployments()
+            if selector_matches(selector, d["spec"]["template"]["metadata"]["labels"])
+        ]
         assert len(matched) == 1, f"Service {service['metadata']['name']} selects {len(matched)} Deployments"
         (deployment,) = matched
         port_names = {p["name"] for c in containers(deployment) for p in c.get("ports", [])}
@@ -396,7 +417,9 @@ def test_services_select_one_deployment_each(overlay: Rendered) -> None:
         assert set(service_ports) == expected, service["metadata"]["name"]
         assert service["spec"].get("type", "ClusterIP") == "ClusterIP", "expose the API through an Ingress"
     covered = {component(s) for s in overlay.of_kind("Service")}
-    assert covered == {component(d) for d in overlay.deployments()}, "every Deployment's metrics get a Service"
+    assert covered == {component(d) for d in overlay.deployments()}, (
+        "every Deployment's metrics get a Service"
+    )
 
 
 def test_deployment_selectors_match_their_templates(overlay: Rendered) -> None:
@@ -404,8 +427,11 @@ def test_deployment_selectors_match_their_templates(overlay: Rendered) -> None:
         selector = deployment["spec"]["selector"]["matchLabels"]
         assert selector_matches(selector, deployment["spec"]["template"]["metadata"]["labels"])
         assert "app.kubernetes.io/component" in selector
-        others = [d for d in overlay.deployments() if d is not deployment
-                  and selector_matches(selector, d["spec"]["template"]["metadata"]["labels"])]
+        others = [
+            d
+            for d in overlay.deployments()
+            if d is not deployment and selector_matches(selector, d["spec"]["template"]["metadata"]["labels"])
+        ]
         assert not others, "Deployment selectors must not overlap"
 
 
@@ -443,11 +469,16 @@ def min_replicas(overlay: Rendered, deployment: dict[str, Any]) -> int:
 def test_disruption_budgets_never_block_drains(overlay: Rendered) -> None:
     for pdb in overlay.of_kind("PodDisruptionBudget"):
         selector = pdb["spec"]["selector"]["matchLabels"]
-        (deployment,) = [d for d in overlay.deployments()
-                         if selector_matches(selector, d["spec"]["template"]["metadata"]["labels"])]
+        (deployment,) = [
+            d
+            for d in overlay.deployments()
+            if selector_matches(selector, d["spec"]["template"]["metadata"]["labels"])
+        ]
         replicas = min_replicas(overlay, deployment)
         if "minAvailable" in pdb["spec"]:
-            assert pdb["spec"]["minAvailable"] < replicas, f"{pdb['metadata']['name']} would block node drains"
+            assert pdb["spec"]["minAvailable"] < replicas, (
+                f"{pdb['metadata']['name']} would block node drains"
+            )
         else:
             assert pdb["spec"]["maxUnavailable"] >= 1
 
@@ -511,8 +542,11 @@ def test_replicated_services_have_disruption_budgets(rendered_overlays: dict[str
         if min_replicas(prod, deployment) < 2:
             continue
         labels = deployment["spec"]["template"]["metadata"]["labels"]
-        budgets = [p for p in prod.of_kind("PodDisruptionBudget")
-                   if selector_matches(p["spec"]["selector"]["matchLabels"], labels)]
+        budgets = [
+            p
+            for p in prod.of_kind("PodDisruptionBudget")
+            if selector_matches(p["spec"]["selector"]["matchLabels"], labels)
+        ]
         assert len(budgets) == 1, f"{deployment['metadata']['name']}: {len(budgets)} PodDisruptionBudgets"
     # dev runs one pod of each and drops the budgets (they would block drains or protect nothing).
     assert not rendered_overlays["dev"].of_kind("PodDisruptionBudget")
@@ -542,10 +576,15 @@ def test_migrations_job(overlay: Rendered, secret_example: dict[str, Any]) -> No
 
 def test_the_migrate_phase_selects_what_the_job_needs(overlay: Rendered) -> None:
     """`kubectl apply -k <overlay> -l queueflow.io/phase=migrate` runs before the rollout."""
-    phase = [d for d in overlay.docs if d["metadata"].get("labels", {}).get("queueflow.io/phase") == "migrate"]
+    phase = [
+        d for d in overlay.docs if d["metadata"].get("labels", {}).get("queueflow.io/phase") == "migrate"
+    ]
     (job,) = overlay.of_kind("Job")
-    expected = {("Namespace", overlay.namespace), ("ServiceAccount", pod_spec(job)["serviceAccountName"]),
-                ("Job", job["metadata"]["name"])}
+    expected = {
+        ("Namespace", overlay.namespace),
+        ("ServiceAccount", pod_spec(job)["serviceAccountName"]),
+        ("Job", job["metadata"]["name"]),
+    }
     assert {(d["kind"], d["metadata"]["name"]) for d in phase} == expected
     (container,) = pod_spec(job)["containers"]
     assert "envFrom" not in container, "the Job must not need a ConfigMap outside its phase"
@@ -559,7 +598,9 @@ def test_network_policy_keeps_metrics_in_cluster(overlay: Rendered, secret_examp
     spec = policy["spec"]
     assert spec["policyTypes"] == ["Ingress"]
     for deployment in overlay.deployments():
-        assert selector_matches(spec["podSelector"]["matchLabels"], deployment["spec"]["template"]["metadata"]["labels"])
+        assert selector_matches(
+            spec["podSelector"]["matchLabels"], deployment["spec"]["template"]["metadata"]["labels"]
+        )
     api = overlay.get("Deployment", "queueflow-api")
     api_settings = settings_of(overlay, api, pod_spec(api)["containers"][0], secret_example)
     open_ports, guarded = set(), {}
@@ -573,7 +614,9 @@ def test_network_policy_keeps_metrics_in_cluster(overlay: Rendered, secret_examp
     assert open_ports == {api_settings.api_port}, "only the api port is open to everyone"
     sources = guarded[api_settings.metrics_port]
     assert {"podSelector": {}} in sources, "same-namespace pods reach the metrics port"
-    assert any("namespaceSelector" in s and "podSelector" not in s for s in sources), "and the monitoring namespace"
+    assert any("namespaceSelector" in s and "podSelector" not in s for s in sources), (
+        "and the monitoring namespace"
+    )
     assert all(s != {} for s in sources)
     for deployment, container in serve_containers(overlay):
         settings = settings_of(overlay, deployment, container, secret_example)
@@ -604,7 +647,9 @@ def test_docs_describe_every_service_mode() -> None:
     doc = (REPO / "docs" / "deployment.md").read_text()
     for mode in set(MODES) - {"all"}:
         assert f"`queueflow serve --mode {mode}`" in doc, f"docs/deployment.md: no row for --mode {mode}"
-        assert f"deployment/queueflow-{mode}" in doc, f"docs/deployment.md: the rollout skips queueflow-{mode}"
+        assert f"deployment/queueflow-{mode}" in doc, (
+            f"docs/deployment.md: the rollout skips queueflow-{mode}"
+        )
 
 
 def test_docs_point_at_real_paths() -> None:

@@ -16,8 +16,12 @@ import urllib.request
 
 
 def call(base: str, path: str, body: dict) -> tuple[int, dict | None]:
-    req = urllib.request.Request(base + path, data=json.dumps(body).encode(), method="POST",
-                                 headers={"Authorization": "Bearer dev", "Content-Type": "application/json"})
+    req = urllib.request.Request(
+        base + path,
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={"Authorization": "Bearer dev", "Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(req, timeout=60) as resp:
         raw = resp.read()
         return resp.status, (json.loads(raw) if raw else None)
@@ -26,19 +30,27 @@ def call(base: str, path: str, body: dict) -> tuple[int, dict | None]:
 def main() -> None:
     base, queue, mode, lease_secs = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     while True:
-        _, leased = call(base, f"/api/v1/queues/{queue}/lease",
-                         {"max_jobs": 1, "lease_secs": lease_secs, "wait_secs": 10})
+        _, leased = call(
+            base, f"/api/v1/queues/{queue}/lease", {"max_jobs": 1, "lease_secs": lease_secs, "wait_secs": 10}
+        )
         if leased and leased["jobs"]:
             break
     item = leased["jobs"][0]
-    out = {"job_id": item["job"]["id"], "lease_token": item["lease_token"],
-           "delivery_count": item["job"]["delivery_count"], "retry_count": item["job"]["retry_count"]}
+    out = {
+        "job_id": item["job"]["id"],
+        "lease_token": item["lease_token"],
+        "delivery_count": item["job"]["delivery_count"],
+        "retry_count": item["job"]["retry_count"],
+    }
     if mode == "hold":
         print(json.dumps(out), flush=True)
         while True:  # "mid-job": the handler runs and never heartbeats; the test kills us
             time.sleep(60)
-    status, _ = call(base, f"/api/v1/jobs/{out['job_id']}/complete",
-                     {"lease_token": out["lease_token"], "result": {"worker": "second"}})
+    status, _ = call(
+        base,
+        f"/api/v1/jobs/{out['job_id']}/complete",
+        {"lease_token": out["lease_token"], "result": {"worker": "second"}},
+    )
     print(json.dumps({**out, "complete_status": status}), flush=True)
 
 

@@ -30,24 +30,40 @@ async def metric(url: str, name: str) -> float:
 
 def no_other_sessions(db):
     async def check() -> bool:
-        return await db.fetchval(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
-        ) == 0
+        return (
+            await db.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+            == 0
+        )
+
     return check
 
 
 async def test_a_remote_worker_killed_mid_job_is_recovered_and_completed_exactly_once(database_url, service):
     proc = await service(database_url, mode="all", extra_args=["--janitor-interval-secs", "0.2"])
     async with aiohttp.ClientSession(base_url=proc.base_url, headers=AUTH) as http:
-        async with http.post("/api/v1/jobs", json={"task_name": "transcode", "payload": {"video": 7},
-                                                   "config": {"queue": "remote", "max_retries": 3,
-                                                              "retry_delay_secs": 0}}) as resp:
+        async with http.post(
+            "/api/v1/jobs",
+            json={
+                "task_name": "transcode",
+                "payload": {"video": 7},
+                "config": {"queue": "remote", "max_retries": 3, "retry_delay_secs": 0},
+            },
+        ) as resp:
             assert resp.status == 201
             job_id = (await resp.json())["job_id"]
 
         first = await asyncio.create_subprocess_exec(
-            sys.executable, WORKER, proc.base_url, "remote", "hold", "2",
-            stdout=asyncio.subprocess.PIPE, stdin=asyncio.subprocess.DEVNULL)
+            sys.executable,
+            WORKER,
+            proc.base_url,
+            "remote",
+            "hold",
+            "2",
+            stdout=asyncio.subprocess.PIPE,
+            stdin=asyncio.subprocess.DEVNULL,
+        )
         try:
             held = json.loads(await asyncio.wait_for(first.stdout.readline(), 30))
         finally:
@@ -56,8 +72,15 @@ async def test_a_remote_worker_killed_mid_job_is_recovered_and_completed_exactly
         assert held["job_id"] == job_id and held["delivery_count"] == 1
 
         second = await asyncio.create_subprocess_exec(
-            sys.executable, WORKER, proc.base_url, "remote", "work", "30",
-            stdout=asyncio.subprocess.PIPE, stdin=asyncio.subprocess.DEVNULL)
+            sys.executable,
+            WORKER,
+            proc.base_url,
+            "remote",
+            "work",
+            "30",
+            stdout=asyncio.subprocess.PIPE,
+            stdin=asyncio.subprocess.DEVNULL,
+        )
         out, _ = await asyncio.wait_for(second.communicate(), 60)
         assert second.returncode == 0
         done = json.loads(out)
@@ -73,7 +96,9 @@ async def test_a_remote_worker_killed_mid_job_is_recovered_and_completed_exactly
 
         # The first worker "comes back": every lease-guarded call is refused.
         stale = {"lease_token": held["lease_token"]}
-        async with http.post(f"/api/v1/jobs/{job_id}/complete", json={**stale, "result": {"worker": "first"}}) as r:
+        async with http.post(
+            f"/api/v1/jobs/{job_id}/complete", json={**stale, "result": {"worker": "first"}}
+        ) as r:
             assert r.status == 409
         async with http.post(f"/api/v1/jobs/{job_id}/heartbeat", json={**stale, "extend_secs": 60}) as r:
             assert r.status == 409
@@ -92,8 +117,13 @@ async def test_kill_9_of_an_all_process_mid_drain_loses_nothing(database_url, se
     args = ["--workers", "4", "--janitor-interval-secs", "0.2"]
     first = await service(database_url, mode="all", extra_args=args)
     async with aiohttp.ClientSession(base_url=first.base_url, headers=AUTH) as http:
-        jobs = [{"task_name": "sleep", "payload": {"duration": 0.25},
-                 "config": {"timeout": 5, "max_retries": 3, "retry_delay_secs": 0}}] * n
+        jobs = [
+            {
+                "task_name": "sleep",
+                "payload": {"duration": 0.25},
+                "config": {"timeout": 5, "max_retries": 3, "retry_delay_secs": 0},
+            }
+        ] * n
         async with http.post("/api/v1/jobs/batch", json={"jobs": jobs}) as resp:
             assert resp.status == 201
             ids = set((await resp.json())["job_ids"])
@@ -112,7 +142,9 @@ async def test_kill_9_of_an_all_process_mid_drain_loses_nothing(database_url, se
     unfinished = await db.fetchval("SELECT count(*) FROM queueflow.jobs WHERE status <> 'completed'")
     assert running and unfinished > 0
     # The dead process's in-process leases cover timeout + grace; let them run out now.
-    await db.execute("UPDATE queueflow.jobs SET locked_until = now() - interval '1 second' WHERE status = 'running'")
+    await db.execute(
+        "UPDATE queueflow.jobs SET locked_until = now() - interval '1 second' WHERE status = 'running'"
+    )
 
     await service(database_url, mode="all", extra_args=args)
 

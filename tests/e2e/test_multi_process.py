@@ -19,8 +19,13 @@ LOOPS = 20
 
 async def test_concurrent_leasing_across_processes_hands_each_job_to_one_holder(database_url, service, db):
     *apis, j1, j2 = await asyncio.gather(
-        service(database_url, mode="api"), service(database_url, mode="api"),
-        *(service(database_url, mode="janitor", extra_args=["--janitor-interval-secs", "0.2"]) for _ in range(2)))
+        service(database_url, mode="api"),
+        service(database_url, mode="api"),
+        *(
+            service(database_url, mode="janitor", extra_args=["--janitor-interval-secs", "0.2"])
+            for _ in range(2)
+        ),
+    )
     janitors = [j1, j2]
     leases: list[tuple[str, str, int]] = []  # (job id, token, loop)
     completes: list[tuple[str, int]] = []
@@ -30,8 +35,12 @@ async def test_concurrent_leasing_across_processes_hands_each_job_to_one_holder(
         ids: list[str] = []
         for batch in range(10):
             base = apis[batch % 2].base_url
-            body = {"jobs": [{"task_name": "work", "payload": {"b": batch, "i": i}, "config": {"queue": "busy"}}
-                             for i in range(JOBS // 10)]}
+            body = {
+                "jobs": [
+                    {"task_name": "work", "payload": {"b": batch, "i": i}, "config": {"queue": "busy"}}
+                    for i in range(JOBS // 10)
+                ]
+            }
             async with http.post(f"{base}/api/v1/jobs/batch", json=body, headers=AUTH) as resp:
                 assert resp.status == 201, await resp.text()
                 ids += (await resp.json())["job_ids"]
@@ -51,8 +60,11 @@ async def test_concurrent_leasing_across_processes_hands_each_job_to_one_holder(
                 leases.append((job_id, token, n))
                 # Complete through either process: ownership lives in the database.
                 other = apis[rng.randrange(2)].base_url
-                async with http.post(f"{other}/api/v1/jobs/{job_id}/complete", headers=AUTH,
-                                     json={"lease_token": token, "result": {"token": token, "loop": n}}) as resp:
+                async with http.post(
+                    f"{other}/api/v1/jobs/{job_id}/complete",
+                    headers=AUTH,
+                    json={"lease_token": token, "result": {"token": token, "loop": n}},
+                ) as resp:
                     completes.append((job_id, resp.status))
             if len(completes) >= JOBS:
                 done.set()

@@ -21,7 +21,9 @@ async def test_readme_quick_start_echo_job_completes(database_url, service):
     proc = await service(database_url, mode="all")
     qf = QueueFlow(proc.base_url, "dev")
 
-    job = await asyncio.to_thread(qf.create_job, "echo", payload={"hello": "world"}, max_retries=3, timeout=30)
+    job = await asyncio.to_thread(
+        qf.create_job, "echo", payload={"hello": "world"}, max_retries=3, timeout=30
+    )
     done = await asyncio.to_thread(qf.wait_for_job, job.id, 30.0, 0.1)
 
     assert done.status == "completed"
@@ -37,8 +39,11 @@ class Worker:
         self.stop = threading.Event()
         self.errors: list[Exception] = []
         kwargs.setdefault("poll_wait_secs", 1)
-        self.task = asyncio.create_task(asyncio.to_thread(
-            qf.run_worker, queue, handlers, stop=self.stop, on_error=self.errors.append, **kwargs))
+        self.task = asyncio.create_task(
+            asyncio.to_thread(
+                qf.run_worker, queue, handlers, stop=self.stop, on_error=self.errors.append, **kwargs
+            )
+        )
 
     async def close(self) -> Any:
         self.stop.set()
@@ -65,10 +70,15 @@ async def test_run_worker_processes_a_custom_queue_against_api_and_janitor_proce
 
     worker = Worker(qf, "images", {"resize-image": resize, "flaky": flaky, "reject": reject}, concurrency=4)
     try:
-        images = [await asyncio.to_thread(qf.create_job, "resize-image", payload={"name": f"{i}.png"},
-                                          queue="images") for i in range(6)]
-        flaky_job = await asyncio.to_thread(qf.create_job, "flaky", queue="images", max_retries=2,
-                                            retry_delay_secs=0)
+        images = [
+            await asyncio.to_thread(
+                qf.create_job, "resize-image", payload={"name": f"{i}.png"}, queue="images"
+            )
+            for i in range(6)
+        ]
+        flaky_job = await asyncio.to_thread(
+            qf.create_job, "flaky", queue="images", max_retries=2, retry_delay_secs=0
+        )
         rejected = await asyncio.to_thread(qf.create_job, "reject", queue="images", max_retries=5)
         unknown = await asyncio.to_thread(qf.create_job, "nobody-handles-this", queue="images", max_retries=5)
 
@@ -84,7 +94,9 @@ async def test_run_worker_processes_a_custom_queue_against_api_and_janitor_proce
         assert (done.status, done.error_message, done.retry_count) == ("failed", "corrupt image", 0)
         done = await asyncio.to_thread(qf.wait_for_job, unknown.id, 30.0, 0.1)
         assert done.status == "failed" and done.retry_count == 0
-        reasons = {d.job_id: d.reason for d in (await asyncio.to_thread(qf.dlq.list_dead_letters)).dead_letters}
+        reasons = {
+            d.job_id: d.reason for d in (await asyncio.to_thread(qf.dlq.list_dead_letters)).dead_letters
+        }
         assert reasons == {rejected.id: "non_retryable", unknown.id: "non_retryable"}
     finally:
         result = await worker.close()
@@ -93,7 +105,9 @@ async def test_run_worker_processes_a_custom_queue_against_api_and_janitor_proce
     assert worker.errors == []
 
 
-async def test_a_cancelled_job_flips_the_official_workers_context_and_nothing_is_reported(database_url, service):
+async def test_a_cancelled_job_flips_the_official_workers_context_and_nothing_is_reported(
+    database_url, service
+):
     api = await service(database_url, mode="api")
     qf = QueueFlow(api.base_url, "dev")
     started = threading.Event()

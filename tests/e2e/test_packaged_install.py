@@ -24,8 +24,11 @@ from tests.support.waiting import eventually
 
 REPO = Path(__file__).resolve().parents[2]
 # The build context: what deploy/Dockerfile.dockerignore allows (its "!name" lines).
-CONTEXT = [line[1:].rstrip("/") for line in (REPO / "deploy" / "Dockerfile.dockerignore").read_text().splitlines()
-           if line.startswith("!")]
+CONTEXT = [
+    line[1:].rstrip("/")
+    for line in (REPO / "deploy" / "Dockerfile.dockerignore").read_text().splitlines()
+    if line.startswith("!")
+]
 DEV = {"Authorization": "Bearer dev"}
 
 
@@ -44,7 +47,10 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     site = root / "site"
     done = subprocess.run(
         [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(context)],
-        capture_output=True, text=True, timeout=600)
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     return site
 
@@ -52,8 +58,14 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.timeout(600, func_only=True)
 def test_with_it_on_pythonpath_python_imports_the_installed_copy(installed, tmp_path):
     probe = "import shared, services; print(shared.__file__, services.__file__)"
-    where = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env={"PYTHONPATH": str(installed)},
-                           capture_output=True, text=True, timeout=60)
+    where = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(installed)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert where.returncode == 0, where.stderr
     assert all(path.startswith(str(installed)) for path in where.stdout.split()), where.stdout
 
@@ -69,8 +81,9 @@ async def empty_database(pg_cluster) -> AsyncIterator[str]:
         await pg_cluster.drop_database(name)
 
 
-async def test_the_installed_package_migrates_an_empty_database_and_runs_jobs(installed, empty_database, service,
-                                                                             tmp_path):
+async def test_the_installed_package_migrates_an_empty_database_and_runs_jobs(
+    installed, empty_database, service, tmp_path
+):
     database_url = empty_database
     env = {"PYTHONPATH": str(installed)}
     proc = await service(database_url, mode="all", env=env, start=False)
@@ -83,15 +96,25 @@ async def test_the_installed_package_migrates_an_empty_database_and_runs_jobs(in
         async with http.post("/api/v1/jobs", json={"task_name": "echo", "payload": {"n": 1}}) as resp:
             assert resp.status == 201, await resp.text()
             job_id = (await resp.json())["job_id"]
-        wf = {"name": "packaged", "steps": [{"name": "a", "task_name": "echo"},
-                                             {"name": "b", "task_name": "echo", "depends_on": ["a"]}]}
+        wf = {
+            "name": "packaged",
+            "steps": [
+                {"name": "a", "task_name": "echo"},
+                {"name": "b", "task_name": "echo", "depends_on": ["a"]},
+            ],
+        }
         async with http.post("/api/v1/workflows", json=wf) as resp:
             assert resp.status == 201, await resp.text()
             workflow_id = (await resp.json())["workflow_id"]
 
         async def finished() -> bool:
-            async with http.get(f"/api/v1/jobs/{job_id}") as job, http.get(f"/api/v1/workflows/{workflow_id}") as w:
-                return (await job.json())["status"] == "completed" and (await w.json())["status"] == "completed"
+            async with (
+                http.get(f"/api/v1/jobs/{job_id}") as job,
+                http.get(f"/api/v1/workflows/{workflow_id}") as w,
+            ):
+                return (await job.json())["status"] == "completed" and (await w.json())[
+                    "status"
+                ] == "completed"
 
         await eventually(finished, timeout=30)
         async with http.get("/openapi.json") as resp:

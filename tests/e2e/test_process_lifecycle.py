@@ -30,9 +30,13 @@ async def test_a_process_exits_zero_on_sigterm(database_url, service, mode):
 async def test_a_parked_long_poll_is_answered_empty_when_the_process_drains(database_url, service):
     proc = await service(database_url, mode="api", extra_args=["--worker-poll-secs", "60"])
     async with aiohttp.ClientSession() as http:
+
         async def parked_lease() -> tuple[int, dict]:
-            async with http.post(f"{proc.base_url}/api/v1/queues/idle/lease", json={"wait_secs": 30},
-                                 headers={"Authorization": "Bearer dev"}) as resp:
+            async with http.post(
+                f"{proc.base_url}/api/v1/queues/idle/lease",
+                json={"wait_secs": 30},
+                headers={"Authorization": "Bearer dev"},
+            ) as resp:
                 return resp.status, await resp.json()
 
         lease = asyncio.create_task(parked_lease())

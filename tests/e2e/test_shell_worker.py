@@ -20,25 +20,56 @@ HERE = Path(__file__).resolve().parent
 WORKER_TOKEN = "w-e2e-secret"
 TENANT = {"Authorization": "Bearer k-acme"}
 
-async def test_the_documented_shell_worker_processes_jobs_with_heartbeats(database_url, service, tmp_path, db):
+
+async def test_the_documented_shell_worker_processes_jobs_with_heartbeats(
+    database_url, service, tmp_path, db
+):
     missing = [tool for tool in ("bash", "curl", "jq") if shutil.which(tool) is None]
     assert not missing, f"the seed page's shell worker needs {', '.join(missing)} (.ci/run installs them)"
-    api = await service(database_url, mode="api", dev=False,
-                        extra_args=["--worker-token", WORKER_TOKEN, "--api-keys", "k-acme:acme"])
-    janitor = await service(database_url, mode="janitor", dev=False, extra_args=["--janitor-interval-secs", "0.2"])
+    api = await service(
+        database_url,
+        mode="api",
+        dev=False,
+        extra_args=["--worker-token", WORKER_TOKEN, "--api-keys", "k-acme:acme"],
+    )
+    janitor = await service(
+        database_url, mode="janitor", dev=False, extra_args=["--janitor-interval-secs", "0.2"]
+    )
     hb_log = tmp_path / "heartbeats.log"
     hb_log.touch()
-    env = {**os.environ, "BASE": api.base_url, "WORKER_TOKEN": WORKER_TOKEN, "QUEUE": "images",
-           "LEASE_SECS": "2", "WAIT_SECS": "1", "HB_EVERY": "0.5", "HANDLER": str(HERE / "resize_image.sh"),
-           "HB_LOG": str(hb_log)}
+    env = {
+        **os.environ,
+        "BASE": api.base_url,
+        "WORKER_TOKEN": WORKER_TOKEN,
+        "QUEUE": "images",
+        "LEASE_SECS": "2",
+        "WAIT_SECS": "1",
+        "HB_EVERY": "0.5",
+        "HANDLER": str(HERE / "resize_image.sh"),
+        "HB_LOG": str(hb_log),
+    }
     script = await asyncio.create_subprocess_exec(
-        "bash", str(HERE / "shell_worker.sh"), env=env, cwd=tmp_path, start_new_session=True,
-        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+        "bash",
+        str(HERE / "shell_worker.sh"),
+        env=env,
+        cwd=tmp_path,
+        start_new_session=True,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
     try:
         async with aiohttp.ClientSession(base_url=api.base_url, headers=TENANT) as http:
+
             async def create(payload: dict, **config) -> str:
-                async with http.post("/api/v1/jobs", json={"task_name": "resize-image", "payload": payload,
-                                                           "config": {"queue": "images", **config}}) as resp:
+                async with http.post(
+                    "/api/v1/jobs",
+                    json={
+                        "task_name": "resize-image",
+                        "payload": payload,
+                        "config": {"queue": "images", **config},
+                    },
+                ) as resp:
                     assert resp.status == 201, await resp.text()
                     return str((await resp.json())["job_id"])
 

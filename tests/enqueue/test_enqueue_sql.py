@@ -107,7 +107,9 @@ async def test_a_committed_enqueue_can_be_leased_by_a_remote_worker(api, conn):
     async with conn.transaction():
         job_id = await conn.fetchval("SELECT queueflow.enqueue('acme', 'resize', queue => 'images')")
 
-    resp = await client.post("/api/v1/queues/images/lease", json={"max_jobs": 5, "wait_secs": 0}, headers=WORKER)
+    resp = await client.post(
+        "/api/v1/queues/images/lease", json={"max_jobs": 5, "wait_secs": 0}, headers=WORKER
+    )
 
     assert resp.status == 200
     leased = (await resp.json())["jobs"]
@@ -140,7 +142,9 @@ async def test_the_wake_up_is_delivered_at_commit_and_not_before(conn, work_chan
 
 async def test_a_future_run_at_schedules_the_job_without_waking_workers(conn, work_channel):
     later = datetime.now(UTC) + timedelta(hours=1)
-    job_id = await conn.fetchval("SELECT queueflow.enqueue('acme', 'echo', queue => 'later', run_at => $1)", later)
+    job_id = await conn.fetchval(
+        "SELECT queueflow.enqueue('acme', 'echo', queue => 'later', run_at => $1)", later
+    )
 
     row = await job_row(conn, job_id)
     assert row is not None and row["scheduled_at"] == later and row["status"] == "pending"
@@ -152,21 +156,49 @@ async def test_a_future_run_at_schedules_the_job_without_waking_workers(conn, wo
 
 async def test_enqueue_writes_the_same_row_as_the_api(api, conn):
     client = await api(**STRICT)
-    body = {"task_name": "send-mail", "payload": {"to": "a@example.com"}, "metadata": {"source": "test"},
-            "config": {"queue": "mail", "priority": 5, "max_retries": 7, "timeout": 90, "retry_backoff": "linear"}}
+    body = {
+        "task_name": "send-mail",
+        "payload": {"to": "a@example.com"},
+        "metadata": {"source": "test"},
+        "config": {
+            "queue": "mail",
+            "priority": 5,
+            "max_retries": 7,
+            "timeout": 90,
+            "retry_backoff": "linear",
+        },
+    }
     resp = await client.post("/api/v1/jobs", json=body, headers={"Authorization": "Bearer key1"})
     assert resp.status == 201
     via_api = await job_row(conn, (await resp.json())["job_id"])
 
-    via_sql = await job_row(conn, await conn.fetchval(
-        "SELECT queueflow.enqueue('acme', 'send-mail', $1, 'mail', $2, metadata => $3)",
-        {"to": "a@example.com"},
-        {"priority": 5, "max_retries": 7, "timeout_secs": 90, "retry_backoff": "linear"},
-        {"source": "test"}))
+    via_sql = await job_row(
+        conn,
+        await conn.fetchval(
+            "SELECT queueflow.enqueue('acme', 'send-mail', $1, 'mail', $2, metadata => $3)",
+            {"to": "a@example.com"},
+            {"priority": 5, "max_retries": 7, "timeout_secs": 90, "retry_backoff": "linear"},
+            {"source": "test"},
+        ),
+    )
 
     assert via_api is not None and via_sql is not None
-    same = ("queue_name", "task_name", "payload", "config", "status", "priority", "metadata", "tenant_id",
-            "retry_count", "delivery_count", "idempotency_key", "workflow_id", "result", "error_message")
+    same = (
+        "queue_name",
+        "task_name",
+        "payload",
+        "config",
+        "status",
+        "priority",
+        "metadata",
+        "tenant_id",
+        "retry_count",
+        "delivery_count",
+        "idempotency_key",
+        "workflow_id",
+        "result",
+        "error_message",
+    )
     assert {k: via_sql[k] for k in same} == {k: via_api[k] for k in same}
     assert via_sql["config"]["jitter_factor"] == DEFAULT_CONFIG["jitter_factor"]
 
@@ -184,10 +216,16 @@ async def test_defaults_make_a_complete_config_and_a_pending_job_on_the_default_
 
 
 async def test_a_whole_number_written_as_a_decimal_is_stored_as_an_integer(conn):
-    job_id = await conn.fetchval("SELECT queueflow.enqueue('acme', 'echo', config => $1)", {"max_retries": 2.0})
+    job_id = await conn.fetchval(
+        "SELECT queueflow.enqueue('acme', 'echo', config => $1)", {"max_retries": 2.0}
+    )
 
     row = await job_row(conn, job_id)
-    assert row is not None and row["config"]["max_retries"] == 2 and isinstance(row["config"]["max_retries"], int)
+    assert (
+        row is not None
+        and row["config"]["max_retries"] == 2
+        and isinstance(row["config"]["max_retries"], int)
+    )
 
 
 async def test_the_api_lists_a_sql_enqueued_job_for_its_tenant_only(api, conn):
@@ -222,8 +260,11 @@ async def test_a_repeated_idempotency_key_returns_the_existing_job_for_that_tena
 
 async def test_sql_and_the_api_share_one_idempotency_namespace(api, conn):
     client = await api(**STRICT)
-    resp = await client.post("/api/v1/jobs", json={"task_name": "charge"},
-                             headers={"Authorization": "Bearer key1", "Idempotency-Key": "pay-1"})
+    resp = await client.post(
+        "/api/v1/jobs",
+        json={"task_name": "charge"},
+        headers={"Authorization": "Bearer key1", "Idempotency-Key": "pay-1"},
+    )
     api_id = (await resp.json())["job_id"]
 
     sql_id = await conn.fetchval("SELECT queueflow.enqueue('acme', 'charge', idempotency_key => 'pay-1')")
@@ -235,18 +276,24 @@ async def test_sql_and_the_api_share_one_idempotency_namespace(api, conn):
 
 
 async def test_a_batch_returns_one_id_per_job_in_order(conn):
-    rows = await conn.fetch("SELECT * FROM queueflow.enqueue_batch('acme', $1)", [
-        {"task_name": "a", "payload": {"n": 1}},
-        {"task_name": "b", "queue": "q2", "config": {"priority": 3}, "metadata": {"m": True}},
-        {"task_name": "c", "run_at": "2031-01-02T03:04:05", "idempotency_key": "k"},
-        {"task_name": "d", "idempotency_key": "k"},
-    ])
+    rows = await conn.fetch(
+        "SELECT * FROM queueflow.enqueue_batch('acme', $1)",
+        [
+            {"task_name": "a", "payload": {"n": 1}},
+            {"task_name": "b", "queue": "q2", "config": {"priority": 3}, "metadata": {"m": True}},
+            {"task_name": "c", "run_at": "2031-01-02T03:04:05", "idempotency_key": "k"},
+            {"task_name": "d", "idempotency_key": "k"},
+        ],
+    )
     ids = [r[0] for r in rows]
 
     assert len(ids) == 4 and ids[3] == ids[2]  # a key repeated inside the batch: the first job wins
     jobs = [await job_row(conn, i) for i in ids[:3]]
     assert [(j["task_name"], j["queue_name"], j["priority"]) for j in jobs] == [
-        ("a", "default", 0), ("b", "q2", 3), ("c", "default", 0)]
+        ("a", "default", 0),
+        ("b", "q2", 3),
+        ("c", "default", 0),
+    ]
     assert jobs[0]["payload"] == {"n": 1} and jobs[1]["metadata"] == {"m": True}
     assert jobs[2]["scheduled_at"] == datetime(2031, 1, 2, 3, 4, 5, tzinfo=UTC)  # no offset: UTC
     assert await conn.fetchval("SELECT count(*) FROM queueflow.jobs") == 3
@@ -254,21 +301,26 @@ async def test_a_batch_returns_one_id_per_job_in_order(conn):
 
 async def test_an_invalid_batch_element_fails_the_whole_batch_naming_its_index(conn):
     with pytest.raises(asyncpg.InvalidParameterValueError, match=r"jobs\[1\]: config.max_retries must be"):
-        await conn.fetch("SELECT * FROM queueflow.enqueue_batch('acme', $1)",
-                         [{"task_name": "ok"}, {"task_name": "bad", "config": {"max_retries": -1}}])
+        await conn.fetch(
+            "SELECT * FROM queueflow.enqueue_batch('acme', $1)",
+            [{"task_name": "ok"}, {"task_name": "bad", "config": {"max_retries": -1}}],
+        )
 
     assert await conn.fetchval("SELECT count(*) FROM queueflow.jobs") == 0
 
 
-@pytest.mark.parametrize(("jobs", "message"), [
-    ({"task_name": "x"}, "jobs must be a JSON array"),
-    (["x"], r"jobs\[0\]: must be a JSON object"),
-    ([{"task_name": "x", "priority": 1}], r"jobs\[0\]: unknown field 'priority'"),
-    ([{"task_name": 5}], r"jobs\[0\]: task_name must be a string"),
-    ([{"payload": {}}], r"jobs\[0\]: task_name is required"),
-    ([{"task_name": "x", "run_at": "next tuesday"}], r"jobs\[0\]: run_at is not an RFC 3339 instant"),
-    ([{"task_name": "x", "run_at": 5}], r"jobs\[0\]: run_at must be an RFC 3339 string"),
-])
+@pytest.mark.parametrize(
+    ("jobs", "message"),
+    [
+        ({"task_name": "x"}, "jobs must be a JSON array"),
+        (["x"], r"jobs\[0\]: must be a JSON object"),
+        ([{"task_name": "x", "priority": 1}], r"jobs\[0\]: unknown field 'priority'"),
+        ([{"task_name": 5}], r"jobs\[0\]: task_name must be a string"),
+        ([{"payload": {}}], r"jobs\[0\]: task_name is required"),
+        ([{"task_name": "x", "run_at": "next tuesday"}], r"jobs\[0\]: run_at is not an RFC 3339 instant"),
+        ([{"task_name": "x", "run_at": 5}], r"jobs\[0\]: run_at must be an RFC 3339 string"),
+    ],
+)
 async def test_malformed_batches_raise_clear_errors(conn, jobs, message):
     with pytest.raises(asyncpg.InvalidParameterValueError, match=message):
         await conn.fetch("SELECT * FROM queueflow.enqueue_batch('acme', $1)", jobs)
@@ -277,45 +329,78 @@ async def test_malformed_batches_raise_clear_errors(conn, jobs, message):
 # --- validation ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    ({"tenant": None}, "tenant is required"),
-    ({"tenant": " "}, "tenant is required"),
-    ({"task_name": "  "}, "task_name is required"),
-    ({"task_name": None}, "task_name is required"),
-    ({"payload": [1, 2]}, "payload must be a JSON object, not array"),
-    ({"metadata": "note"}, "metadata must be a JSON object, not string"),
-    ({"queue": " "}, "queue must be 1 to 255 characters"),
-    ({"queue": "q" * 256}, "queue must be 1 to 255 characters"),
-    ({"idempotency_key": "k" * 256}, "idempotency_key is longer than 255 characters"),
-    ({"config": [1]}, "config must be a JSON object"),
-    ({"config": {"timeout": 5}}, "unknown config field 'timeout'"),
-    ({"config": {"max_retries": 1001}}, "config.max_retries must be an integer from 0 to 1000, not 1001"),
-    ({"config": {"max_retries": 1.5}}, "config.max_retries must be an integer from 0 to 1000"),
-    ({"config": {"max_retries": "3"}}, "config.max_retries must be an integer from 0 to 1000"),
-    ({"config": {"timeout_secs": 0}}, "config.timeout_secs must be an integer from 1 to 86400"),
-    ({"config": {"timeout_secs": 86401}}, "config.timeout_secs must be an integer from 1 to 86400"),
-    ({"config": {"retry_delay_secs": -1}}, "config.retry_delay_secs must be an integer from 0 to 2592000"),
-    ({"config": {"retry_max_delay_secs": 2592001}}, "config.retry_max_delay_secs must be an integer from 0"),
-    ({"config": {"jitter_factor": 1.5}}, "config.jitter_factor must be a number from 0 to 1"),
-    ({"config": {"priority": 2**31}}, "config.priority must be an integer from -2147483648 to 2147483647"),
-    ({"config": {"retry_backoff": "random"}}, "config.retry_backoff must be"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ({"tenant": None}, "tenant is required"),
+        ({"tenant": " "}, "tenant is required"),
+        ({"task_name": "  "}, "task_name is required"),
+        ({"task_name": None}, "task_name is required"),
+        ({"payload": [1, 2]}, "payload must be a JSON object, not array"),
+        ({"metadata": "note"}, "metadata must be a JSON object, not string"),
+        ({"queue": " "}, "queue must be 1 to 255 characters"),
+        ({"queue": "q" * 256}, "queue must be 1 to 255 characters"),
+        ({"idempotency_key": "k" * 256}, "idempotency_key is longer than 255 characters"),
+        ({"config": [1]}, "config must be a JSON object"),
+        ({"config": {"timeout": 5}}, "unknown config field 'timeout'"),
+        ({"config": {"max_retries": 1001}}, "config.max_retries must be an integer from 0 to 1000, not 1001"),
+        ({"config": {"max_retries": 1.5}}, "config.max_retries must be an integer from 0 to 1000"),
+        ({"config": {"max_retries": "3"}}, "config.max_retries must be an integer from 0 to 1000"),
+        ({"config": {"timeout_secs": 0}}, "config.timeout_secs must be an integer from 1 to 86400"),
+        ({"config": {"timeout_secs": 86401}}, "config.timeout_secs must be an integer from 1 to 86400"),
+        (
+            {"config": {"retry_delay_secs": -1}},
+            "config.retry_delay_secs must be an integer from 0 to 2592000",
+        ),
+        (
+            {"config": {"retry_max_delay_secs": 2592001}},
+            "config.retry_max_delay_secs must be an integer from 0",
+        ),
+        ({"config": {"jitter_factor": 1.5}}, "config.jitter_factor must be a number from 0 to 1"),
+        (
+            {"config": {"priority": 2**31}},
+            "config.priority must be an integer from -2147483648 to 2147483647",
+        ),
+        ({"config": {"retry_backoff": "random"}}, "config.retry_backoff must be"),
+    ],
+)
 async def test_invalid_arguments_raise_a_clear_error_and_insert_nothing(conn, args, message):
-    given = {"tenant": "acme", "task_name": "echo", "payload": {}, "queue": "default", "config": None,
-             "idempotency_key": None, "metadata": {}, **args}
+    given = {
+        "tenant": "acme",
+        "task_name": "echo",
+        "payload": {},
+        "queue": "default",
+        "config": None,
+        "idempotency_key": None,
+        "metadata": {},
+        **args,
+    }
     with pytest.raises(asyncpg.InvalidParameterValueError, match=message) as raised:
         await conn.fetchval(
             "SELECT queueflow.enqueue($1, $2, $3, $4, $5, idempotency_key => $6, metadata => $7)",
-            given["tenant"], given["task_name"], given["payload"], given["queue"], given["config"],
-            given["idempotency_key"], given["metadata"])
+            given["tenant"],
+            given["task_name"],
+            given["payload"],
+            given["queue"],
+            given["config"],
+            given["idempotency_key"],
+            given["metadata"],
+        )
 
     assert str(raised.value).startswith("queueflow.enqueue: ")
     assert await conn.fetchval("SELECT count(*) FROM queueflow.jobs") == 0
 
 
 async def test_the_bounds_themselves_are_accepted(conn):
-    edge = {"priority": -(2**31), "max_retries": 1000, "timeout_secs": 86400, "retry_delay_secs": 0,
-            "retry_max_delay_secs": 2592000, "jitter_factor": 1, "retry_backoff": "fixed"}
+    edge = {
+        "priority": -(2**31),
+        "max_retries": 1000,
+        "timeout_secs": 86400,
+        "retry_delay_secs": 0,
+        "retry_max_delay_secs": 2592000,
+        "jitter_factor": 1,
+        "retry_backoff": "fixed",
+    }
     job_id = await conn.fetchval("SELECT queueflow.enqueue('acme', 'echo', config => $1)", edge)
 
     row = await job_row(conn, job_id)
@@ -325,8 +410,12 @@ async def test_the_bounds_themselves_are_accepted(conn):
 async def test_concurrent_enqueues_with_one_key_yield_one_job(database_url):
     conns = [await asyncpg.connect(database_url) for _ in range(4)]
     try:
-        ids = await asyncio.gather(*(
-            c.fetchval("SELECT queueflow.enqueue('acme', 'echo', idempotency_key => 'race')") for c in conns))
+        ids = await asyncio.gather(
+            *(
+                c.fetchval("SELECT queueflow.enqueue('acme', 'echo', idempotency_key => 'race')")
+                for c in conns
+            )
+        )
         assert len(set(ids)) == 1
         assert await conns[0].fetchval("SELECT count(*) FROM queueflow.jobs") == 1
     finally:
@@ -338,7 +427,11 @@ async def test_concurrent_enqueues_with_one_key_yield_one_job(database_url):
 
 
 async def test_the_sql_examples_in_docs_enqueue_md_run_as_documented(conn, other):
-    blocks = [b for b in re.findall(r"```sql\n(.*?)```", ENQUEUE_DOC, re.S) if b.lstrip().startswith(("BEGIN", "SELECT"))]
+    blocks = [
+        b
+        for b in re.findall(r"```sql\n(.*?)```", ENQUEUE_DOC, re.S)
+        if b.lstrip().startswith(("BEGIN", "SELECT"))
+    ]
     assert len(blocks) == 2
     await conn.execute("CREATE TABLE orders (id int PRIMARY KEY, customer text, total numeric)")
 
@@ -347,5 +440,8 @@ async def test_the_sql_examples_in_docs_enqueue_md_run_as_documented(conn, other
 
     rows = await other.fetch("SELECT task_name, queue_name, tenant_id FROM queueflow.jobs ORDER BY task_name")
     assert [tuple(r) for r in rows] == [
-        ("notify", "default", "acme"), ("resize", "images", "acme"), ("resize", "images", "acme"),
-        ("send-receipt", "mail", "acme")]
+        ("notify", "default", "acme"),
+        ("resize", "images", "acme"),
+        ("resize", "images", "acme"),
+        ("send-receipt", "mail", "acme"),
+    ]

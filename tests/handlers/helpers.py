@@ -19,22 +19,32 @@ BUILTINS = ["echo", "fail", "log", "sleep"]
 QUICK_STOP = ("--shutdown-grace-secs", "2")
 
 
-async def start_worker(service: Any, database_url: str, *, mode: str = "all", modules: str = TEST_TASKS,
-                       extra: Sequence[str] = (), env: dict[str, str] | None = None) -> ServiceProcess:
+async def start_worker(
+    service: Any,
+    database_url: str,
+    *,
+    mode: str = "all",
+    modules: str = TEST_TASKS,
+    extra: Sequence[str] = (),
+    env: dict[str, str] | None = None,
+) -> ServiceProcess:
     args = ["--handlers", modules, *QUICK_STOP, *extra] if modules else [*QUICK_STOP, *extra]
     proc: ServiceProcess = await service(database_url, mode=mode, extra_args=args, env=env)
     return proc
 
 
 async def call(proc: ServiceProcess, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-    async with aiohttp.ClientSession() as http, http.request(
-            method, proc.base_url + path, json=body, headers=AUTH) as resp:
+    async with (
+        aiohttp.ClientSession() as http,
+        http.request(method, proc.base_url + path, json=body, headers=AUTH) as resp,
+    ):
         text = await resp.text()
         return resp.status, (await resp.json() if text else None)
 
 
-async def create_job(proc: ServiceProcess, task_name: str, payload: dict[str, Any] | None = None,
-                     **config: Any) -> str:
+async def create_job(
+    proc: ServiceProcess, task_name: str, payload: dict[str, Any] | None = None, **config: Any
+) -> str:
     body: dict[str, Any] = {"task_name": task_name, "payload": payload or {}}
     if config:
         body["config"] = config
@@ -55,16 +65,21 @@ async def get_job(proc: ServiceProcess, job_id: str) -> dict[str, Any]:
     return dict(job)
 
 
-async def wait_for_status(proc: ServiceProcess, job_id: str, *statuses: str, timeout: float = 20.0
-                          ) -> dict[str, Any]:
+async def wait_for_status(
+    proc: ServiceProcess, job_id: str, *statuses: str, timeout: float = 20.0
+) -> dict[str, Any]:
     async def reached() -> dict[str, Any] | None:
         job = await get_job(proc, job_id)
         return job if job["status"] in statuses else None
 
-    return await eventually(reached, timeout=timeout, interval=0.05,
-                            message=f"job {job_id} reaching {' or '.join(statuses)}")
+    return await eventually(
+        reached, timeout=timeout, interval=0.05, message=f"job {job_id} reaching {' or '.join(statuses)}"
+    )
 
 
 async def wait_for_file(path: Path, timeout: float = 20.0) -> str:
-    return await eventually(lambda: path.exists() and (path.read_text() or "(empty)"), timeout=timeout,
-                            message=f"{path} to be written")
+    return await eventually(
+        lambda: path.exists() and (path.read_text() or "(empty)"),
+        timeout=timeout,
+        message=f"{path} to be written",
+    )

@@ -40,8 +40,11 @@ async def double(ctx: JobContext) -> dict[str, Any]:
 @task("t-thread")
 def which_thread(ctx: JobContext) -> dict[str, Any]:
     current = threading.current_thread()
-    return {"thread": current.name, "is_main_thread": current is threading.main_thread(),
-            "n": ctx.payload.get("n")}
+    return {
+        "thread": current.name,
+        "is_main_thread": current is threading.main_thread(),
+        "n": ctx.payload.get("n"),
+    }
 
 
 async def _probe(name: str, ctx: JobContext) -> dict[str, Any]:
@@ -57,8 +60,10 @@ async def _probe(name: str, ctx: JobContext) -> dict[str, Any]:
         async with changed:
             seen = _running[name]
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(changed.wait_for(lambda: _running[name] >= partners),
-                                       float(ctx.payload.get("hold_secs", 0.3)))
+                await asyncio.wait_for(
+                    changed.wait_for(lambda: _running[name] >= partners),
+                    float(ctx.payload.get("hold_secs", 0.3)),
+                )
             seen = max(seen, _running[name])
         return {"most_at_once": seen, "peak_in_process": _peak[name]}
     finally:
@@ -89,7 +94,6 @@ def solo_sync(ctx: JobContext) -> dict[str, Any]:
     finally:
         with _lock:
             _running["t-solo-sync"] -= 1
-
 
 
 @task("t-slow", timeout_secs=1)

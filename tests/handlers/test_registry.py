@@ -37,14 +37,17 @@ def test_task_decorator_returns_the_function_unchanged_and_records_a_frozen_spec
         spec_of(resize).name = "other"  # type: ignore[misc, union-attr]
 
 
-@pytest.mark.parametrize(("kwargs", "complaint"), [
-    ({"name": "  "}, "non-blank name"),
-    ({"name": "x", "concurrency": 0}, "concurrency must be a positive integer"),
-    ({"name": "x", "concurrency": True}, "concurrency must be a positive integer"),
-    ({"name": "x", "timeout_secs": 0}, "timeout_secs must be an integer from 1 to 86400"),
-    ({"name": "x", "timeout_secs": 86_401}, "timeout_secs must be an integer from 1 to 86400"),
-    ({"name": "x", "timeout_secs": 1.5}, "timeout_secs must be an integer from 1 to 86400"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "complaint"),
+    [
+        ({"name": "  "}, "non-blank name"),
+        ({"name": "x", "concurrency": 0}, "concurrency must be a positive integer"),
+        ({"name": "x", "concurrency": True}, "concurrency must be a positive integer"),
+        ({"name": "x", "timeout_secs": 0}, "timeout_secs must be an integer from 1 to 86400"),
+        ({"name": "x", "timeout_secs": 86_401}, "timeout_secs must be an integer from 1 to 86400"),
+        ({"name": "x", "timeout_secs": 1.5}, "timeout_secs must be an integer from 1 to 86400"),
+    ],
+)
 def test_task_decorator_rejects_out_of_range_settings_at_import_time(kwargs, complaint):
     with pytest.raises(ValueError, match=complaint):
         task(**kwargs)
@@ -75,7 +78,9 @@ def test_a_user_task_may_not_shadow_a_builtin():
     registry = build_registry()
     rogue = module_with("rogue", echo=task("echo")(lambda ctx: {}))
 
-    with pytest.raises(ConfigError, match="task 'echo' of module 'rogue' is already registered as a built-in"):
+    with pytest.raises(
+        ConfigError, match="task 'echo' of module 'rogue' is already registered as a built-in"
+    ):
         registry.register_module(rogue)
 
 
@@ -83,8 +88,10 @@ def test_two_modules_defining_the_same_task_name_is_a_start_up_error():
     registry = Registry()
     registry.register_module(module_with("billing", charge=task("charge")(lambda ctx: {})))
 
-    with pytest.raises(ConfigError, match="task 'charge' of module 'shop' is already registered as a task "
-                                          "of module 'billing'"):
+    with pytest.raises(
+        ConfigError,
+        match="task 'charge' of module 'shop' is already registered as a task of module 'billing'",
+    ):
         registry.register_module(module_with("shop", charge=task("charge")(lambda ctx: {})))
 
 
@@ -107,7 +114,9 @@ def test_a_module_without_tasks_is_a_start_up_error_naming_it():
 
 
 def test_an_unimportable_module_is_a_start_up_error_naming_it():
-    with pytest.raises(ConfigError, match="cannot import module 'tests.handlers.nope': ModuleNotFoundError"):
+    with pytest.raises(
+        ConfigError, match=r"cannot import module 'tests\.handlers\.nope': ModuleNotFoundError"
+    ):
         import_handler_modules(Registry(), ["tests.handlers.nope"])
 
 
@@ -144,9 +153,21 @@ def load_example_module() -> types.ModuleType:
 
 def make_ctx(payload: dict[str, object]) -> JobContext:
     now = datetime.now(UTC)
-    return JobContext(Job(id="j1", queue_name="default", task_name="word-count", payload=payload, config={},
-                          status="running", retry_count=0, delivery_count=1, created_at=now, scheduled_at=now,
-                          metadata={}))
+    return JobContext(
+        Job(
+            id="j1",
+            queue_name="default",
+            task_name="word-count",
+            payload=payload,
+            config={},
+            status="running",
+            retry_count=0,
+            delivery_count=1,
+            created_at=now,
+            scheduled_at=now,
+            metadata={},
+        )
+    )
 
 
 def test_example_handlers_can_be_called_directly_as_docs_handlers_md_shows():
@@ -154,8 +175,11 @@ def test_example_handlers_can_be_called_directly_as_docs_handlers_md_shows():
 
     assert examples.word_count(make_ctx({"text": "a b a"}))["top"] == ["a", "b"]
     registry = Registry()
-    assert sorted(t.name for t in registry.register_module(examples)) == ["fingerprint", "notify-customer",
-                                                                           "word-count"]
+    assert sorted(t.name for t in registry.register_module(examples)) == [
+        "fingerprint",
+        "notify-customer",
+        "word-count",
+    ]
     assert registry.get("fingerprint").concurrency == 2  # type: ignore[union-attr]
 
 

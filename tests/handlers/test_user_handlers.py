@@ -62,8 +62,9 @@ async def test_concurrency_one_never_runs_two_handlers_of_the_task_at_once(datab
 
 async def test_concurrency_one_holds_for_sync_handlers_too(database_url, service):
     proc = await start_worker(service, database_url, extra=["--workers", "3"])
-    ids = await create_batch(proc, [{"task_name": "t-solo-sync", "payload": {"hold_secs": 0.2}}
-                                    for _ in range(3)])
+    ids = await create_batch(
+        proc, [{"task_name": "t-solo-sync", "payload": {"hold_secs": 0.2}} for _ in range(3)]
+    )
 
     jobs = [await wait_for_status(proc, i, "completed") for i in ids]
 
@@ -73,8 +74,9 @@ async def test_concurrency_one_holds_for_sync_handlers_too(database_url, service
 async def test_concurrency_two_runs_two_handlers_at_once_and_never_three(database_url, service):
     # Each handler waits (up to 10 s) for a partner, so two always meet when the limit allows two.
     proc = await start_worker(service, database_url, extra=["--workers", "6"])
-    ids = await create_batch(proc, [{"task_name": "t-pair", "payload": {"hold_secs": 10, "partners": 2}}
-                                    for _ in range(6)])
+    ids = await create_batch(
+        proc, [{"task_name": "t-pair", "payload": {"hold_secs": 10, "partners": 2}} for _ in range(6)]
+    )
 
     jobs = [await wait_for_status(proc, i, "completed", timeout=60) for i in ids]
 
@@ -130,7 +132,9 @@ async def test_an_ordinary_exception_is_retried_with_its_message(database_url, s
     assert job["error_message"] == "try again later"
 
 
-async def test_cancelling_a_running_async_job_through_the_api_cancels_its_handler(database_url, service, tmp_path):
+async def test_cancelling_a_running_async_job_through_the_api_cancels_its_handler(
+    database_url, service, tmp_path
+):
     # Separate api and worker processes: the cancel reaches the worker only through PostgreSQL.
     api = await service(database_url, mode="api")
     await start_worker(service, database_url, mode="worker")
@@ -148,7 +152,9 @@ async def test_cancelling_a_running_async_job_through_the_api_cancels_its_handle
     assert job["retry_count"] == 0
 
 
-async def test_cancelling_a_running_sync_job_through_the_api_flips_is_cancelled(database_url, service, tmp_path):
+async def test_cancelling_a_running_sync_job_through_the_api_flips_is_cancelled(
+    database_url, service, tmp_path
+):
     api = await service(database_url, mode="api")
     await start_worker(service, database_url, mode="worker")
     marker = tmp_path / "sync-job"
@@ -165,7 +171,8 @@ async def test_cancelling_a_running_sync_job_through_the_api_flips_is_cancelled(
 
 
 async def test_a_job_for_a_concurrency_limited_task_cancelled_while_waiting_never_starts(
-        database_url, service, tmp_path):
+    database_url, service, tmp_path
+):
     api = await service(database_url, mode="api")
     await start_worker(service, database_url, mode="worker", extra=["--workers", "2"])
     first, second = tmp_path / "first", tmp_path / "second"
@@ -186,16 +193,27 @@ async def test_a_job_for_a_concurrency_limited_task_cancelled_while_waiting_neve
     assert (await call(api, "POST", f"/api/v1/jobs/{third_id}/cancel"))[0] == 204
 
 
-@pytest.mark.parametrize(("module", "problem"), [
-    ("tests.handlers.no_such_module", "cannot import module 'tests.handlers.no_such_module'"),
-    ("tests.handlers.qf_broken_import", "cannot import module 'tests.handlers.qf_broken_import'"),
-    ("tests.handlers.qf_no_tasks", "module 'tests.handlers.qf_no_tasks' defines no @task functions"),
-    ("tests.handlers.qf_shadows_builtin", "task 'echo' of module 'tests.handlers.qf_shadows_builtin' "
-                                          "is already registered as a built-in task"),
-])
-async def test_a_bad_handlers_module_makes_serve_exit_non_zero_naming_it(database_url, service, module, problem):
-    proc = await service(database_url, mode="worker", extra_args=["--handlers", f"{TEST_TASKS},{module}"],
-                         start=False)
+@pytest.mark.parametrize(
+    ("module", "problem"),
+    [
+        ("tests.handlers.no_such_module", "cannot import module 'tests.handlers.no_such_module'"),
+        ("tests.handlers.qf_broken_import", "cannot import module 'tests.handlers.qf_broken_import'"),
+        ("tests.handlers.qf_no_tasks", "module 'tests.handlers.qf_no_tasks' defines no @task functions"),
+        (
+            "tests.handlers.qf_shadows_builtin",
+            (
+                "task 'echo' of module 'tests.handlers.qf_shadows_builtin' "
+                "is already registered as a built-in task"
+            ),
+        ),
+    ],
+)
+async def test_a_bad_handlers_module_makes_serve_exit_non_zero_naming_it(
+    database_url, service, module, problem
+):
+    proc = await service(
+        database_url, mode="worker", extra_args=["--handlers", f"{TEST_TASKS},{module}"], start=False
+    )
 
     with pytest.raises(RuntimeError, match="exited with"):
         await proc.start()
@@ -206,8 +224,9 @@ async def test_a_bad_handlers_module_makes_serve_exit_non_zero_naming_it(databas
 
 async def test_user_tasks_from_queueflow_handlers_appear_in_get_tasks(database_url, service):
     api = await service(database_url, mode="api")
-    await start_worker(service, database_url, mode="worker", modules="",
-                       env={"QUEUEFLOW_HANDLERS": TEST_TASKS})
+    await start_worker(
+        service, database_url, mode="worker", modules="", env={"QUEUEFLOW_HANDLERS": TEST_TASKS}
+    )
 
     status, body = await call(api, "GET", "/api/v1/tasks")
 
@@ -227,16 +246,22 @@ async def test_user_tasks_leave_get_tasks_when_their_worker_stops(database_url, 
 
 
 async def test_the_documented_example_module_runs_its_tasks(database_url, service):
-    proc = await start_worker(service, database_url, modules="qf_example_tasks",
-                              env={"PYTHONPATH": str(EXAMPLES)})
+    proc = await start_worker(
+        service, database_url, modules="qf_example_tasks", env={"PYTHONPATH": str(EXAMPLES)}
+    )
     counted = await create_job(proc, "word-count", {"text": "the cat and the hat and the bat"})
     hashed = await create_job(proc, "fingerprint", {"data": "abc", "rounds": 1})
     rejected = await create_job(proc, "notify-customer", {"email": "nobody"})
 
     assert (await wait_for_status(proc, counted, "completed"))["result"] == {
-        "words": 8, "distinct": 5, "top": ["the", "and", "bat"]}
+        "words": 8,
+        "distinct": 5,
+        "top": ["the", "and", "bat"],
+    }
     assert (await wait_for_status(proc, hashed, "completed"))["result"] == {
-        "sha256": "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad", "rounds": 1}
+        "sha256": "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad",
+        "rounds": 1,
+    }
     failed = await wait_for_status(proc, rejected, "failed", "retrying")
     assert failed["status"] == "failed"
     assert failed["error_message"] == "not an email address: 'nobody'"
@@ -246,7 +271,9 @@ async def test_handler_runs_are_recorded_as_worker_task_rows_per_queue(database_
     await start_worker(service, database_url, mode="worker", extra=["--queues", "images,mail"])
     conn = await asyncpg.connect(database_url)
     try:
-        rows = await conn.fetch("SELECT task_name, queue_name FROM queueflow.worker_tasks WHERE task_name = 't-double'")
+        rows = await conn.fetch(
+            "SELECT task_name, queue_name FROM queueflow.worker_tasks WHERE task_name = 't-double'"
+        )
     finally:
         await conn.close()
     assert sorted(r["queue_name"] for r in rows) == ["images", "mail"]
@@ -261,15 +288,25 @@ async def test_jobs_on_a_named_queue_run_user_handlers_there(database_url, servi
 
 
 async def test_shutdown_gives_back_running_and_slot_waiting_jobs_without_spending_retries(
-        database_url, service, db, tmp_path):
-    worker = await start_worker(service, database_url, mode="worker",
-                                extra=["--workers", "3", "--shutdown-grace-secs", "1"])
+    database_url, service, db, tmp_path
+):
+    worker = await start_worker(
+        service, database_url, mode="worker", extra=["--workers", "3", "--shutdown-grace-secs", "1"]
+    )
     running, waiting = tmp_path / "running", tmp_path / "waiting"
     sync_job = tmp_path / "sync"
-    ids = [await db.fetchval("SELECT queueflow.enqueue('tenant1', $1, jsonb_build_object('marker', $2::text))",
-                             task, str(marker))
-           for task, marker in (("t-solo-cancel", running), ("t-wait-cancel-sync", sync_job),
-                                ("t-solo-cancel", waiting))]
+    ids = [
+        await db.fetchval(
+            "SELECT queueflow.enqueue('tenant1', $1, jsonb_build_object('marker', $2::text))",
+            task,
+            str(marker),
+        )
+        for task, marker in (
+            ("t-solo-cancel", running),
+            ("t-wait-cancel-sync", sync_job),
+            ("t-solo-cancel", waiting),
+        )
+    ]
     await wait_for_file(running.with_name("running.started"))
     await wait_for_file(sync_job.with_name("sync.started"))
     await eventually(lambda: db.fetchval("SELECT count(*) = 3 FROM queueflow.jobs WHERE status = 'running'"))

@@ -13,8 +13,9 @@ AUTH = {"Authorization": "Bearer dev"}
 
 
 async def enqueue_and_lease(client, n: int, **config) -> None:
-    resp = await client.post("/api/v1/jobs/batch", headers=AUTH,
-                             json={"jobs": [{"task_name": "echo", "config": config}] * n})
+    resp = await client.post(
+        "/api/v1/jobs/batch", headers=AUTH, json={"jobs": [{"task_name": "echo", "config": config}] * n}
+    )
     assert resp.status == 201
     leased = 0
     while leased < n:
@@ -47,7 +48,8 @@ async def test_janitor_loops_running_side_by_side_dead_letter_each_crashed_job_o
     await eventually(all_failed)
     per_job = await db.fetch(
         "SELECT j.id, count(d.id) AS n FROM queueflow.jobs j LEFT JOIN queueflow.dead_letters d ON d.job_id = j.id "
-        "GROUP BY j.id")
+        "GROUP BY j.id"
+    )
     assert len(per_job) == 80
     assert {r["n"] for r in per_job} == {1}
     assert {r["retry_count"] for r in await db.fetch("SELECT retry_count FROM queueflow.jobs")} == {0}

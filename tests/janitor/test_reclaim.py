@@ -129,10 +129,12 @@ async def test_live_leases_and_finished_jobs_are_left_alone(api, db):
     assert (await complete(client, done, done_token))[0] == 204
     cancelled = await create_job(client)
     await lease_one(client)
-    assert (await client.post(f"/api/v1/jobs/{cancelled}/cancel",
-                              headers={"Authorization": "Bearer dev"})).status == 204
-    await db.execute("UPDATE queueflow.jobs SET locked_until = now() - interval '1 hour' WHERE id <> $1::uuid",
-                     live)
+    assert (
+        await client.post(f"/api/v1/jobs/{cancelled}/cancel", headers={"Authorization": "Bearer dev"})
+    ).status == 204
+    await db.execute(
+        "UPDATE queueflow.jobs SET locked_until = now() - interval '1 hour' WHERE id <> $1::uuid", live
+    )
 
     assert await sweeps.reclaim_expired(res) == 0
 
@@ -145,8 +147,11 @@ async def test_live_leases_and_finished_jobs_are_left_alone(api, db):
 async def test_more_expired_leases_than_one_batch_are_all_reclaimed(api, db):
     client = await api()
     await api(mode="janitor", janitor_interval_secs=0.1, janitor_batch=4)
-    resp = await client.post("/api/v1/jobs/batch", headers={"Authorization": "Bearer dev"},
-                             json={"jobs": [{"task_name": "echo"}] * 37})
+    resp = await client.post(
+        "/api/v1/jobs/batch",
+        headers={"Authorization": "Bearer dev"},
+        json={"jobs": [{"task_name": "echo"}] * 37},
+    )
     assert resp.status == 201
     assert len(await lease(client, max_jobs=37)) == 37
     await db.execute("UPDATE queueflow.jobs SET locked_until = now() - interval '1 second'")
@@ -163,13 +168,17 @@ async def test_a_failing_sweep_does_not_stop_lease_recovery(api, db):
     job_id = await create_job(client, max_retries=3)
     await lease_one(client)
     # Break the retry policy's SQL so every reclaim fails, then start the janitor.
-    await db.execute("ALTER FUNCTION queueflow.retry_delay_secs(jsonb, integer) RENAME TO retry_delay_secs_off")
+    await db.execute(
+        "ALTER FUNCTION queueflow.retry_delay_secs(jsonb, integer) RENAME TO retry_delay_secs_off"
+    )
     await expire_lease(db, job_id)
     with structlog.testing.capture_logs() as logs:
         await api(mode="janitor", janitor_interval_secs=0.1)
         await eventually(lambda: any(e["event"] == "janitor_sweep_failed" for e in logs))
     assert await status_of(db, job_id) == "running"
 
-    await db.execute("ALTER FUNCTION queueflow.retry_delay_secs_off(jsonb, integer) RENAME TO retry_delay_secs")
+    await db.execute(
+        "ALTER FUNCTION queueflow.retry_delay_secs_off(jsonb, integer) RENAME TO retry_delay_secs"
+    )
 
     await eventually(lambda: is_status(db, job_id, "retrying"))

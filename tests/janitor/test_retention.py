@@ -18,18 +18,23 @@ VALUES ($1, 'default', 'echo', '{}'::jsonb, $2, now() - $3::text::interval, now(
 """
 
 
-async def add_job(db, status: str, *, age: str = "3 days", finished: str = "2 hours",
-                  scheduled_in: str = "0 seconds") -> uuid.UUID:
+async def add_job(
+    db, status: str, *, age: str = "3 days", finished: str = "2 hours", scheduled_in: str = "0 seconds"
+) -> uuid.UUID:
     job_id = uuid.uuid4()
     await db.execute(INSERT_JOB, job_id, status, age, scheduled_in, finished)
     return job_id
 
 
 async def add_dead_letter(db, job_id: uuid.UUID, age: str) -> int:
-    return int(await db.fetchval(
-        "INSERT INTO queueflow.dead_letters (job_id, queue_name, task_name, reason, tenant_id, created_at) "
-        "VALUES ($1, 'default', 'echo', 'max_attempts_exceeded', 'tenant1', now() - $2::text::interval) RETURNING id",
-        job_id, age))
+    return int(
+        await db.fetchval(
+            "INSERT INTO queueflow.dead_letters (job_id, queue_name, task_name, reason, tenant_id, created_at) "
+            "VALUES ($1, 'default', 'echo', 'max_attempts_exceeded', 'tenant1', now() - $2::text::interval) RETURNING id",
+            job_id,
+            age,
+        )
+    )
 
 
 async def add_workflow(db, status: str, finished: str | None) -> str:
@@ -37,7 +42,10 @@ async def add_workflow(db, status: str, finished: str | None) -> str:
     await db.execute(
         "INSERT INTO queueflow.workflows (id, name, status, tenant_id, created_at, completed_at) "
         "VALUES ($1, 'wf', $2, 'tenant1', now() - interval '3 days', now() - $3::text::interval)",
-        wf_id, status, finished)
+        wf_id,
+        status,
+        finished,
+    )
     return wf_id
 
 
@@ -72,8 +80,14 @@ async def test_retention_deletes_old_terminal_history_and_keeps_everything_else(
 
     await eventually(pruned)
     await eventually(lambda: _settled(db))
-    assert await job_ids(db) == {recent_completed, far_future_pending, old_running, old_retrying, pinned,
-                                 recent_failed}
+    assert await job_ids(db) == {
+        recent_completed,
+        far_future_pending,
+        old_running,
+        old_retrying,
+        pinned,
+        recent_failed,
+    }
     assert old_cancelled not in await job_ids(db) and old_failed not in await job_ids(db)
     dls = {r["id"] for r in await db.fetch("SELECT id FROM queueflow.dead_letters")}
     assert dls == {pinned_dl}
@@ -85,10 +99,14 @@ async def test_retention_deletes_old_terminal_history_and_keeps_everything_else(
 
 async def _settled(db) -> bool:
     """No row that retention should delete is left."""
-    return await db.fetchval(
-        "SELECT count(*) FROM queueflow.jobs j WHERE status IN ('completed', 'failed', 'cancelled') "
-        "AND completed_at < now() - interval '1 hour' "
-        "AND NOT EXISTS (SELECT 1 FROM queueflow.dead_letters d WHERE d.job_id = j.id)") == 0
+    return (
+        await db.fetchval(
+            "SELECT count(*) FROM queueflow.jobs j WHERE status IN ('completed', 'failed', 'cancelled') "
+            "AND completed_at < now() - interval '1 hour' "
+            "AND NOT EXISTS (SELECT 1 FROM queueflow.dead_letters d WHERE d.job_id = j.id)"
+        )
+        == 0
+    )
 
 
 async def test_a_dead_letter_that_survives_retention_can_still_be_replayed(api, db):
@@ -108,7 +126,9 @@ async def test_a_large_backlog_is_deleted_completely_in_bounded_rounds(api, db):
     await db.execute(
         "INSERT INTO queueflow.jobs (id, queue_name, task_name, config, status, created_at, completed_at) "
         "SELECT gen_random_uuid(), 'default', 'echo', '{}'::jsonb, 'completed', now() - interval '9 days', "
-        "now() - interval '8 days' FROM generate_series(1, $1)", n)
+        "now() - interval '8 days' FROM generate_series(1, $1)",
+        n,
+    )
     keep = await add_job(db, "completed", finished="1 minute")
     client = await api()
 
@@ -123,7 +143,9 @@ async def test_concurrent_janitors_prune_each_row_once_and_never_fail(api, db):
     await db.execute(
         "INSERT INTO queueflow.jobs (id, queue_name, task_name, config, status, created_at, completed_at) "
         "SELECT gen_random_uuid(), 'default', 'echo', '{}'::jsonb, 'cancelled', now() - interval '9 days', "
-        "now() - interval '8 days' FROM generate_series(1, $1)", n)
+        "now() - interval '8 days' FROM generate_series(1, $1)",
+        n,
+    )
     apps = [await api() for _ in range(3)]
 
     results = await asyncio.gather(*(sweeps.prune(resources_of(c), 24.0) for c in apps))

@@ -96,12 +96,15 @@ def check_expr(expr: str, allowed_labels: Iterable[str] = ()) -> list[str]:
         labels |= set(index[name].labels)
         if name.endswith("_bucket"):
             labels.add("le")
-    problems += [f"label {n!r} belongs to none of {sorted(used)} in {expr!r}"
-                 for n in sorted(label_names(expr) - labels)]
+    problems += [
+        f"label {n!r} belongs to none of {sorted(used)} in {expr!r}"
+        for n in sorted(label_names(expr) - labels)
+    ]
     for opening, closing in ("()", "[]", "{}"):
         if expr.count(opening) != expr.count(closing):
             problems.append(f"unbalanced {opening}{closing} in {expr!r}")
-    if "histogram_quantile" in expr and (not all(n.endswith("_bucket") for n in used)
-                                         or not re.search(r"by \([^)]*\ble\b", expr)):
+    if "histogram_quantile" in expr and (
+        not all(n.endswith("_bucket") for n in used) or not re.search(r"by \([^)]*\ble\b", expr)
+    ):
         problems.append(f"histogram_quantile needs _bucket series grouped by le: {expr!r}")
     return problems

@@ -25,7 +25,9 @@ DOC = OPERATIONS_DOC.read_text()
 
 
 def code_text() -> str:
-    return "\n".join(p.read_text() for folder in ("services", "shared") for p in sorted((REPO / folder).rglob("*.py")))
+    return "\n".join(
+        p.read_text() for folder in ("services", "shared") for p in sorted((REPO / folder).rglob("*.py"))
+    )
 
 
 # --- the dashboard -------------------------------------------------------------------------------
@@ -82,12 +84,20 @@ def test_dashboard_variables_are_defined_and_panels_use_the_datasource_variable(
 
 def test_dashboard_covers_backlog_age_throughput_latency_http_waiters_and_store():
     exprs = " ".join(t["expr"] for p in PANELS for t in p["targets"])
-    for needed in ("queueflow_queue_pending_jobs", "queueflow_queue_oldest_pending_age_seconds",
-                   "queueflow_jobs_completed_total", "queueflow_jobs_failed_total", "queueflow_jobs_retried_total",
-                   "queueflow_jobs_dead_lettered_total", "queueflow_handler_duration_seconds_bucket",
-                   "queueflow_job_queue_wait_seconds_bucket", "queueflow_http_requests_total",
-                   "queueflow_http_request_duration_seconds_bucket", "queueflow_long_poll_waiters",
-                   "queueflow_store_up"):
+    for needed in (
+        "queueflow_queue_pending_jobs",
+        "queueflow_queue_oldest_pending_age_seconds",
+        "queueflow_jobs_completed_total",
+        "queueflow_jobs_failed_total",
+        "queueflow_jobs_retried_total",
+        "queueflow_jobs_dead_lettered_total",
+        "queueflow_handler_duration_seconds_bucket",
+        "queueflow_job_queue_wait_seconds_bucket",
+        "queueflow_http_requests_total",
+        "queueflow_http_request_duration_seconds_bucket",
+        "queueflow_long_poll_waiters",
+        "queueflow_store_up",
+    ):
         assert needed in exprs, needed
     assert exprs.count("histogram_quantile") >= 7
 
@@ -117,8 +127,13 @@ def test_the_alert_rules_parse_and_use_existing_metrics_and_labels():
     doc = yaml.safe_load(rules_yaml)
     rules = [r for group in doc["groups"] for r in group["rules"]]
     names = {r["alert"] for r in rules}
-    assert {"QueueFlowOldestPendingJobTooOld", "QueueFlowDatabaseUnreachable", "QueueFlowJobsDeadLettered",
-            "QueueFlowHTTPServerErrors", "QueueFlowNoHealthyJanitor"} <= names
+    assert {
+        "QueueFlowOldestPendingJobTooOld",
+        "QueueFlowDatabaseUnreachable",
+        "QueueFlowJobsDeadLettered",
+        "QueueFlowHTTPServerErrors",
+        "QueueFlowNoHealthyJanitor",
+    } <= names
     problems = []
     for rule in rules:
         assert rule["labels"]["severity"] in ("info", "warning", "critical"), rule["alert"]

@@ -56,14 +56,21 @@ async def seed_backlog(database_url: str) -> None:
     try:
         async with conn.transaction():
             for _ in range(3):  # due for ten minutes: claimable, and old
-                await conn.execute("SELECT queueflow.enqueue('acme', 'echo', queue => 'alpha', "
-                                   "run_at => now() - interval '10 minutes')")
+                await conn.execute(
+                    "SELECT queueflow.enqueue('acme', 'echo', queue => 'alpha', "
+                    "run_at => now() - interval '10 minutes')"
+                )
             for _ in range(2):
-                await conn.execute("SELECT queueflow.enqueue('acme', 'echo', queue => 'beta', "
-                                   "run_at => now() + interval '1 hour')")
+                await conn.execute(
+                    "SELECT queueflow.enqueue('acme', 'echo', queue => 'beta', "
+                    "run_at => now() + interval '1 hour')"
+                )
             running = await conn.fetchval("SELECT queueflow.enqueue('acme', 'echo', queue => 'gamma')")
-            await conn.execute("UPDATE queueflow.jobs SET status = 'running', lease_token = gen_random_uuid(), "
-                               "locked_until = now() + interval '1 hour' WHERE id = $1", running)
+            await conn.execute(
+                "UPDATE queueflow.jobs SET status = 'running', lease_token = gen_random_uuid(), "
+                "locked_until = now() + interval '1 hour' WHERE id = $1",
+                running,
+            )
     finally:
         await conn.close()
 
@@ -88,7 +95,9 @@ async def test_queue_gauges_are_the_same_whichever_process_is_scraped(database_u
     api = await service(database_url, mode="api")
     janitor = await service(database_url, mode="janitor")
 
-    readings = [sample(await scrape(p), "queueflow_queue_pending_jobs", queue="alpha") for p in (api, janitor)]
+    readings = [
+        sample(await scrape(p), "queueflow_queue_pending_jobs", queue="alpha") for p in (api, janitor)
+    ]
 
     assert readings == [3.0, 3.0]
 
@@ -107,7 +116,10 @@ async def test_http_metrics_count_requests_by_route_template_and_status(database
     text = await scrape(proc)
 
     route = "/api/v1/jobs/{id}"
-    assert sample(text, "queueflow_http_requests_total", method="POST", route="/api/v1/jobs", status="201") == 1.0
+    assert (
+        sample(text, "queueflow_http_requests_total", method="POST", route="/api/v1/jobs", status="201")
+        == 1.0
+    )
     assert sample(text, "queueflow_http_requests_total", method="GET", route=route, status="200") == 2.0
     assert sample(text, "queueflow_http_requests_total", method="GET", route=route, status="404") == 1.0
     assert sample(text, "queueflow_http_request_duration_seconds_count", method="GET", route=route) == 3.0

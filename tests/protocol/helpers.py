@@ -16,9 +16,16 @@ AUTH = {"Authorization": "Bearer dev"}
 TERMINAL = frozenset({"completed", "failed", "cancelled"})
 
 
-async def create_job(client: TestClient, task: str = "echo", payload: dict[str, Any] | None = None, *,
-                     queue: str | None = None, run_at: datetime | None = None,
-                     headers: dict[str, str] = AUTH, **config: Any) -> str:
+async def create_job(
+    client: TestClient,
+    task: str = "echo",
+    payload: dict[str, Any] | None = None,
+    *,
+    queue: str | None = None,
+    run_at: datetime | None = None,
+    headers: dict[str, str] = AUTH,
+    **config: Any,
+) -> str:
     """POST /api/v1/jobs; `config` holds JobConfigRequest fields (max_retries, timeout, priority...)."""
     body: dict[str, Any] = {"task_name": task, "payload": payload or {}}
     if queue is not None:
@@ -40,6 +47,7 @@ async def get_job(client: TestClient, job_id: str, headers: dict[str, str] = AUT
 
 async def finished(client: TestClient, job_id: str, timeout: float = 10.0) -> dict[str, Any]:
     """Wait until the job is terminal; returns it."""
+
     async def check() -> dict[str, Any] | None:
         job = await get_job(client, job_id)
         return job if job["status"] in TERMINAL else None
@@ -49,6 +57,7 @@ async def finished(client: TestClient, job_id: str, timeout: float = 10.0) -> di
 
 async def reaches(client: TestClient, job_id: str, status: str) -> dict[str, Any]:
     """Wait until the job has `status`; returns it."""
+
     async def check() -> dict[str, Any] | None:
         job = await get_job(client, job_id)
         return job if job["status"] == status else None
@@ -61,15 +70,15 @@ async def cancel(client: TestClient, job_id: str) -> int:
     return resp.status
 
 
-async def post(client: TestClient, path: str, body: Any, headers: dict[str, str] = AUTH
-               ) -> tuple[int, Any]:
+async def post(client: TestClient, path: str, body: Any, headers: dict[str, str] = AUTH) -> tuple[int, Any]:
     resp = await client.post(path, json=body, headers=headers)
     text = await resp.text()
     return resp.status, (json.loads(text) if text else None)
 
 
-async def lease(client: TestClient, queue: str = "default", headers: dict[str, str] = AUTH,
-                **body: Any) -> list[dict[str, Any]]:
+async def lease(
+    client: TestClient, queue: str = "default", headers: dict[str, str] = AUTH, **body: Any
+) -> list[dict[str, Any]]:
     """Lease; asserts 200 and returns the `jobs` list ({job, lease_token} items)."""
     status, data = await post(client, f"/api/v1/queues/{queue}/lease", body, headers)
     assert status == 200, data
@@ -86,20 +95,23 @@ async def lease_one(client: TestClient, queue: str = "default", **body: Any) -> 
 
 
 async def heartbeat(client: TestClient, job_id: str, token: str, extend_secs: int = 30) -> tuple[int, Any]:
-    return await post(client, f"/api/v1/jobs/{job_id}/heartbeat",
-                      {"lease_token": token, "extend_secs": extend_secs})
+    return await post(
+        client, f"/api/v1/jobs/{job_id}/heartbeat", {"lease_token": token, "extend_secs": extend_secs}
+    )
 
 
-async def complete(client: TestClient, job_id: str, token: str, result: dict[str, Any] | None = None
-                   ) -> tuple[int, Any]:
+async def complete(
+    client: TestClient, job_id: str, token: str, result: dict[str, Any] | None = None
+) -> tuple[int, Any]:
     body: dict[str, Any] = {"lease_token": token}
     if result is not None:
         body["result"] = result
     return await post(client, f"/api/v1/jobs/{job_id}/complete", body)
 
 
-async def fail(client: TestClient, job_id: str, token: str, error: str = "boom",
-               retryable: bool | None = None) -> tuple[int, Any]:
+async def fail(
+    client: TestClient, job_id: str, token: str, error: str = "boom", retryable: bool | None = None
+) -> tuple[int, Any]:
     body: dict[str, Any] = {"lease_token": token, "error": error}
     if retryable is not None:
         body["retryable"] = retryable
@@ -123,7 +135,9 @@ async def expire_lease(db: asyncpg.Connection, job_id: str) -> None:
     """Make a running job's lease look expired, as if its worker had died a while ago."""
     status = await db.execute(
         "UPDATE queueflow.jobs SET locked_until = now() - interval '1 second' "
-        "WHERE id = $1::uuid AND status = 'running'", job_id)
+        "WHERE id = $1::uuid AND status = 'running'",
+        job_id,
+    )
     assert status == "UPDATE 1", status
 
 
@@ -131,7 +145,9 @@ async def make_due(db: asyncpg.Connection, job_id: str) -> None:
     """Move a waiting (delayed or retrying) job's scheduled_at into the past."""
     status = await db.execute(
         "UPDATE queueflow.jobs SET scheduled_at = now() - interval '1 second' "
-        "WHERE id = $1::uuid AND status IN ('pending', 'retrying')", job_id)
+        "WHERE id = $1::uuid AND status IN ('pending', 'retrying')",
+        job_id,
+    )
     assert status == "UPDATE 1", status
 
 

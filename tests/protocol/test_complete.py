@@ -189,8 +189,16 @@ async def test_complete_for_an_unknown_job_is_404(api, job_id):
     assert (await complete(client, job_id, str(uuid.uuid4())))[0] == 404
 
 
-@pytest.mark.parametrize("body", [{}, {"result": {}}, {"lease_token": "t", "result": [1]},
-                                  {"lease_token": "t", "result": "done"}, {"lease_token": "t", "extra": 1}])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {},
+        {"result": {}},
+        {"lease_token": "t", "result": [1]},
+        {"lease_token": "t", "result": "done"},
+        {"lease_token": "t", "extra": 1},
+    ],
+)
 async def test_a_malformed_complete_is_400_and_leaves_the_job_running(api, db, body):
     client = await api()
     job_id = await create_job(client)

@@ -204,8 +204,15 @@ async def test_fail_for_an_unknown_job_is_404(api, job_id):
     assert (await fail(client, job_id, str(uuid.uuid4())))[0] == 404
 
 
-@pytest.mark.parametrize("body", [{"lease_token": "t"}, {"error": "e"}, {"lease_token": "t", "error": 5},
-                                  {"lease_token": "t", "error": "e", "retryable": "no"}])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"lease_token": "t"},
+        {"error": "e"},
+        {"lease_token": "t", "error": 5},
+        {"lease_token": "t", "error": "e", "retryable": "no"},
+    ],
+)
 async def test_a_malformed_fail_is_400_and_leaves_the_job_running(api, db, body):
     client = await api()
     job_id = await create_job(client)

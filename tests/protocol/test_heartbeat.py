@@ -156,14 +156,17 @@ async def test_heartbeat_for_an_unknown_job_is_404(api, job_id):
     assert "error" in body
 
 
-@pytest.mark.parametrize("body", [
-    {"extend_secs": 30},
-    {"lease_token": "x"},
-    {"lease_token": "x", "extend_secs": 0},
-    {"lease_token": "x", "extend_secs": 3601},
-    {"lease_token": "x", "extend_secs": "30"},
-    {"lease_token": 1, "extend_secs": 30},
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"extend_secs": 30},
+        {"lease_token": "x"},
+        {"lease_token": "x", "extend_secs": 0},
+        {"lease_token": "x", "extend_secs": 3601},
+        {"lease_token": "x", "extend_secs": "30"},
+        {"lease_token": 1, "extend_secs": 30},
+    ],
+)
 async def test_a_malformed_heartbeat_is_400(api, body):
     client = await api()
     job_id = await create_job(client)

@@ -44,12 +44,20 @@ async def test_a_body_less_request_is_treated_as_an_empty_object(api):
     assert len((await resp.json())["jobs"]) == 1
 
 
-@pytest.mark.parametrize("body", [
-    {"max_jobs": 0}, {"max_jobs": 101}, {"max_jobs": -1},
-    {"lease_secs": 0}, {"lease_secs": 3601},
-    {"wait_secs": -1}, {"wait_secs": 31},
-    {"max_jobs": "3"}, {"unknown_field": 1},
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"max_jobs": 0},
+        {"max_jobs": 101},
+        {"max_jobs": -1},
+        {"lease_secs": 0},
+        {"lease_secs": 3601},
+        {"wait_secs": -1},
+        {"wait_secs": 31},
+        {"max_jobs": "3"},
+        {"unknown_field": 1},
+    ],
+)
 async def test_out_of_range_or_malformed_lease_parameters_are_rejected_with_400(api, body):
     client = await api()
     await create_job(client)
@@ -69,15 +77,21 @@ async def test_a_queue_name_no_job_can_have_is_400(api, queue):
 
 async def test_malformed_json_body_is_400(api):
     client = await api()
-    resp = await client.post("/api/v1/queues/default/lease", data=b"{not json",
-                             headers={"Authorization": "Bearer dev", "Content-Type": "application/json"})
+    resp = await client.post(
+        "/api/v1/queues/default/lease",
+        data=b"{not json",
+        headers={"Authorization": "Bearer dev", "Content-Type": "application/json"},
+    )
     assert resp.status == 400
 
 
-@pytest.mark.parametrize("body", [
-    {"max_jobs": 1, "lease_secs": 1, "wait_secs": 0},
-    {"max_jobs": 100, "lease_secs": 3600, "wait_secs": 0},
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"max_jobs": 1, "lease_secs": 1, "wait_secs": 0},
+        {"max_jobs": 100, "lease_secs": 3600, "wait_secs": 0},
+    ],
+)
 async def test_boundary_lease_parameters_are_accepted(api, db, body):
     client = await api()
     job_id = await create_job(client)
@@ -121,7 +135,9 @@ async def test_jobs_are_leased_by_priority_then_scheduled_at_then_created_at(api
     high = await create_job(client, payload={"n": "high"}, priority=5)
     early_low_1 = await create_job(client, payload={"n": "early_low_1"}, run_at=past)
     early_low_2 = await create_job(client, payload={"n": "early_low_2"}, run_at=past)
-    negative = await create_job(client, payload={"n": "negative"}, priority=-3, run_at=past - timedelta(hours=1))
+    negative = await create_job(
+        client, payload={"n": "negative"}, priority=-3, run_at=past - timedelta(hours=1)
+    )
     expected = [high, early_low_1, early_low_2, late_low, negative]
 
     # One claim of many: the response is in claim order.
@@ -183,8 +199,10 @@ async def test_terminal_and_cancelled_jobs_are_never_leased(api, db):
     resp = await client.post(f"/api/v1/jobs/{cancelled}/cancel", headers={"Authorization": "Bearer dev"})
     assert resp.status == 204
     # Even with every timestamp in the past.
-    await db.execute("UPDATE queueflow.jobs SET scheduled_at = now() - interval '1 day', "
-                     "locked_until = now() - interval '1 day'")
+    await db.execute(
+        "UPDATE queueflow.jobs SET scheduled_at = now() - interval '1 day', "
+        "locked_until = now() - interval '1 day'"
+    )
     assert await lease(client, max_jobs=100) == []
 
 
@@ -207,8 +225,11 @@ async def test_each_claim_gets_a_fresh_token_and_a_redelivery_keeps_started_at(a
 
 async def test_concurrent_claimers_never_receive_the_same_job(api):
     client = await api()
-    resp = await client.post("/api/v1/jobs/batch", headers={"Authorization": "Bearer dev"},
-                             json={"jobs": [{"task_name": "echo", "payload": {"i": i}} for i in range(120)]})
+    resp = await client.post(
+        "/api/v1/jobs/batch",
+        headers={"Authorization": "Bearer dev"},
+        json={"jobs": [{"task_name": "echo", "payload": {"i": i}} for i in range(120)]},
+    )
     assert resp.status == 201
     created = set((await resp.json())["job_ids"])
 

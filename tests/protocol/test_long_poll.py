@@ -69,8 +69,11 @@ async def test_a_burst_of_inserts_is_spread_over_every_parked_lease(api):
     hub = resources_of(client).hub
     await eventually(lambda: hub.waiting("burst") == 5)
 
-    resp = await client.post("/api/v1/jobs/batch", headers={"Authorization": "Bearer dev"},
-                             json={"jobs": [{"task_name": "echo", "config": {"queue": "burst"}}] * 5})
+    resp = await client.post(
+        "/api/v1/jobs/batch",
+        headers={"Authorization": "Bearer dev"},
+        json={"jobs": [{"task_name": "echo", "config": {"queue": "burst"}}] * 5},
+    )
     assert resp.status == 201
     ids = set((await resp.json())["job_ids"])
 
@@ -105,15 +108,18 @@ async def test_a_delayed_job_wakes_a_parked_lease_when_it_falls_due(api, db):
 async def test_a_retry_wakes_a_parked_lease_when_its_backoff_elapses(api, db):
     client = await api(worker_poll_secs=NO_SAFETY_POLL)
     await api(mode="janitor", janitor_interval_secs=NO_SAFETY_POLL, worker_poll_secs=NO_SAFETY_POLL)
-    job_id = await create_job(client, queue="retry", max_retries=2, retry_backoff="fixed",
-                              retry_delay_secs=1, jitter_factor=0.0)
+    job_id = await create_job(
+        client, queue="retry", max_retries=2, retry_backoff="fixed", retry_delay_secs=1, jitter_factor=0.0
+    )
     _, token = await lease_one(client, "retry")
     assert (await fail(client, job_id, token, "try again"))[0] == 204
     retrying = await get_job(client, job_id)
     assert retrying["status"] == "retrying"
     task = await parked_lease(client, "retry")
 
-    await eventually(lambda: running(client, job_id), message="the retry was claimed once its backoff elapsed")
+    await eventually(
+        lambda: running(client, job_id), message="the retry was claimed once its backoff elapsed"
+    )
     jobs = await task
     assert [j["job"]["id"] for j in jobs] == [job_id]
     assert jobs[0]["job"]["delivery_count"] == 2
@@ -127,7 +133,9 @@ async def test_a_missed_notification_is_covered_by_the_safety_poll(api, db):
     job_id = uuid.uuid4()
     await db.execute(
         "INSERT INTO queueflow.jobs (id, queue_name, task_name, config, status, tenant_id) "
-        "VALUES ($1, 'silent', 'echo', '{}'::jsonb, 'retrying', 'tenant1')", job_id)
+        "VALUES ($1, 'silent', 'echo', '{}'::jsonb, 'retrying', 'tenant1')",
+        job_id,
+    )
     jobs = await asyncio.wait_for(task, 25)
     assert [j["job"]["id"] for j in jobs] == [str(job_id)]
 
@@ -143,7 +151,8 @@ async def test_parked_leases_hold_no_database_connection_and_share_one_listener(
     dbname = database_url.rsplit("/", 1)[-1].split("?")[0]
     listeners = await db.fetchval(
         "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND application_name = 'queueflow-listener'",
-        dbname)
+        dbname,
+    )
     assert listeners == 1
 
     ids = [await create_job(client, queue="idle") for _ in range(25)]
@@ -158,11 +167,15 @@ async def test_parked_leases_recheck_after_the_listen_connection_drops(api, db, 
     job_id = uuid.uuid4()
     await db.execute(
         "INSERT INTO queueflow.jobs (id, queue_name, task_name, config, status, tenant_id) "
-        "VALUES ($1, 'reconnect', 'echo', '{}'::jsonb, 'retrying', 'tenant1')", job_id)
+        "VALUES ($1, 'reconnect', 'echo', '{}'::jsonb, 'retrying', 'tenant1')",
+        job_id,
+    )
     dbname = database_url.rsplit("/", 1)[-1].split("?")[0]
     killed = await db.fetchval(
         "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-        "WHERE datname = $1 AND application_name = 'queueflow-listener'", dbname)
+        "WHERE datname = $1 AND application_name = 'queueflow-listener'",
+        dbname,
+    )
     assert killed == 1
 
     # Notifications sent while the connection was down are lost: everyone re-checks.

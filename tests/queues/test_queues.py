@@ -17,7 +17,9 @@ async def strict(api, **kw):
 async def enqueue(client, headers, n, queue="shared", **extra):
     jobs = [{"task_name": "t", "payload": {"i": i}, "config": {"queue": queue}, **extra} for i in range(n)]
     for start in range(0, n, 1000):
-        resp = await client.post("/api/v1/jobs/batch", json={"jobs": jobs[start:start + 1000]}, headers=headers)
+        resp = await client.post(
+            "/api/v1/jobs/batch", json={"jobs": jobs[start : start + 1000]}, headers=headers
+        )
         assert resp.status == 201, await resp.text()
 
 
@@ -31,15 +33,24 @@ async def test_queue_view_lists_the_callers_queues_with_backlog_counts(api, db):
     client = await strict(api)
     await enqueue(client, A, 3, queue="emails")
     await enqueue(client, A, 2, queue="orders")
-    await client.post("/api/v1/jobs", json={"task_name": "t", "config": {"queue": "orders"},
-                                            "run_at": "2099-01-01T00:00:00Z"}, headers=A)
+    await client.post(
+        "/api/v1/jobs",
+        json={"task_name": "t", "config": {"queue": "orders"}, "run_at": "2099-01-01T00:00:00Z"},
+        headers=A,
+    )
     await enqueue(client, B, 5, queue="globex-only")
     await lease(client, "orders")
     body = await (await client.get("/api/v1/queues", headers=A)).json()
     by_name = {q["queue"]: q for q in body["queues"]}
     assert list(by_name) == ["emails", "orders"]  # sorted, and only the caller's queues
     assert by_name["emails"]["pending"] == 3 and by_name["emails"]["running"] == 0
-    assert by_name["orders"] == {**by_name["orders"], "pending": 1, "scheduled": 1, "running": 1, "paused": False}
+    assert by_name["orders"] == {
+        **by_name["orders"],
+        "pending": 1,
+        "scheduled": 1,
+        "running": 1,
+        "paused": False,
+    }
     assert by_name["orders"]["oldest_pending_age_secs"] >= 0
 
 
@@ -47,8 +58,9 @@ async def test_a_queue_stays_listed_after_its_jobs_finish(api):
     client = await strict(api)
     await enqueue(client, A, 1, queue="once")
     [leased] = await lease(client, "once")
-    await client.post(f"/api/v1/jobs/{leased['job']['id']}/complete", json={"lease_token": leased["lease_token"]},
-                      headers=W)
+    await client.post(
+        f"/api/v1/jobs/{leased['job']['id']}/complete", json={"lease_token": leased["lease_token"]}, headers=W
+    )
     [entry] = (await (await client.get("/api/v1/queues", headers=A)).json())["queues"]
     assert entry["queue"] == "once" and entry["pending"] == 0 and "oldest_pending_age_secs" not in entry
 
@@ -77,8 +89,9 @@ async def test_pause_is_idempotent_and_running_jobs_still_finish(api):
     for _ in range(2):
         body = await (await client.post("/api/v1/queues/shared/pause", headers=A)).json()
         assert body["paused"] is True and body["running"] == 1
-    done = await client.post(f"/api/v1/jobs/{leased['job']['id']}/complete",
-                             json={"lease_token": leased["lease_token"]}, headers=W)
+    done = await client.post(
+        f"/api/v1/jobs/{leased['job']['id']}/complete", json={"lease_token": leased["lease_token"]}, headers=W
+    )
     assert done.status == 204
     assert (await (await client.post("/api/v1/queues/shared/pause", headers=A)).json())["running"] == 0
 
@@ -138,7 +151,10 @@ async def test_a_batch_lease_interleaves_tenants(api):
 async def test_within_a_tenant_priority_order_still_holds(api):
     client = await strict(api)
     for prio in (1, 5, 3):
-        await client.post("/api/v1/jobs", json={"task_name": "t", "config": {"queue": "shared", "priority": prio}},
-                          headers=A)
+        await client.post(
+            "/api/v1/jobs",
+            json={"task_name": "t", "config": {"queue": "shared", "priority": prio}},
+            headers=A,
+        )
     order = [(await lease(client))[0]["job"]["config"]["priority"] for _ in range(3)]
     assert order == [5, 3, 1]

@@ -17,16 +17,30 @@ LANGUAGES = ["python", "typescript", "go", "rust"]
 
 # language -> (working directory, build commands, runner argv, extra environment)
 _SPECS: dict[str, tuple[Path, list[list[str]], list[str], dict[str, str]]] = {
-    "python": (SDKS / "python", [],
-               [sys.executable, str(SDKS / "python" / "conformance" / "runner.py")],
-               {"PYTHONPATH": str(SDKS / "python" / "src")}),
-    "typescript": (SDKS / "typescript",
-                   [["npm", "install", "--no-audit", "--no-fund", "--loglevel=error"], ["npm", "run", "build"]],
-                   ["node", str(SDKS / "typescript" / "dist" / "conformance" / "runner.js")], {}),
-    "go": (SDKS / "go", [["go", "build", "-o", "bin/conformance", "./cmd/conformance"]],
-           [str(SDKS / "go" / "bin" / "conformance")], {}),
-    "rust": (SDKS / "rust", [["cargo", "build", "--quiet", "--bin", "conformance"]],
-             [str(SDKS / "rust" / "target" / "debug" / "conformance")], {}),
+    "python": (
+        SDKS / "python",
+        [],
+        [sys.executable, str(SDKS / "python" / "conformance" / "runner.py")],
+        {"PYTHONPATH": str(SDKS / "python" / "src")},
+    ),
+    "typescript": (
+        SDKS / "typescript",
+        [["npm", "install", "--no-audit", "--no-fund", "--loglevel=error"], ["npm", "run", "build"]],
+        ["node", str(SDKS / "typescript" / "dist" / "conformance" / "runner.js")],
+        {},
+    ),
+    "go": (
+        SDKS / "go",
+        [["go", "build", "-o", "bin/conformance", "./cmd/conformance"]],
+        [str(SDKS / "go" / "bin" / "conformance")],
+        {},
+    ),
+    "rust": (
+        SDKS / "rust",
+        [["cargo", "build", "--quiet", "--bin", "conformance"]],
+        [str(SDKS / "rust" / "target" / "debug" / "conformance")],
+        {},
+    ),
 }
 
 
@@ -47,8 +61,10 @@ def build(language: str) -> None:
         for command in commands:
             done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=900)
             if done.returncode != 0:
-                raise AssertionError(f"{language} build failed: {' '.join(command)}\n{done.stdout[-3000:]}\n"
-                                     f"{done.stderr[-3000:]}")
+                raise AssertionError(
+                    f"{language} build failed: {' '.join(command)}\n{done.stdout[-3000:]}\n"
+                    f"{done.stderr[-3000:]}"
+                )
     _built.add(language)
 
 

@@ -110,7 +110,9 @@ async def act(action: dict[str, Any], event: dict[str, Any], run: Run, cluster: 
                 assert resp.status == 204, await resp.text()
     elif what == "expire_lease_and_wait_reclaim":
         job_id = uuid.UUID(event["job_id"])
-        await db.execute("UPDATE queueflow.jobs SET locked_until = now() - interval '1 second' WHERE id = $1", job_id)
+        await db.execute(
+            "UPDATE queueflow.jobs SET locked_until = now() - interval '1 second' WHERE id = $1", job_id
+        )
 
         async def reclaimed():
             return await db.fetchval("SELECT status FROM queueflow.jobs WHERE id = $1", job_id) != "running"
@@ -126,12 +128,23 @@ async def act(action: dict[str, Any], event: dict[str, Any], run: Run, cluster: 
 
 
 async def drive(language: str, scenario: dict[str, Any], path: Path, cluster: Cluster, db, queue: str) -> Run:
-    env = {**os.environ, "QF_BASE_URL": cluster.api.base_url, "QF_TENANT_TOKEN": TENANT_TOKEN,
-           "QF_WORKER_TOKEN": WORKER_TOKEN, "QF_QUEUE": queue}
+    env = {
+        **os.environ,
+        "QF_BASE_URL": cluster.api.base_url,
+        "QF_TENANT_TOKEN": TENANT_TOKEN,
+        "QF_WORKER_TOKEN": WORKER_TOKEN,
+        "QF_QUEUE": queue,
+    }
     argv, extra_env = runner_command(language)
     proc = await asyncio.create_subprocess_exec(
-        *argv, str(path), cwd=REPO, env={**env, **extra_env}, stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        *argv,
+        str(path),
+        cwd=REPO,
+        env={**env, **extra_env},
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     run = Run(proc)
     actions = scenario.get("actions", [])
     stderr_task = asyncio.create_task(proc.stderr.read())
@@ -144,7 +157,9 @@ async def drive(language: str, scenario: dict[str, Any], path: Path, cluster: Cl
                 continue  # a runner's stray output is not an event
             run.events.append(event)
             for action in actions:
-                if action["on_event"] == event.get("event") and run.count(event["event"]) == action.get("nth", 1):
+                if action["on_event"] == event.get("event") and run.count(event["event"]) == action.get(
+                    "nth", 1
+                ):
                     await act(action, event, run, cluster, db)
 
     try:
@@ -155,8 +170,10 @@ async def drive(language: str, scenario: dict[str, Any], path: Path, cluster: Cl
         proc.kill()
         await proc.wait()
         run.stderr = await stderr_task
-        raise AssertionError(f"{language} runner did not finish {scenario['name']} within {RUNNER_DEADLINE}s; "
-                             f"events {run.events}; stderr {run.stderr.decode(errors='replace')[-2000:]}") from None
+        raise AssertionError(
+            f"{language} runner did not finish {scenario['name']} within {RUNNER_DEADLINE}s; "
+            f"events {run.events}; stderr {run.stderr.decode(errors='replace')[-2000:]}"
+        ) from None
     run.stderr = await stderr_task
     return run
 
@@ -190,8 +207,10 @@ async def test_sdk_conformance(language, built, path, cluster, db):
 
     run = await drive(language, scenario, path, cluster, db, queue)
     where = f"{language}/{scenario['name']}"
-    assert run.proc.returncode == 0, (f"{where}: runner exited {run.proc.returncode}; events {run.events}; "
-                                      f"stderr {run.stderr.decode(errors='replace')[-3000:]}")
+    assert run.proc.returncode == 0, (
+        f"{where}: runner exited {run.proc.returncode}; events {run.events}; "
+        f"stderr {run.stderr.decode(errors='replace')[-3000:]}"
+    )
 
     expect = scenario["expect"]
     for name in expect.get("events", []):
@@ -199,7 +218,9 @@ async def test_sdk_conformance(language, built, path, cluster, db):
     for name, fields in expect.get("event_fields", {}).items():
         event = run.first(name)
         for key, want in fields.items():
-            assert event.get(key) == want, f"{where}: {name}.{key} = {event.get(key)!r}, expected {want!r} ({event})"
+            assert event.get(key) == want, (
+                f"{where}: {name}.{key} = {event.get(key)!r}, expected {want!r} ({event})"
+            )
     for i, (job_id, want) in enumerate(zip(job_ids, expect.get("jobs", []), strict=True)):
         status, job = await get_json(cluster.api.base_url, f"/api/v1/jobs/{job_id}")
         assert status == 200

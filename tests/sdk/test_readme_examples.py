@@ -32,7 +32,7 @@ def fenced_block(readme: Path, heading: str, language: str) -> str:
     start = lines.index(heading)
     opening = next(i for i in range(start, len(lines)) if lines[i].strip() == f"```{language}")
     closing = next(i for i in range(opening + 1, len(lines)) if lines[i].strip() == "```")
-    return "\n".join(lines[opening + 1:closing]) + "\n"
+    return "\n".join(lines[opening + 1 : closing]) + "\n"
 
 
 def pointed_at(code: str, base_url: str) -> str:
@@ -42,24 +42,31 @@ def pointed_at(code: str, base_url: str) -> str:
 
 
 async def images_jobs(base_url: str) -> list[dict[str, Any]]:
-    async with aiohttp.ClientSession() as http, \
-            http.get(f"{base_url}/api/v1/jobs", params={"queue": "images", "limit": "100"}, headers=DEV) as resp:
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(f"{base_url}/api/v1/jobs", params={"queue": "images", "limit": "100"}, headers=DEV) as resp,
+    ):
         assert resp.status == 200
         return (await resp.json())["jobs"]
 
 
 async def enqueue(base_url: str, body: dict[str, Any]) -> str:
-    async with aiohttp.ClientSession() as http, \
-            http.post(f"{base_url}/api/v1/jobs", json=body, headers=DEV) as resp:
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(f"{base_url}/api/v1/jobs", json=body, headers=DEV) as resp,
+    ):
         assert resp.status == 201, await resp.text()
         return (await resp.json())["job_id"]
 
 
 async def reaching(base_url: str, job_id: str, status: str = "completed") -> dict[str, Any]:
     """The job, once it has `status`."""
+
     async def there() -> dict[str, Any] | None:
-        async with aiohttp.ClientSession() as http, \
-                http.get(f"{base_url}/api/v1/jobs/{job_id}", headers=DEV) as resp:
+        async with (
+            aiohttp.ClientSession() as http,
+            http.get(f"{base_url}/api/v1/jobs/{job_id}", headers=DEV) as resp,
+        ):
             job = await resp.json()
         return job if job["status"] == status else None
 
@@ -68,8 +75,13 @@ async def reaching(base_url: str, job_id: str, status: str = "completed") -> dic
 
 async def spawn(argv: list[str], cwd: Path, env: dict[str, str] | None = None) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
-        *argv, cwd=cwd, env={**os.environ, **(env or {})}, stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+        *argv,
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
 
 
 async def finish(proc: asyncio.subprocess.Process, within: float = 60) -> tuple[int, str]:
@@ -78,7 +90,9 @@ async def finish(proc: asyncio.subprocess.Process, within: float = 60) -> tuple[
     except TimeoutError:
         proc.kill()
         out, _ = await proc.communicate()
-        raise AssertionError(f"the example did not exit within {within}s:\n{out.decode(errors='replace')}") from None
+        raise AssertionError(
+            f"the example did not exit within {within}s:\n{out.decode(errors='replace')}"
+        ) from None
     return proc.returncode, out.decode(errors="replace")
 
 
@@ -89,7 +103,8 @@ async def test_go_readme_example_enqueues_works_and_drains_on_sigint(service, da
     (tmp_path / "main.go").write_text(pointed_at(code, srv.base_url))
     (tmp_path / "go.mod").write_text(
         "module example.com/readme\n\ngo 1.23\n\nrequire github.com/queueflow/queueflow-go v0.0.0\n\n"
-        f"replace github.com/queueflow/queueflow-go => {SDKS / 'go'}\n")
+        f"replace github.com/queueflow/queueflow-go => {SDKS / 'go'}\n"
+    )
     built = await spawn(["go", "build", "-o", "example", "."], tmp_path)
     status, out = await finish(built, within=300)
     assert status == 0, out
@@ -125,14 +140,20 @@ async def test_typescript_readme_example_runs_to_completion(service, database_ur
     assert status == 0, out
     assert out.startswith("completed {"), out
     [job] = await images_jobs(srv.base_url)
-    assert (job["status"], job["result"]) == ("completed", {"resized": "https://example.com/a.png", "width": 200})
+    assert (job["status"], job["result"]) == (
+        "completed",
+        {"resized": "https://example.com/a.png", "width": 200},
+    )
 
 
 @pytest.mark.timeout(360)
 async def test_rust_example_program_enqueues_works_and_follows_events(service, database_url):
     srv = await service(database_url, mode="api")
-    env = {"QUEUEFLOW_URL": srv.base_url, "QUEUEFLOW_TOKEN": "dev",
-           "PATH": f"{Path.home() / '.cargo' / 'bin'}:{os.environ['PATH']}"}
+    env = {
+        "QUEUEFLOW_URL": srv.base_url,
+        "QUEUEFLOW_TOKEN": "dev",
+        "PATH": f"{Path.home() / '.cargo' / 'bin'}:{os.environ['PATH']}",
+    }
     proc = await spawn(["cargo", "run", "--quiet", "--example", "worker"], SDKS / "rust", env)
     status, out = await finish(proc, within=300)  # includes compiling the example
     assert status == 0, out
@@ -146,11 +167,13 @@ async def test_python_readme_client_example_runs(service, database_url, tmp_path
     srv = await service(database_url, mode="api")
     code = fenced_block(SDKS / "python" / "README.md", "## The client", "python")
     (tmp_path / "client_example.py").write_text(pointed_at(code, srv.base_url))
-    proc = await spawn([sys.executable, "client_example.py"], tmp_path, {"PYTHONPATH": str(SDKS / "python" / "src")})
+    proc = await spawn(
+        [sys.executable, "client_example.py"], tmp_path, {"PYTHONPATH": str(SDKS / "python" / "src")}
+    )
     status, out = await finish(proc)
     assert status == 0, out
     lines = out.splitlines()
-    assert lines[0].startswith("pending "), out          # the created job, read back
+    assert lines[0].startswith("pending "), out  # the created job, read back
     assert lines[-1].startswith("404 job not found"), out  # NotFound carries the error body
 
 
@@ -158,10 +181,14 @@ async def test_python_readme_worker_example_works_a_job_and_stops_on_sigterm(ser
     srv = await service(database_url, mode="api")
     code = fenced_block(SDKS / "python" / "README.md", "## The worker", "python")
     (tmp_path / "worker_example.py").write_text(pointed_at(code, srv.base_url))
-    proc = await spawn([sys.executable, "worker_example.py"], tmp_path, {"PYTHONPATH": str(SDKS / "python" / "src")})
+    proc = await spawn(
+        [sys.executable, "worker_example.py"], tmp_path, {"PYTHONPATH": str(SDKS / "python" / "src")}
+    )
     try:
-        job_id = await enqueue(srv.base_url, {"task_name": "resize-image", "payload": {"url": "u"},
-                                              "config": {"queue": "images"}})
+        job_id = await enqueue(
+            srv.base_url,
+            {"task_name": "resize-image", "payload": {"url": "u"}, "config": {"queue": "images"}},
+        )
         job = await reaching(srv.base_url, job_id)
         assert job["result"] == {"ok": True}
     finally:
@@ -179,26 +206,39 @@ async def test_rust_readme_worker_example_works_and_dead_letters(service, databa
     (tmp_path / "src" / "main.rs").write_text(pointed_at(code, srv.base_url))
     manifest = fenced_block(SDKS / "rust" / "README.md", "# QueueFlow Rust SDK (`queueflow-sdk`)", "toml")
     manifest = manifest.replace('path = "sdks/rust"', f'path = "{SDKS / "rust"}"')
-    (tmp_path / "Cargo.toml").write_text(f'[package]\nname = "readme-example"\nversion = "0.0.0"\nedition = "2021"\n\n'
-                                         f"{manifest}")
-    (tmp_path / "Cargo.lock").write_bytes((SDKS / "rust" / "Cargo.lock").read_bytes())  # the SDK's pinned versions
-    env = {"PATH": f"{Path.home() / '.cargo' / 'bin'}:{os.environ['PATH']}",
-           "CARGO_TARGET_DIR": str(SDKS / "rust" / "target")}  # reuse the SDK's compiled dependencies
+    (tmp_path / "Cargo.toml").write_text(
+        f'[package]\nname = "readme-example"\nversion = "0.0.0"\nedition = "2021"\n\n{manifest}'
+    )
+    (tmp_path / "Cargo.lock").write_bytes(
+        (SDKS / "rust" / "Cargo.lock").read_bytes()
+    )  # the SDK's pinned versions
+    env = {
+        "PATH": f"{Path.home() / '.cargo' / 'bin'}:{os.environ['PATH']}",
+        "CARGO_TARGET_DIR": str(SDKS / "rust" / "target"),
+    }  # reuse the SDK's compiled dependencies
     built = await spawn(["cargo", "build", "--quiet"], tmp_path, env)
     status, out = await finish(built, within=300)
     assert status == 0, out
 
     proc = await spawn([str(SDKS / "rust" / "target" / "debug" / "readme-example")], tmp_path)
     try:
-        resize = await enqueue(srv.base_url, {"task_name": "resize-image", "payload": {"url": "u"},
-                                              "config": {"queue": "images"}})
-        transcode = await enqueue(srv.base_url, {"task_name": "transcode", "payload": {},
-                                                 "config": {"queue": "images", "max_retries": 3}})
-        assert (await reaching(srv.base_url, resize))["result"] == {"url": "u"}  # the handler echoes its payload
+        resize = await enqueue(
+            srv.base_url,
+            {"task_name": "resize-image", "payload": {"url": "u"}, "config": {"queue": "images"}},
+        )
+        transcode = await enqueue(
+            srv.base_url,
+            {"task_name": "transcode", "payload": {}, "config": {"queue": "images", "max_retries": 3}},
+        )
+        assert (await reaching(srv.base_url, resize))["result"] == {
+            "url": "u"
+        }  # the handler echoes its payload
 
         failed = await reaching(srv.base_url, transcode, "failed")
-        assert (failed["error_message"], failed["retry_count"]) == ("codec is missing", 0)  # permanent: no retry
+        assert (failed["error_message"], failed["retry_count"]) == (
+            "codec is missing",
+            0,
+        )  # permanent: no retry
     finally:
         proc.kill()
         await proc.wait()
-

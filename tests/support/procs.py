@@ -48,12 +48,20 @@ class ServiceProcess:
             self.metrics_port = free_port()
         # extra_args come last so that a test can override any flag set here (argparse: last wins).
         self.argv = [
-            sys.executable, "-m", "shared.cli", "serve",
-            "--mode", mode,
-            "--database-url", database_url,
-            "--api-port", str(self.api_port),
-            "--metrics-port", str(self.metrics_port),
-            "--host", "127.0.0.1",
+            sys.executable,
+            "-m",
+            "shared.cli",
+            "serve",
+            "--mode",
+            mode,
+            "--database-url",
+            database_url,
+            "--api-port",
+            str(self.api_port),
+            "--metrics-port",
+            str(self.metrics_port),
+            "--host",
+            "127.0.0.1",
             *(["--dev"] if dev else []),
             *extra_args,
         ]
@@ -110,8 +118,12 @@ class ServiceProcess:
         log_fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
             self._proc = await asyncio.create_subprocess_exec(
-                *self.argv, stdin=subprocess.DEVNULL, stdout=log_fd, stderr=subprocess.STDOUT,
-                env=self.env, cwd=self.cwd,
+                *self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log_fd,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+                cwd=self.cwd,
             )
         finally:
             os.close(log_fd)  # the child has its own copy

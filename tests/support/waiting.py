@@ -19,7 +19,7 @@ def _describe(predicate: Callable[..., object]) -> str:
     return getattr(predicate, "__qualname__", repr(predicate))
 
 
-async def eventually(  # noqa: ASYNC109 - the deadline is this helper's whole purpose
+async def eventually(
     predicate: Callable[[], T | Awaitable[T]],
     timeout: float = 10.0,
     interval: float = 0.02,

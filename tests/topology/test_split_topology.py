@@ -76,9 +76,20 @@ KILL_AFTER_COMPLETED = 80
 REMOTE_LEASE_SECS = 5
 
 # A retry runs at once (fixed backoff, no delay, no jitter); the timeout bounds the lease.
-JOB_CONFIG = {"timeout": 2, "max_retries": 3, "retry_backoff": "fixed", "retry_delay_secs": 0, "jitter_factor": 0.0}
-STEP_CONFIG = {"timeout_secs": 2, "max_retries": 3, "retry_backoff": "fixed", "retry_delay_secs": 0,
-               "jitter_factor": 0.0}
+JOB_CONFIG = {
+    "timeout": 2,
+    "max_retries": 3,
+    "retry_backoff": "fixed",
+    "retry_delay_secs": 0,
+    "jitter_factor": 0.0,
+}
+STEP_CONFIG = {
+    "timeout_secs": 2,
+    "max_retries": 3,
+    "retry_backoff": "fixed",
+    "retry_delay_secs": 0,
+    "jitter_factor": 0.0,
+}
 TIMEOUT_MARKER = "must-time-out"
 
 ServiceFactory = Callable[..., Awaitable[ServiceProcess]]
@@ -92,8 +103,12 @@ def manifest_pool_flags(mode: str) -> list[str]:
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     assert container["args"] == ["serve", "--mode", mode], container["args"]
     env = {e["name"]: str(e["value"]) for e in container.get("env", []) if "value" in e}
-    return ["--max-db-connections", env["QUEUEFLOW_MAX_DB_CONNECTIONS"],
-            "--min-db-connections", env["QUEUEFLOW_MIN_DB_CONNECTIONS"]]
+    return [
+        "--max-db-connections",
+        env["QUEUEFLOW_MAX_DB_CONNECTIONS"],
+        "--min-db-connections",
+        env["QUEUEFLOW_MIN_DB_CONNECTIONS"],
+    ]
 
 
 # Every completion of a job or a step and every settlement of a workflow, as it commits.
@@ -142,8 +157,13 @@ class Topology:
         self.killed: list[ServiceProcess] = []
 
     async def start(self, mode: str) -> ServiceProcess:
-        proc = await self.launch(self.database_url, mode=mode, dev=False, start=False,
-                                 extra_args=[*COMMON_FLAGS, *manifest_pool_flags(mode), *SERVICE_FLAGS[mode]])
+        proc = await self.launch(
+            self.database_url,
+            mode=mode,
+            dev=False,
+            start=False,
+            extra_args=[*COMMON_FLAGS, *manifest_pool_flags(mode), *SERVICE_FLAGS[mode]],
+        )
         # Seven interpreters importing at once on two cores: allow more than the default 30 s.
         await proc.start(ready_within=90)
         self.live[mode].append(proc)
@@ -176,8 +196,15 @@ class ApiClient:
         self.refused = 0
         self.uncertain = 0
 
-    async def call(self, method: str, path: str, body: Any, headers: dict[str, str], *,
-                   on_uncertain: bool | Callable[[], Awaitable[Reply | None]] = True) -> Reply:
+    async def call(
+        self,
+        method: str,
+        path: str,
+        body: Any,
+        headers: dict[str, str],
+        *,
+        on_uncertain: bool | Callable[[], Awaitable[Reply | None]] = True,
+    ) -> Reply:
         """`on_uncertain`: True retries, False raises UncertainOutcome, a callable says whether the
         request was applied after all (its reply) or not (None: retry)."""
         loop = asyncio.get_running_loop()
@@ -209,13 +236,22 @@ def diamond(marker: str, fan_out: bool) -> dict[str, Any]:
     """a -> (b, c) -> d, all echo; with fan_out, b runs once per element of the context's items."""
 
     def step(name: str, deps: list[str], **extra: Any) -> dict[str, Any]:
-        return {"name": name, "task_name": "echo", "depends_on": deps, "payload": {"step": name},
-                "config": STEP_CONFIG, **extra}
+        return {
+            "name": name,
+            "task_name": "echo",
+            "depends_on": deps,
+            "payload": {"step": name},
+            "config": STEP_CONFIG,
+            **extra,
+        }
 
     b = step("b", ["a"], fan_out={"path": "items"}) if fan_out else step("b", ["a"])
-    return {"name": f"diamond-{marker}", "steps": [step("a", []), b, step("c", ["a"]), step("d", ["b", "c"])],
-            "context": {"items": list(range(FAN_OUT_ITEMS))} if fan_out else {},
-            "metadata": {"marker": marker, "fan_out": fan_out}}
+    return {
+        "name": f"diamond-{marker}",
+        "steps": [step("a", []), b, step("c", ["a"]), step("d", ["b", "c"])],
+        "context": {"items": list(range(FAN_OUT_ITEMS))} if fan_out else {},
+        "metadata": {"marker": marker, "fan_out": fan_out},
+    }
 
 
 class Load:
@@ -248,37 +284,74 @@ class Load:
         async def created_after_all() -> Reply | None:
             self.ambiguous.add(marker)
             wf_id = await self.db.fetchval(
-                "SELECT id FROM queueflow.workflows WHERE tenant_id = $1 AND metadata->>'marker' = $2", TENANT, marker)
+                "SELECT id FROM queueflow.workflows WHERE tenant_id = $1 AND metadata->>'marker' = $2",
+                TENANT,
+                marker,
+            )
             return None if wf_id is None else (201, {"workflow_id": wf_id})
 
-        status, reply = await self.client.call("POST", "/api/v1/workflows", definition, TENANT_AUTH,
-                                               on_uncertain=created_after_all)
+        status, reply = await self.client.call(
+            "POST", "/api/v1/workflows", definition, TENANT_AUTH, on_uncertain=created_after_all
+        )
         assert status == 201, (status, reply)
         return str(reply["workflow_id"])
 
     async def outstanding(self) -> int:
-        return int(await self.db.fetchval(
-            "SELECT count(*) FROM queueflow.jobs WHERE queue_name = $1 AND workflow_id IS NULL"
-            " AND status IN ('pending', 'retrying', 'running')", QUEUE))
+        return int(
+            await self.db.fetchval(
+                "SELECT count(*) FROM queueflow.jobs WHERE queue_name = $1 AND workflow_id IS NULL"
+                " AND status IN ('pending', 'retrying', 'running')",
+                QUEUE,
+            )
+        )
 
     async def produce(self) -> None:
-        fail = [{"task_name": "fail", "payload": {"permanent": True, "message": "intended"}, "config": JOB_CONFIG,
-                 "idempotency_key": f"fail-{i}"} for i in range(INTENDED_FAILURES)]
+        fail = [
+            {
+                "task_name": "fail",
+                "payload": {"permanent": True, "message": "intended"},
+                "config": JOB_CONFIG,
+                "idempotency_key": f"fail-{i}",
+            }
+            for i in range(INTENDED_FAILURES)
+        ]
         self.intended_failures = set(await self.enqueue(fail))
         for wave in range(WAVES):
-            await eventually(lambda: self.outstanding_below(MAX_OUTSTANDING), timeout=90, interval=0.05,
-                             message="the in-process worker keeps up with the producer")
+            await eventually(
+                lambda: self.outstanding_below(MAX_OUTSTANDING),
+                timeout=90,
+                interval=0.05,
+                message="the in-process worker keeps up with the producer",
+            )
             jobs: list[dict[str, Any]] = []
             for i in range(ECHO_PER_WAVE + SLEEP_PER_WAVE):
                 if i % 10 == 5 and i // 10 < SLEEP_PER_WAVE:
-                    jobs.append({"task_name": "sleep", "payload": {"duration": 0.2}, "config": JOB_CONFIG,
-                                 "idempotency_key": f"sleep-{wave}-{i}"})
+                    jobs.append(
+                        {
+                            "task_name": "sleep",
+                            "payload": {"duration": 0.2},
+                            "config": JOB_CONFIG,
+                            "idempotency_key": f"sleep-{wave}-{i}",
+                        }
+                    )
                 else:
-                    jobs.append({"task_name": "echo", "payload": {"wave": wave, "i": i}, "config": JOB_CONFIG,
-                                 "idempotency_key": f"echo-{wave}-{i}"})
-            jobs += [{"task_name": "remote-echo", "payload": {"n": f"{wave}-{i}"},
-                      "config": {**JOB_CONFIG, "queue": REMOTE_QUEUE}, "idempotency_key": f"remote-{wave}-{i}"}
-                     for i in range(REMOTE_PER_WAVE)]
+                    jobs.append(
+                        {
+                            "task_name": "echo",
+                            "payload": {"wave": wave, "i": i},
+                            "config": JOB_CONFIG,
+                            "idempotency_key": f"echo-{wave}-{i}",
+                        }
+                    )
+            jobs += [
+                {
+                    "task_name": "remote-echo",
+                    "payload": {"n": f"{wave}-{i}"},
+                    "config": {**JOB_CONFIG, "queue": REMOTE_QUEUE},
+                    "idempotency_key": f"remote-{wave}-{i}",
+                }
+                for i in range(REMOTE_PER_WAVE)
+            ]
             await self.enqueue(jobs)
             creates = []
             for k in range(WORKFLOWS_PER_WAVE):
@@ -299,30 +372,42 @@ class Load:
         while not self.stop.is_set():
             try:
                 status, reply = await self.client.call(
-                    "POST", f"/api/v1/queues/{REMOTE_QUEUE}/lease",
-                    {"max_jobs": 4, "lease_secs": REMOTE_LEASE_SECS, "wait_secs": 1}, WORKER_AUTH,
-                    on_uncertain=False)
+                    "POST",
+                    f"/api/v1/queues/{REMOTE_QUEUE}/lease",
+                    {"max_jobs": 4, "lease_secs": REMOTE_LEASE_SECS, "wait_secs": 1},
+                    WORKER_AUTH,
+                    on_uncertain=False,
+                )
             except UncertainOutcome:
                 self.lost_leases += 1  # a claim may have committed: the janitor reclaims it
                 continue
             assert status == 200, (status, reply)
-            await asyncio.gather(*(self.work(leased["job"], leased["lease_token"]) for leased in reply["jobs"]))
+            await asyncio.gather(
+                *(self.work(leased["job"], leased["lease_token"]) for leased in reply["jobs"])
+            )
 
     async def work(self, job: dict[str, Any], token: str) -> None:
         job_id = job["id"]
         self.received[job_id] += 1
         assert job["queue_name"] == REMOTE_QUEUE and job["task_name"] == "remote-echo", job
         # Heartbeats and completions are idempotent for the lease holder: retried on another api.
-        status, reply = await self.client.call("POST", f"/api/v1/jobs/{job_id}/heartbeat",
-                                               {"lease_token": token, "extend_secs": REMOTE_LEASE_SECS}, WORKER_AUTH)
+        status, reply = await self.client.call(
+            "POST",
+            f"/api/v1/jobs/{job_id}/heartbeat",
+            {"lease_token": token, "extend_secs": REMOTE_LEASE_SECS},
+            WORKER_AUTH,
+        )
         if status == 409:
             self.conflicts.append(f"heartbeat {job_id}: {reply}")
             return
         assert status == 200 and reply == {"status": "running"}, (status, reply)
         await asyncio.sleep(0.02)  # the "work"
-        status, reply = await self.client.call("POST", f"/api/v1/jobs/{job_id}/complete",
-                                               {"lease_token": token, "result": {"by": "remote", **job["payload"]}},
-                                               WORKER_AUTH)
+        status, reply = await self.client.call(
+            "POST",
+            f"/api/v1/jobs/{job_id}/complete",
+            {"lease_token": token, "result": {"by": "remote", **job["payload"]}},
+            WORKER_AUTH,
+        )
         if status == 409:
             self.conflicts.append(f"complete {job_id}: {reply}")
             return
@@ -367,7 +452,9 @@ async def test_split_topology_survives_crashes_under_load(database_url: str, ser
         background: list[asyncio.Task[None]] = []
         try:
             background.append(asyncio.create_task(load.produce(), name="producer"))
-            background += [asyncio.create_task(load.remote_worker(), name=f"remote-worker-{i}") for i in range(3)]
+            background += [
+                asyncio.create_task(load.remote_worker(), name=f"remote-worker-{i}") for i in range(3)
+            ]
 
             # -- the crash: one replica of every service at once, the worker with jobs in flight -------
             async def busy() -> bool:
@@ -376,25 +463,47 @@ async def test_split_topology_survives_crashes_under_load(database_url: str, ser
                     """SELECT count(*) FILTER (WHERE status = 'completed' AND workflow_id IS NULL) AS done,
                               count(*) FILTER (WHERE status = 'running' AND task_name = 'sleep'
                                                AND started_at > now() - interval '100 milliseconds') AS fresh_sleeps
-                       FROM queueflow.jobs WHERE queue_name = $1""", QUEUE)
-                live = await db.fetchval("SELECT count(*) FROM queueflow.workflows WHERE status IN ('created', 'running')")
+                       FROM queueflow.jobs WHERE queue_name = $1""",
+                    QUEUE,
+                )
+                live = await db.fetchval(
+                    "SELECT count(*) FROM queueflow.workflows WHERE status IN ('created', 'running')"
+                )
                 return row["done"] >= KILL_AFTER_COMPLETED and row["fresh_sleeps"] > 0 and live > 0
 
-            await eventually(busy, timeout=60, interval=0.05, message="load built up: jobs done, a sleep job running")
+            await eventually(
+                busy, timeout=60, interval=0.05, message="load built up: jobs done, a sleep job running"
+            )
             timings["load_built"] = loop.time() - began
             await asyncio.gather(*(topology.crash(mode) for mode in ("worker", "api", "janitor", "workflow")))
             # Only the in-process worker leases from QUEUE: what it held is running there now, and
             # can only be finished by a reclaim and a second delivery (or by a completion the dead
             # worker had already sent).
-            orphans = {str(r["id"]) for r in await db.fetch(
-                "SELECT id FROM queueflow.jobs WHERE queue_name = $1 AND status = 'running'", QUEUE)}
+            orphans = {
+                str(r["id"])
+                for r in await db.fetch(
+                    "SELECT id FROM queueflow.jobs WHERE queue_name = $1 AND status = 'running'", QUEUE
+                )
+            }
             assert orphans, "the worker was killed with jobs in flight"
 
             # A workflow that must time out while the first janitor is dead: the other one fails it.
-            timeout_wf = await load.create_workflow(TIMEOUT_MARKER, {
-                "name": TIMEOUT_MARKER, "timeout_secs": 1, "metadata": {"marker": TIMEOUT_MARKER},
-                "steps": [{"name": "slow", "task_name": "sleep", "payload": {"duration": 30},
-                           "config": {"timeout_secs": 60, "max_retries": 0}}]})
+            timeout_wf = await load.create_workflow(
+                TIMEOUT_MARKER,
+                {
+                    "name": TIMEOUT_MARKER,
+                    "timeout_secs": 1,
+                    "metadata": {"marker": TIMEOUT_MARKER},
+                    "steps": [
+                        {
+                            "name": "slow",
+                            "task_name": "sleep",
+                            "payload": {"duration": 30},
+                            "config": {"timeout_secs": 60, "max_retries": 0},
+                        }
+                    ],
+                },
+            )
 
             await asyncio.gather(*(topology.start(mode) for mode in ("worker", "api", "janitor", "workflow")))
             timings["replaced"] = loop.time() - began
@@ -407,11 +516,14 @@ async def test_split_topology_survives_crashes_under_load(database_url: str, ser
                 row = await db.fetchrow(
                     """SELECT (SELECT count(*) FROM queueflow.jobs WHERE status IN ('pending', 'retrying', 'running')) AS jobs,
                               (SELECT count(*) FROM queueflow.workflows WHERE status IN ('created', 'running')) AS workflows,
-                              (SELECT count(*) FROM queueflow.workflow_outbox) AS outbox""")
+                              (SELECT count(*) FROM queueflow.workflow_outbox) AS outbox"""
+                )
                 assert dict(row) == {"jobs": 0, "workflows": 0, "outbox": 0}, dict(row)
                 return True
 
-            await eventually(settled, timeout=120, interval=0.2, message="every job, workflow and outbox row settled")
+            await eventually(
+                settled, timeout=120, interval=0.2, message="every job, workflow and outbox row settled"
+            )
             timings["settled"] = loop.time() - began
             load.stop.set()
             await asyncio.gather(*background)
@@ -428,13 +540,18 @@ async def test_split_topology_survives_crashes_under_load(database_url: str, ser
     # Nothing but the killed replicas died, and every survivor drains on SIGTERM and exits 0.
     survivors = topology.processes()
     assert len(survivors) == sum(REPLICAS.values())
-    assert all(p.returncode is None for p in survivors), [p.describe() for p in survivors if p.returncode is not None]
+    assert all(p.returncode is None for p in survivors), [
+        p.describe() for p in survivors if p.returncode is not None
+    ]
     codes = await asyncio.gather(*(stop(p) for p in survivors))
     assert {(p.mode, p.api_port): c for p, c in zip(survivors, codes, strict=True) if c != 0} == {}, (
-        "None: ignored SIGTERM")
+        "None: ignored SIGTERM"
+    )
     timings["stopped"] = loop.time() - began
-    print(f"split topology: {timings}; orphans {len(orphans)}, api failovers: refused {load.client.refused}, "
-          f"uncertain {load.client.uncertain}, lost leases {load.lost_leases}, ambiguous creates {len(load.ambiguous)}")
+    print(
+        f"split topology: {timings}; orphans {len(orphans)}, api failovers: refused {load.client.refused}, "
+        f"uncertain {load.client.uncertain}, lost leases {load.lost_leases}, ambiguous creates {len(load.ambiguous)}"
+    )
 
 
 async def check_outcome(db: asyncpg.Pool, load: Load, orphans: set[str], timeout_wf: str) -> None:
@@ -442,19 +559,25 @@ async def check_outcome(db: asyncpg.Pool, load: Load, orphans: set[str], timeout
     workflows = {r["id"]: r for r in await db.fetch("SELECT * FROM queueflow.workflows")}
     steps = await db.fetch("SELECT * FROM queueflow.workflow_steps")
     dead = await db.fetch("SELECT * FROM queueflow.dead_letters")
-    audit = Counter((r["kind"], r["key"]) for r in await db.fetch("SELECT kind, key FROM public.topology_audit"))
+    audit = Counter(
+        (r["kind"], r["key"]) for r in await db.fetch("SELECT kind, key FROM public.topology_audit")
+    )
 
     # Nothing lost, nothing enqueued twice: one job per idempotency key, and every key is there.
     standalone = [j for j in jobs.values() if j["workflow_id"] is None]
     keys = Counter(j["idempotency_key"] for j in standalone)
     assert set(keys) == load.expected_keys and max(keys.values()) == 1
-    assert len(load.expected_keys) == INTENDED_FAILURES + WAVES * (ECHO_PER_WAVE + SLEEP_PER_WAVE + REMOTE_PER_WAVE)
+    assert len(load.expected_keys) == INTENDED_FAILURES + WAVES * (
+        ECHO_PER_WAVE + SLEEP_PER_WAVE + REMOTE_PER_WAVE
+    )
 
     # Every job ended as intended; the only dead letters are the intended ones.
     timeout_jobs = {i for i, j in jobs.items() if j["workflow_id"] == timeout_wf}
     ended = {i: j["status"] for i, j in jobs.items()}
-    expected = {i: "failed" if i in load.intended_failures else "cancelled" if i in timeout_jobs else "completed"
-                for i in jobs}
+    expected = {
+        i: "failed" if i in load.intended_failures else "cancelled" if i in timeout_jobs else "completed"
+        for i in jobs
+    }
     assert ended == expected, {i: (ended[i], expected[i]) for i in jobs if ended[i] != expected[i]}
     assert {str(d["job_id"]) for d in dead} == load.intended_failures
     assert {d["reason"] for d in dead} == {"non_retryable"}
@@ -509,11 +632,15 @@ async def check_outcome(db: asyncpg.Pool, load: Load, orphans: set[str], timeout
             assert steps_of[wf_id]["slow"]["status"] == "cancelled"
             continue
         fan_out = wf["metadata"]["fan_out"]
-        assert wf["metadata"]["marker"] in (load.fan_out_markers if fan_out else load.markers - load.fan_out_markers)
+        assert wf["metadata"]["marker"] in (
+            load.fan_out_markers if fan_out else load.markers - load.fan_out_markers
+        )
         assert set(steps_of[wf_id]) == {"a", "b", "c", "d"}
         for name, s in steps_of[wf_id].items():
             assert (s["status"], s["attempt"]) == ("completed", 1), dict(s)
-            assert step_completions.get(f"{wf_id}/{name}") == 1, f"{wf_id}/{name} completed {step_completions}"
+            assert step_completions.get(f"{wf_id}/{name}") == 1, (
+                f"{wf_id}/{name} completed {step_completions}"
+            )
         b = steps_of[wf_id]["b"]
         if fan_out:
             assert (b["fan_total"], b["fan_completed"], b["fan_failed"]) == (FAN_OUT_ITEMS, FAN_OUT_ITEMS, 0)
@@ -529,8 +656,6 @@ async def check_outcome(db: asyncpg.Pool, load: Load, orphans: set[str], timeout
         assert set(per_slot) == want and set(per_slot.values()) == {1}, (wf_id, per_slot)
         assert {j["step_attempt"] for j in mine} == {1}
     assert len(step_completions) == 4 * (len(workflows) - 1)
-
-
 
 
 # A regression test: on Python 3.11, asyncio.wait_for could swallow the cancellation of a waiter
@@ -549,21 +674,30 @@ async def test_exits_on_sigterm(database_url: str, service: ServiceFactory, mode
                                                delivery_count)
                    VALUES (gen_random_uuid(), 'q', 't', '{"max_retries": 3}', 'running', now() - interval '1 minute',
                            gen_random_uuid(), 1)
-                   RETURNING id""")
+                   RETURNING id"""
+            )
             extra = ["--janitor-interval-secs", "0.2"]
 
             async def worked() -> bool:
-                return await db.fetchval("SELECT status FROM queueflow.jobs WHERE id = $1", job_id) == "retrying"
+                return (
+                    await db.fetchval("SELECT status FROM queueflow.jobs WHERE id = $1", job_id) == "retrying"
+                )
         else:
             # An outbox row for a workflow that does not exist: a consumer takes and deletes it.
-            await db.execute("INSERT INTO queueflow.workflow_outbox (workflow_id, kind) VALUES ('missing', 'heal')")
+            await db.execute(
+                "INSERT INTO queueflow.workflow_outbox (workflow_id, kind) VALUES ('missing', 'heal')"
+            )
             extra = ["--worker-poll-secs", "60"]
 
             async def worked() -> bool:
                 return await db.fetchval("SELECT count(*) FROM queueflow.workflow_outbox") == 0
 
-        proc = await service(database_url, mode=mode, dev=False,
-                             extra_args=["--auto-migrate", "false", "--shutdown-grace-secs", "2", *extra])
+        proc = await service(
+            database_url,
+            mode=mode,
+            dev=False,
+            extra_args=["--auto-migrate", "false", "--shutdown-grace-secs", "2", *extra],
+        )
         await eventually(worked, timeout=20, interval=0.05)
     finally:
         await db.close()

@@ -16,8 +16,11 @@ SECRET = "jwt-secret-for-tests-0123456789abcdef"
 
 
 def strict(**overrides) -> Authenticator:
-    base = {"worker_token": "w-token", "api_keys": parse_api_keys("k-acme:acme,k-ro:acme:ro"),
-            "jwt_secret": SECRET}
+    base = {
+        "worker_token": "w-token",
+        "api_keys": parse_api_keys("k-acme:acme,k-ro:acme:ro"),
+        "jwt_secret": SECRET,
+    }
     return Authenticator(Settings(database_url="postgresql://x/y", **{**base, **overrides}))
 
 
@@ -34,10 +37,18 @@ def token_for(sub: str | None = "globex", exp_in: float | None = 300, key: str =
     return jwt.encode(body, key, algorithm="HS256")
 
 
-@pytest.mark.parametrize(("header", "token"), [
-    ("Bearer abc", "abc"), ("Bearer   abc  ", "abc"), ("Bearer ", None), ("Basic abc", None), (None, None),
-    ("", None), ("abc", None),
-])
+@pytest.mark.parametrize(
+    ("header", "token"),
+    [
+        ("Bearer abc", "abc"),
+        ("Bearer   abc  ", "abc"),
+        ("Bearer ", None),
+        ("Basic abc", None),
+        (None, None),
+        ("", None),
+        ("abc", None),
+    ],
+)
 def test_bearer_token_extraction(header, token):
     assert bearer_token(header) == token
 
@@ -55,15 +66,19 @@ def test_a_jwt_sub_is_the_tenant_and_scope_read_is_read_only():
     assert auth.tenant(bearer(token_for("globex", scope="read"))).read_only
 
 
-@pytest.mark.parametrize("token", [
-    token_for(exp_in=-3600),                 # expired
-    token_for(exp_in=None),                  # no exp
-    token_for(sub=None),                     # no sub
-    token_for(key="another-secret-another-secret-123"),  # forged
-    jwt.encode({"sub": "x", "exp": int(time.time()) + 60}, key=None, algorithm="none"),
-    "not.a.jwt",
-    "garbage",
-], ids=["expired", "no-exp", "no-sub", "forged", "alg-none", "not-a-jwt", "garbage"])
+@pytest.mark.parametrize(
+    "token",
+    [
+        token_for(exp_in=-3600),  # expired
+        token_for(exp_in=None),  # no exp
+        token_for(sub=None),  # no sub
+        token_for(key="another-secret-another-secret-123"),  # forged
+        jwt.encode({"sub": "x", "exp": int(time.time()) + 60}, key=None, algorithm="none"),
+        "not.a.jwt",
+        "garbage",
+    ],
+    ids=["expired", "no-exp", "no-sub", "forged", "alg-none", "not-a-jwt", "garbage"],
+)
 def test_an_invalid_tenant_token_is_401(token):
     with pytest.raises(Unauthorized):
         strict().tenant(bearer(token))

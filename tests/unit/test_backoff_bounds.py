@@ -17,11 +17,14 @@ def test_the_documented_default_retries_wait_about_one_two_and_four_minutes():
     assert [backoff_bounds(config, a) for a in range(3)] == [(54, 66), (108, 132), (216, 264)]
 
 
-@pytest.mark.parametrize(("strategy", "delays"), [
-    ("fixed", [60, 60, 60, 60]),
-    ("linear", [60, 120, 180, 240]),
-    ("exponential", [60, 120, 240, 480]),
-])
+@pytest.mark.parametrize(
+    ("strategy", "delays"),
+    [
+        ("fixed", [60, 60, 60, 60]),
+        ("linear", [60, 120, 180, 240]),
+        ("exponential", [60, 120, 240, 480]),
+    ],
+)
 def test_strategies_without_jitter(strategy, delays):
     config = cfg(retry_backoff=strategy, jitter_factor=0.0)
     assert [backoff_bounds(config, a) for a in range(4)] == [(d, d) for d in delays]
@@ -29,7 +32,9 @@ def test_strategies_without_jitter(strategy, delays):
 
 def test_every_strategy_is_capped():
     for strategy in ("fixed", "linear", "exponential"):
-        config = cfg(retry_backoff=strategy, retry_delay_secs=100, retry_max_delay_secs=150, jitter_factor=0.0)
+        config = cfg(
+            retry_backoff=strategy, retry_delay_secs=100, retry_max_delay_secs=150, jitter_factor=0.0
+        )
         expected = (100, 100) if strategy == "fixed" else (150, 150)
         assert backoff_bounds(config, 10) == expected
 
@@ -69,6 +74,13 @@ def test_a_zero_base_means_an_immediate_retry():
 def test_bounds_are_ordered_non_negative_and_within_the_cap(strategy, jitter):
     for base, cap in [(1, 1), (5, 3), (60, 3600), (3600, 60), (0, 0)]:
         for attempt in range(0, 70, 7):
-            low, high = backoff_bounds(cfg(retry_backoff=strategy, retry_delay_secs=base,
-                                           retry_max_delay_secs=cap, jitter_factor=jitter), attempt)
+            low, high = backoff_bounds(
+                cfg(
+                    retry_backoff=strategy,
+                    retry_delay_secs=base,
+                    retry_max_delay_secs=cap,
+                    jitter_factor=jitter,
+                ),
+                attempt,
+            )
             assert 0 <= low <= high <= cap

@@ -37,7 +37,13 @@ def test_a_malformed_api_key_entry_is_a_startup_error(raw):
 
 def test_defaults_follow_the_upstream_flags():
     s = settings("--database-url", DB)
-    assert (s.mode, s.api_port, s.metrics_port, s.workers, s.default_queue) == ("all", 8000, 9090, 10, "default")
+    assert (s.mode, s.api_port, s.metrics_port, s.workers, s.default_queue) == (
+        "all",
+        8000,
+        9090,
+        10,
+        "default",
+    )
     assert (s.lease_secs, s.lease_grace_secs, s.worker_poll_secs) == (30, 30, 5.0)
     assert (s.janitor_batch, s.reclaim_lease_secs, s.max_batch) == (100, 60, 1000)
     assert s.retention_hours is None and s.retention_interval_secs == 3600.0
@@ -46,9 +52,16 @@ def test_defaults_follow_the_upstream_flags():
 
 
 def test_environment_variables_are_read_and_flags_win_over_them():
-    env = {"DATABASE_URL": DB, "QUEUEFLOW_API_PORT": "8100", "QUEUEFLOW_WORKERS": "4",
-           "QUEUEFLOW_QUEUES": "a, b,,c", "QUEUEFLOW_DEV": "1", "QUEUEFLOW_AUTO_MIGRATE": "false",
-           "QUEUEFLOW_RETENTION_HOURS": "48", "QUEUEFLOW_MODE": "worker"}
+    env = {
+        "DATABASE_URL": DB,
+        "QUEUEFLOW_API_PORT": "8100",
+        "QUEUEFLOW_WORKERS": "4",
+        "QUEUEFLOW_QUEUES": "a, b,,c",
+        "QUEUEFLOW_DEV": "1",
+        "QUEUEFLOW_AUTO_MIGRATE": "false",
+        "QUEUEFLOW_RETENTION_HOURS": "48",
+        "QUEUEFLOW_MODE": "worker",
+    }
     s = settings(env=env)
     assert (s.database_url, s.api_port, s.workers, s.queues) == (DB, 8100, 4, ("a", "b", "c"))
     assert (s.dev, s.auto_migrate, s.retention_hours, s.mode) == (True, False, 48.0, "worker")
@@ -79,23 +92,29 @@ def test_api_modes_refuse_to_start_without_credentials(mode):
     assert "--worker-token" in str(err.value) and "--api-keys" in str(err.value)
 
 
-@pytest.mark.parametrize("flags", [
-    ("--worker-token", "w"),
-    ("--api-keys", "k:acme"),
-    ("--jwt-secret", "s"),
-])
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ("--worker-token", "w"),
+        ("--api-keys", "k:acme"),
+        ("--jwt-secret", "s"),
+    ],
+)
 def test_one_credential_class_alone_is_not_enough(flags):
     with pytest.raises(ConfigError):
         settings("--database-url", DB, "--mode", "api", *flags).check_credentials()
 
 
-@pytest.mark.parametrize("flags", [
-    ("--worker-token", "w", "--api-keys", "k:acme"),
-    ("--worker-token", "w", "--jwt-secret", "s"),
-    ("--dev",),
-    ("--mode", "worker"),
-    ("--mode", "janitor"),
-])
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ("--worker-token", "w", "--api-keys", "k:acme"),
+        ("--worker-token", "w", "--jwt-secret", "s"),
+        ("--dev",),
+        ("--mode", "worker"),
+        ("--mode", "janitor"),
+    ],
+)
 def test_configured_dev_or_api_less_processes_start(flags):
     settings("--database-url", DB, *flags).check_credentials()
 

@@ -22,7 +22,9 @@ WorkerAppFactory = Callable[..., Awaitable[TestClient]]
 async def worker_app(database_url: str) -> AsyncIterator[WorkerAppFactory]:
     clients: list[TestClient] = []
 
-    async def make(registry: Registry | None = None, *, janitor: bool = False, **overrides: Any) -> TestClient:
+    async def make(
+        registry: Registry | None = None, *, janitor: bool = False, **overrides: Any
+    ) -> TestClient:
         overrides.setdefault("dev", True)
         settings = Settings(database_url=database_url, mode="api", **overrides)
         res, app, _ = build_apps(settings)

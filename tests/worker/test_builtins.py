@@ -22,10 +22,13 @@ async def test_echo_returns_its_payload_marked_echoed(api):
     assert "error_message" not in job
 
 
-@pytest.mark.parametrize(("task", "payload", "result"), [
-    ("log", {"message": "hi"}, {"logged": True}),
-    ("sleep", {"duration": 0.01}, {"slept": 0.01}),
-])
+@pytest.mark.parametrize(
+    ("task", "payload", "result"),
+    [
+        ("log", {"message": "hi"}, {"logged": True}),
+        ("sleep", {"duration": 0.01}, {"slept": 0.01}),
+    ],
+)
 async def test_log_and_sleep_complete_with_their_results(api, task, payload, result):
     client = await api(mode="all")
     job = await finished(client, await create_job(client, task, payload))
@@ -57,8 +60,9 @@ async def test_fail_with_permanent_true_is_dead_lettered_without_retrying(api, d
 async def test_a_retryable_in_process_failure_waits_out_its_backoff(api, db):
     client = await api(mode="all")
     before = await db.fetchval("SELECT now()")
-    job_id = await create_job(client, "fail", max_retries=3, retry_backoff="fixed", retry_delay_secs=600,
-                              jitter_factor=0.0)
+    job_id = await create_job(
+        client, "fail", max_retries=3, retry_backoff="fixed", retry_delay_secs=600, jitter_factor=0.0
+    )
     job = await reaches(client, job_id, "retrying")
     assert job["retry_count"] == 1
     assert ts(job["scheduled_at"]) >= before + timedelta(seconds=600)

@@ -106,13 +106,19 @@ async def test_failures_are_classified_by_the_exception(worker_app, db):
         return [1, 2]
 
     registry = default_registry()
-    for name, fn in [("permanent", permanent), ("flagged", flagged), ("transient", transient),
-                     ("wrong_type", wrong_type)]:
+    for name, fn in [
+        ("permanent", permanent),
+        ("flagged", flagged),
+        ("transient", transient),
+        ("wrong_type", wrong_type),
+    ]:
         registry.register(name, fn)
     client = await worker_app(registry)
 
-    ids = {name: await create_job(client, name, max_retries=2) for name in
-           ("permanent", "flagged", "transient", "wrong_type")}
+    ids = {
+        name: await create_job(client, name, max_retries=2)
+        for name in ("permanent", "flagged", "transient", "wrong_type")
+    }
 
     for name in ("permanent", "flagged", "wrong_type"):
         job = await finished(client, ids[name])
@@ -200,4 +206,8 @@ async def test_an_async_callable_object_is_awaited_as_a_handler(worker_app):
     registry.register("resize", Resize())
     client = await worker_app(registry)
     job = await finished(client, await create_job(client, "resize", {"name": "a.png"}))
-    assert (job["status"], job.get("result"), job.get("error_message")) == ("completed", {"resized": "a.png"}, None)
+    assert (job["status"], job.get("result"), job.get("error_message")) == (
+        "completed",
+        {"resized": "a.png"},
+        None,
+    )

@@ -42,12 +42,18 @@ async def _rejected(client, body, prefix: str | None = "invalid workflow: ") -> 
 
 async def test_cycle_is_rejected_naming_its_steps_sorted_and_nothing_is_stored(api):
     client = await api()
-    error = await _rejected(client, {"name": "cyclic", "steps": [
-        step("root"),
-        step("c", after=["b"]),
-        step("a", after=["root", "c"]),
-        step("b", after=["a"]),
-    ]})
+    error = await _rejected(
+        client,
+        {
+            "name": "cyclic",
+            "steps": [
+                step("root"),
+                step("c", after=["b"]),
+                step("a", after=["root", "c"]),
+                step("b", after=["a"]),
+            ],
+        },
+    )
     assert error == "invalid workflow: workflow has a dependency cycle involving: a, b, c"
 
 
@@ -57,11 +63,14 @@ async def test_self_dependency_is_a_cycle(api):
     assert error == "invalid workflow: workflow has a dependency cycle involving: a"
 
 
-@pytest.mark.parametrize(("steps_", "message"), [
-    ([], "a workflow needs at least one step"),
-    ([step("a"), step("a")], "duplicate step name: a"),
-    ([step("a"), step("b", after=["zzz"])], "step 'b' depends on unknown step 'zzz'"),
-])
+@pytest.mark.parametrize(
+    ("steps_", "message"),
+    [
+        ([], "a workflow needs at least one step"),
+        ([step("a"), step("a")], "duplicate step name: a"),
+        ([step("a"), step("b", after=["zzz"])], "step 'b' depends on unknown step 'zzz'"),
+    ],
+)
 async def test_structural_errors_are_400_invalid_workflow(api, steps_, message):
     client = await api()
     error = await _rejected(client, {"name": "bad", "steps": steps_})
@@ -75,14 +84,17 @@ async def test_a_step_needs_exactly_one_of_task_name_and_workflow(api):
     await _rejected(client, {"name": "both", "steps": [step("a", "echo", workflow=child)]})
 
 
-@pytest.mark.parametrize("when", [
-    {"path": "x", "op": "eq"},                              # eq needs a value
-    {"path": "x", "value": 1, "all": [{"path": "y"}]},      # two shapes at once
-    {"op": "eq", "value": 1},                               # no shape at all
-    {"path": "x", "op": "in", "value": 3},                  # in needs a list
-    {"all": [{"path": "x", "op": "gt"}]},                   # a malformed member
-    {"not": {"path": ""}},                                  # empty path
-])
+@pytest.mark.parametrize(
+    "when",
+    [
+        {"path": "x", "op": "eq"},  # eq needs a value
+        {"path": "x", "value": 1, "all": [{"path": "y"}]},  # two shapes at once
+        {"op": "eq", "value": 1},  # no shape at all
+        {"path": "x", "op": "in", "value": 3},  # in needs a list
+        {"all": [{"path": "x", "op": "gt"}]},  # a malformed member
+        {"not": {"path": ""}},  # empty path
+    ],
+)
 async def test_malformed_when_is_rejected(api, when):
     client = await api()
     await _rejected(client, {"name": "when", "steps": [step("a", when=when)]})
@@ -90,22 +102,31 @@ async def test_malformed_when_is_rejected(api, when):
 
 async def test_unknown_condition_op_is_rejected(api):
     client = await api()
-    await _rejected(client, {"name": "when", "steps": [step("a", when={"path": "x", "op": "regex", "value": "."})]},
-                    prefix=None)
+    await _rejected(
+        client,
+        {"name": "when", "steps": [step("a", when={"path": "x", "op": "regex", "value": "."})]},
+        prefix=None,
+    )
 
 
-@pytest.mark.parametrize("config", [
-    {"retry_delay_secs": 10**12},
-    {"retry_max_delay_secs": 10**12},
-    {"timeout_secs": 0},
-    {"max_retries": 10**9},
-    {"jitter_factor": 7.0},
-    {"priority": 2**40},
-])
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"retry_delay_secs": 10**12},
+        {"retry_max_delay_secs": 10**12},
+        {"timeout_secs": 0},
+        {"max_retries": 10**9},
+        {"jitter_factor": 7.0},
+        {"priority": 2**40},
+    ],
+)
 async def test_absurd_step_config_is_rejected_before_anything_is_stored(api, config):
     client = await api()
-    await _rejected(client, {"name": "absurd", "steps": [step("ok"), step("bad", after=["ok"], config=config)]},
-                    prefix=None)
+    await _rejected(
+        client,
+        {"name": "absurd", "steps": [step("ok"), step("bad", after=["ok"], config=config)]},
+        prefix=None,
+    )
 
 
 async def test_invalid_sub_workflow_is_rejected_and_nothing_is_stored(api):
@@ -117,8 +138,11 @@ async def test_invalid_sub_workflow_is_rejected_and_nothing_is_stored(api):
 
 async def test_fan_out_above_the_hard_limit_is_rejected(api):
     client = await api()
-    await _rejected(client, {"name": "fan", "steps": [step("f", fan_out={"path": "items", "max_items": 10**9})]},
-                    prefix=None)
+    await _rejected(
+        client,
+        {"name": "fan", "steps": [step("f", fan_out={"path": "items", "max_items": 10**9})]},
+        prefix=None,
+    )
 
 
 # --- views ---------------------------------------------------------------------------------------
@@ -126,10 +150,16 @@ async def test_fan_out_above_the_hard_limit_is_rejected(api):
 
 async def test_get_returns_the_definition_context_and_metadata(api):
     client = await api(mode="all")
-    wf_id = await create(client, [
-        step("validate", payload={"order": 7}, metadata={"team": "x"}),
-        step("charge", after=["validate"], on_failure="skip", config={"max_retries": 1}),
-    ], name="orders", context={"source": "web"}, metadata={"owner": "me"})
+    wf_id = await create(
+        client,
+        [
+            step("validate", payload={"order": 7}, metadata={"team": "x"}),
+            step("charge", after=["validate"], on_failure="skip", config={"max_retries": 1}),
+        ],
+        name="orders",
+        context={"source": "web"},
+        metadata={"owner": "me"},
+    )
     wf = await wait_status(client, wf_id, "completed")
     assert wf["id"] == wf_id and wf["name"] == "orders"
     assert wf["metadata"] == {"owner": "me"}
@@ -189,24 +219,30 @@ async def test_list_filters_by_status_and_pages(api):
 
 async def test_diagram_is_mermaid_with_sanitised_ids_and_quoted_labels(api):
     client = await api()
-    wf_id = await create(client, [
-        manual("fetch data"),
-        manual('1st "step"', after=["fetch data"]),
-        manual("c-d", after=["fetch data", '1st "step"']),
-        manual("_"),
-    ])
+    wf_id = await create(
+        client,
+        [
+            manual("fetch data"),
+            manual('1st "step"', after=["fetch data"]),
+            manual("c-d", after=["fetch data", '1st "step"']),
+            manual("_"),
+        ],
+    )
     status, body = await get(client, f"/api/v1/workflows/{wf_id}/diagram")
     assert status == 200
-    assert body == {"format": "mermaid", "diagram": (
-        "graph TD\n"
-        '    fetch_data["fetch data"]\n'
-        "    n1st__step_[\"1st 'step'\"]\n"
-        '    c_d["c-d"]\n'
-        '    _["_"]\n'
-        "    fetch_data --> n1st__step_\n"
-        "    fetch_data --> c_d\n"
-        "    n1st__step_ --> c_d\n"
-    )}
+    assert body == {
+        "format": "mermaid",
+        "diagram": (
+            "graph TD\n"
+            '    fetch_data["fetch data"]\n'
+            "    n1st__step_[\"1st 'step'\"]\n"
+            '    c_d["c-d"]\n'
+            '    _["_"]\n'
+            "    fetch_data --> n1st__step_\n"
+            "    fetch_data --> c_d\n"
+            "    n1st__step_ --> c_d\n"
+        ),
+    }
 
 
 async def test_unknown_workflow_is_404_on_every_route(api):

@@ -43,17 +43,25 @@ async def _progress(client, wf_id: str, name: str = "fan") -> dict:
 async def test_fan_out_of_100_all_succeeding_keeps_element_order_and_counts_progress(api):
     client = await api(mode="all")
     items = [{"sku": f"s{i}", "qty": i} for i in range(N)]
-    wf_id = await create(client, [
-        manual("fan", fan_out={"path": "order.items", "item_key": "line"}, payload={"warehouse": "w1"}),
-        manual("total", after=["fan"]),
-    ], context={"order": {"items": items}})
+    wf_id = await create(
+        client,
+        [
+            manual("fan", fan_out={"path": "order.items", "item_key": "line"}, payload={"warehouse": "w1"}),
+            manual("total", after=["fan"]),
+        ],
+        context={"order": {"items": items}},
+    )
     children = await _lease_all(client, N)
     by_index = {j["payload"]["_index"]: (j, t) for j, t in children}
     assert sorted(by_index) == list(range(N))
     for i, (child, _) in by_index.items():
         assert child["workflow_id"] == wf_id and child["workflow_step_id"] == "fan"
-        assert child["payload"] == {"warehouse": "w1", "line": items[i], "_index": i,
-                                    "_context": {"order": {"items": items}}}
+        assert child["payload"] == {
+            "warehouse": "w1",
+            "line": items[i],
+            "_index": i,
+            "_context": {"order": {"items": items}},
+        }
     states = await steps(client, wf_id)
     assert states["fan"]["status"] == "running"
     assert states["fan"]["fan_out"] == {"total": N, "completed": 0, "failed": 0}
@@ -62,10 +70,14 @@ async def test_fan_out_of_100_all_succeeding_keeps_element_order_and_counts_prog
     order = list(range(N))
     random.Random(7).shuffle(order)
     first, rest = order[:37], order[37:]
-    await asyncio.gather(*(complete(client, by_index[i][0]["id"], by_index[i][1], {"sq": i * i}) for i in first))
+    await asyncio.gather(
+        *(complete(client, by_index[i][0]["id"], by_index[i][1], {"sq": i * i}) for i in first)
+    )
     await eventually(lambda: _at(client, wf_id, {"total": N, "completed": 37, "failed": 0}), timeout=20)
     assert (await steps(client, wf_id))["fan"]["status"] == "running"
-    await asyncio.gather(*(complete(client, by_index[i][0]["id"], by_index[i][1], {"sq": i * i}) for i in rest))
+    await asyncio.gather(
+        *(complete(client, by_index[i][0]["id"], by_index[i][1], {"sq": i * i}) for i in rest)
+    )
 
     total = await run_step(client, wf_id, "total", {"done": True})
     expected = {"results": [{"sq": i * i} for i in range(N)]}
@@ -83,20 +95,27 @@ async def _at(client, wf_id: str, want: dict) -> bool:
 
 async def test_fan_out_of_100_with_failures_fails_the_step_after_every_child_then_applies_its_policy(api):
     client = await api(mode="all")
-    wf_id = await create(client, [
-        manual("fan", fan_out={"path": "ids"}, on_failure="skip"),
-        step("after_fan", after=["fan"]),
-        step("other"),
-    ], context={"ids": list(range(N))})
+    wf_id = await create(
+        client,
+        [
+            manual("fan", fan_out={"path": "ids"}, on_failure="skip"),
+            step("after_fan", after=["fan"]),
+            step("other"),
+        ],
+        context={"ids": list(range(N))},
+    )
     children = await _lease_all(client, N)
     failing = [(j, t) for j, t in children if j["payload"]["item"] % 10 == 3]
     passing = [(j, t) for j, t in children if j["payload"]["item"] % 10 != 3]
     for j, _ in children:
         assert j["payload"]["item"] == j["payload"]["_index"]  # item_key defaults to "item"
 
-    await asyncio.gather(*(fail(client, j["id"], t, f"bad {j['payload']['item']}", retryable=False)
-                           for j, t in failing))
-    await eventually(lambda: _at(client, wf_id, {"total": N, "completed": 0, "failed": len(failing)}), timeout=20)
+    await asyncio.gather(
+        *(fail(client, j["id"], t, f"bad {j['payload']['item']}", retryable=False) for j, t in failing)
+    )
+    await eventually(
+        lambda: _at(client, wf_id, {"total": N, "completed": 0, "failed": len(failing)}), timeout=20
+    )
     # Children are still running: the step is not failed yet, nothing downstream was decided.
     states = await steps(client, wf_id)
     assert states["fan"]["status"] == "running" and states["after_fan"]["status"] == "pending"
@@ -115,8 +134,11 @@ async def test_fan_out_of_100_with_failures_fails_the_step_after_every_child_the
 
 async def test_fan_out_child_failure_under_halt_fails_the_workflow(api):
     client = await api(mode="all")
-    wf_id = await create(client, [manual("fan", fan_out={"path": "xs"}), step("next", after=["fan"])],
-                         context={"xs": ["a", "b", "c"]})
+    wf_id = await create(
+        client,
+        [manual("fan", fan_out={"path": "xs"}), step("next", after=["fan"])],
+        context={"xs": ["a", "b", "c"]},
+    )
     children = await _lease_all(client, 3)
     (bad, bad_token), *good = sorted(children, key=lambda c: c[0]["payload"]["_index"])
     await fail(client, bad["id"], bad_token, "no", retryable=False)
@@ -124,25 +146,32 @@ async def test_fan_out_child_failure_under_halt_fails_the_workflow(api):
         await complete(client, j["id"], t, {})
     wf = await wait_status(client, wf_id, "failed")
     assert wf["error_message"].startswith("step 'fan' failed: ")
-    assert {n: s["status"] for n, s in (await steps(client, wf_id)).items()} == {"fan": "failed", "next": "cancelled"}
+    assert {n: s["status"] for n, s in (await steps(client, wf_id)).items()} == {
+        "fan": "failed",
+        "next": "cancelled",
+    }
 
 
 async def test_fan_out_with_echo_children_uses_the_default_item_key(api):
     client = await api(mode="all")
-    wf_id = await create(client, [step("fan", fan_out={"path": "xs"}, payload={"p": 1})],
-                         context={"xs": [{"a": 1}, "two", 3]})
+    wf_id = await create(
+        client, [step("fan", fan_out={"path": "xs"}, payload={"p": 1})], context={"xs": [{"a": 1}, "two", 3]}
+    )
     wf = await wait_status(client, wf_id, "completed")
-    assert wf["context"]["fan"] == {"results": [
-        {"p": 1, "item": {"a": 1}, "_index": 0, "echoed": True},
-        {"p": 1, "item": "two", "_index": 1, "echoed": True},
-        {"p": 1, "item": 3, "_index": 2, "echoed": True},
-    ]}
+    assert wf["context"]["fan"] == {
+        "results": [
+            {"p": 1, "item": {"a": 1}, "_index": 0, "echoed": True},
+            {"p": 1, "item": "two", "_index": 1, "echoed": True},
+            {"p": 1, "item": 3, "_index": 2, "echoed": True},
+        ]
+    }
 
 
 async def test_fan_out_over_an_empty_array_completes_at_once(api):
     client = await api(mode="all")
-    wf_id = await create(client, [manual("fan", fan_out={"path": "xs"}), manual("next", after=["fan"])],
-                         context={"xs": []})
+    wf_id = await create(
+        client, [manual("fan", fan_out={"path": "xs"}), manual("next", after=["fan"])], context={"xs": []}
+    )
     nxt = await run_step(client, wf_id, "next")
     assert nxt["payload"]["_context"]["fan"] == {"results": []}
     wf = await wait_status(client, wf_id, "completed")
@@ -155,14 +184,23 @@ async def test_fan_out_over_an_empty_array_completes_at_once(api):
 
 async def test_fan_out_over_more_than_max_items_fails_before_any_child(api):
     client = await api(mode="all")
-    wf_id = await create(client, [step("first"),
-                                  manual("fan", after=["first"], fan_out={"path": "xs", "max_items": 3}),
-                                  step("next", after=["fan"])],
-                         context={"xs": [1, 2, 3, 4]})
+    wf_id = await create(
+        client,
+        [
+            step("first"),
+            manual("fan", after=["first"], fan_out={"path": "xs", "max_items": 3}),
+            step("next", after=["fan"]),
+        ],
+        context={"xs": [1, 2, 3, 4]},
+    )
     wf = await wait_status(client, wf_id, "failed")
     assert wf["error_message"].startswith("step 'fan' failed: ")
     states = await steps(client, wf_id)
-    assert {n: s["status"] for n, s in states.items()} == {"first": "completed", "fan": "failed", "next": "cancelled"}
+    assert {n: s["status"] for n, s in states.items()} == {
+        "first": "completed",
+        "fan": "failed",
+        "next": "cancelled",
+    }
     assert "max_items" in states["fan"]["error"] or "3" in states["fan"]["error"]
     assert await step_jobs(client, wf_id, "fan") == []
     assert await lease(client, max_jobs=10) == []
@@ -170,15 +208,19 @@ async def test_fan_out_over_more_than_max_items_fails_before_any_child(api):
 
 async def test_fan_out_at_exactly_max_items_runs(api):
     client = await api(mode="all")
-    wf_id = await create(client, [step("fan", fan_out={"path": "xs", "max_items": 3})], context={"xs": [1, 2, 3]})
+    wf_id = await create(
+        client, [step("fan", fan_out={"path": "xs", "max_items": 3})], context={"xs": [1, 2, 3]}
+    )
     wf = await wait_status(client, wf_id, "completed")
     assert [r["item"] for r in wf["context"]["fan"]["results"]] == [1, 2, 3]
 
 
 async def test_fan_out_over_an_upstream_result(api):
     client = await api(mode="all")
-    wf_id = await create(client, [manual("list"), step("fan", after=["list"], fan_out={"path": "list.files",
-                                                                                       "item_key": "file"})])
+    wf_id = await create(
+        client,
+        [manual("list"), step("fan", after=["list"], fan_out={"path": "list.files", "item_key": "file"})],
+    )
     await run_step(client, wf_id, "list", {"files": ["a.png", "b.png"]})
     wf = await wait_status(client, wf_id, "completed")
     assert [r["file"] for r in wf["context"]["fan"]["results"]] == ["a.png", "b.png"]

@@ -20,8 +20,9 @@ from tests.workflow.helpers import (
 async def _stall(pool, wf_id: str) -> None:
     """No outbox row left for the workflow, and old enough for the stalled-workflow sweep."""
     await pool.execute("DELETE FROM queueflow.workflow_outbox WHERE workflow_id = $1", wf_id)
-    await pool.execute("UPDATE queueflow.workflows SET created_at = now() - interval '10 minutes' WHERE id = $1",
-                       wf_id)
+    await pool.execute(
+        "UPDATE queueflow.workflows SET created_at = now() - interval '10 minutes' WHERE id = $1", wf_id
+    )
 
 
 async def test_janitor_advances_a_stalled_workflow_whose_dependents_were_never_enqueued(api):
@@ -29,10 +30,16 @@ async def test_janitor_advances_a_stalled_workflow_whose_dependents_were_never_e
     pool = resources_of(client).pool
     wf_id = await create(client, [step("a"), step("b", after=["a"]), step("c", after=["b"])])
     # As if step a completed and the process died before its dependents were enqueued.
-    await pool.execute("UPDATE queueflow.workflows SET status = 'running', started_at = now(),"
-                       " context = '{\"a\": {\"done\": true}}'::jsonb WHERE id = $1", wf_id)
-    await pool.execute("UPDATE queueflow.workflow_steps SET status = 'completed', started_at = now(),"
-                       " completed_at = now() WHERE workflow_id = $1 AND name = 'a'", wf_id)
+    await pool.execute(
+        "UPDATE queueflow.workflows SET status = 'running', started_at = now(),"
+        ' context = \'{"a": {"done": true}}\'::jsonb WHERE id = $1',
+        wf_id,
+    )
+    await pool.execute(
+        "UPDATE queueflow.workflow_steps SET status = 'completed', started_at = now(),"
+        " completed_at = now() WHERE workflow_id = $1 AND name = 'a'",
+        wf_id,
+    )
     await _stall(pool, wf_id)
 
     await api(mode="all", janitor_interval_secs=0.2)
@@ -51,7 +58,10 @@ async def test_janitor_heals_a_finished_step_job_whose_outcome_was_never_applied
     job, token = await lease_step(client, wf_id, "a")
     status = await pool.execute(
         "UPDATE queueflow.jobs SET status = 'completed', result = '{\"r\": 1}'::jsonb, completed_at = now(),"
-        " locked_until = NULL WHERE id = $1::uuid AND lease_token = $2::uuid", job["id"], token)
+        " locked_until = NULL WHERE id = $1::uuid AND lease_token = $2::uuid",
+        job["id"],
+        token,
+    )
     assert status == "UPDATE 1"
     await _stall(pool, wf_id)  # ... and the outcome's event is lost with it
     assert (await steps(client, wf_id))["a"]["status"] == "running"
@@ -59,7 +69,10 @@ async def test_janitor_heals_a_finished_step_job_whose_outcome_was_never_applied
     await api(mode="all", janitor_interval_secs=0.2)
     wf = await wait_status(client, wf_id, "completed", timeout=10)
     assert wf["context"] == {"a": {"r": 1}, "b": {"echoed": True}}
-    assert {n: s["status"] for n, s in (await steps(client, wf_id)).items()} == {"a": "completed", "b": "completed"}
+    assert {n: s["status"] for n, s in (await steps(client, wf_id)).items()} == {
+        "a": "completed",
+        "b": "completed",
+    }
 
 
 async def test_an_event_that_can_never_be_applied_fails_its_workflow_after_five_attempts(api):
@@ -68,21 +81,31 @@ async def test_an_event_that_can_never_be_applied_fails_its_workflow_after_five_
     the error; it never blocks the outbox for other workflows."""
     client = await api()  # API only: nothing advances yet
     pool = resources_of(client).pool
-    poisoned = await create(client, [step("a", when={"path": "x", "op": "exists"}), step("b", after=["a"])],
-                            name="poisoned")
+    poisoned = await create(
+        client, [step("a", when={"path": "x", "op": "exists"}), step("b", after=["a"])], name="poisoned"
+    )
     deep = '{"not": ' * 3000 + '{"path": "x", "op": "exists"}' + "}" * 3000
-    await pool.execute("UPDATE queueflow.workflow_steps SET definition = jsonb_set(definition, '{when}', $2::text::jsonb)"
-                       " WHERE workflow_id = $1 AND name = 'a'", poisoned, deep)
+    await pool.execute(
+        "UPDATE queueflow.workflow_steps SET definition = jsonb_set(definition, '{when}', $2::text::jsonb)"
+        " WHERE workflow_id = $1 AND name = 'a'",
+        poisoned,
+        deep,
+    )
     healthy = await create(client, [step("a"), step("b", after=["a"])], name="healthy")
 
     await api(mode="all")
     wf = await wait_status(client, poisoned, "failed")
     assert wf["error_message"].startswith("workflow advancement failed: RecursionError"), wf["error_message"]
-    assert (await wait_status(client, healthy, "completed"))["context"] == {"a": {"echoed": True},
-                                                                           "b": {"echoed": True}}
+    assert (await wait_status(client, healthy, "completed"))["context"] == {
+        "a": {"echoed": True},
+        "b": {"echoed": True},
+    }
     # (Read with SQL: the API cannot decode that stored condition either.)
-    rows = await pool.fetch("SELECT name, status FROM queueflow.workflow_steps WHERE workflow_id = $1", poisoned)
+    rows = await pool.fetch(
+        "SELECT name, status FROM queueflow.workflow_steps WHERE workflow_id = $1", poisoned
+    )
     assert {r["name"]: r["status"] for r in rows} == {"a": "cancelled", "b": "cancelled"}
-    left_aside = await pool.fetch("SELECT attempts, last_error FROM queueflow.workflow_outbox WHERE workflow_id = $1",
-                                  poisoned)
+    left_aside = await pool.fetch(
+        "SELECT attempts, last_error FROM queueflow.workflow_outbox WHERE workflow_id = $1", poisoned
+    )
     assert [(r["attempts"], r["last_error"].split(":")[0]) for r in left_aside] == [(5, "RecursionError")]

@@ -29,12 +29,15 @@ from tests.workflow.helpers import (
 
 async def test_halt_fails_the_workflow_and_cancels_everything_unfinished(api):
     client = await api(mode="all")
-    wf_id = await create(client, [
-        step("a"),
-        manual("b", after=["a"]),
-        manual("c", after=["b"]),
-        manual("d", after=["c"]),
-    ])
+    wf_id = await create(
+        client,
+        [
+            step("a"),
+            manual("b", after=["a"]),
+            manual("c", after=["b"]),
+            manual("d", after=["c"]),
+        ],
+    )
     failing, token = await lease_step(client, wf_id, "b")
     await fail(client, failing["id"], token, "card declined")
     wf = await wait_status(client, wf_id, "failed")
@@ -48,8 +51,13 @@ async def test_halt_fails_the_workflow_and_cancels_everything_unfinished(api):
 
 async def test_halt_is_the_default_policy_and_applies_after_retries_run_out(api):
     client = await api(mode="all")
-    wf_id = await create(client, [manual("a", config={"max_retries": 1, "retry_delay_secs": 0, "jitter_factor": 0.0}),
-                                  manual("b", after=["a"])])
+    wf_id = await create(
+        client,
+        [
+            manual("a", config={"max_retries": 1, "retry_delay_secs": 0, "jitter_factor": 0.0}),
+            manual("b", after=["a"]),
+        ],
+    )
     first, token = await lease_step(client, wf_id, "a")
     await fail(client, first["id"], token, "transient", retryable=True)
     assert (await job(client, first["id"]))["status"] == "retrying"
@@ -66,7 +74,9 @@ async def test_halt_is_the_default_policy_and_applies_after_retries_run_out(api)
 
 async def test_halt_cancels_an_already_enqueued_sibling_job_which_never_runs(api):
     client = await api(mode="all")
-    wf_id = await create(client, [manual("a"), step("b", "remote", queue="manual2"), manual("c", after=["b"])])
+    wf_id = await create(
+        client, [manual("a"), step("b", "remote", queue="manual2"), manual("c", after=["b"])]
+    )
     sibling_job = await wait_step_job(client, wf_id, "b")
     first, token = await lease_step(client, wf_id, "a")
     assert (await job(client, sibling_job))["status"] == "pending"
@@ -96,7 +106,9 @@ async def test_halt_cancels_a_running_sibling_whose_next_heartbeat_answers_cance
     states = await steps(client, wf_id)
     assert statuses(states) == {"slow": "cancelled", "bad": "failed", "gate": "completed"}
     # A late completion from the cancelled worker changes nothing.
-    status, _ = await post(client, f"/api/v1/jobs/{slow['id']}/complete", {"lease_token": slow_token, "result": {}})
+    status, _ = await post(
+        client, f"/api/v1/jobs/{slow['id']}/complete", {"lease_token": slow_token, "result": {}}
+    )
     assert status in (204, 409)
     assert (await job(client, slow["id"]))["status"] == "cancelled"
     assert (await workflow(client, wf_id))["status"] == "failed"
@@ -105,13 +117,16 @@ async def test_halt_cancels_a_running_sibling_whose_next_heartbeat_answers_cance
 
 async def test_continue_runs_the_dependents_and_ends_partially_failed(api):
     client = await api(mode="all")
-    wf_id = await create(client, [
-        step("a"),
-        manual("b", after=["a"], on_failure="continue"),
-        manual("c", after=["b"]),
-        step("d", after=["c"]),
-        step("x", after=["a"]),
-    ])
+    wf_id = await create(
+        client,
+        [
+            step("a"),
+            manual("b", after=["a"], on_failure="continue"),
+            manual("c", after=["b"]),
+            step("d", after=["c"]),
+            step("x", after=["a"]),
+        ],
+    )
     failing, token = await lease_step(client, wf_id, "b")
     await fail(client, failing["id"], token, "soft error")
     dependent = await run_step(client, wf_id, "c", {"ran": True})
@@ -119,23 +134,31 @@ async def test_continue_runs_the_dependents_and_ends_partially_failed(api):
     assert "a" in dependent["payload"]["_context"] and "b" not in dependent["payload"]["_context"]
     wf = await wait_status(client, wf_id, "partially_failed")
     states = await steps(client, wf_id)
-    assert statuses(states) == {"a": "completed", "b": "failed", "c": "completed", "d": "completed",
-                                 "x": "completed"}
+    assert statuses(states) == {
+        "a": "completed",
+        "b": "failed",
+        "c": "completed",
+        "d": "completed",
+        "x": "completed",
+    }
     assert "soft error" in states["b"]["error"]
     assert "b" not in wf["context"] and wf["context"]["c"] == {"ran": True}
 
 
 async def test_skip_fails_the_step_skips_its_dependents_and_unrelated_branches_run(api):
     client = await api(mode="all")
-    wf_id = await create(client, [
-        step("a"),
-        manual("b", after=["a"], on_failure="skip"),
-        step("c", after=["b"]),
-        step("e", after=["c"]),
-        step("f", after=["b", "x"]),
-        manual("x", after=["a"]),
-        step("y", after=["x"]),
-    ])
+    wf_id = await create(
+        client,
+        [
+            step("a"),
+            manual("b", after=["a"], on_failure="skip"),
+            step("c", after=["b"]),
+            step("e", after=["c"]),
+            step("f", after=["b", "x"]),
+            manual("x", after=["a"]),
+            step("y", after=["x"]),
+        ],
+    )
     failing, token = await lease_step(client, wf_id, "b")
     await fail(client, failing["id"], token, "bad input")
     for name in ("c", "e"):
@@ -146,8 +169,15 @@ async def test_skip_fails_the_step_skips_its_dependents_and_unrelated_branches_r
     wf = await wait_status(client, wf_id, "partially_failed")
     assert wf["error_message"]  # names what did not complete
     states = await steps(client, wf_id)
-    assert statuses(states) == {"a": "completed", "b": "failed", "c": "skipped", "e": "skipped", "f": "skipped",
-                                 "x": "completed", "y": "completed"}
+    assert statuses(states) == {
+        "a": "completed",
+        "b": "failed",
+        "c": "skipped",
+        "e": "skipped",
+        "f": "skipped",
+        "x": "completed",
+        "y": "completed",
+    }
     for name in ("c", "e", "f"):
         assert "job_id" not in states[name]
     assert {j["workflow_step_id"] for j in await step_jobs(client, wf_id)} == {"a", "b", "x", "y"}
@@ -155,8 +185,9 @@ async def test_skip_fails_the_step_skips_its_dependents_and_unrelated_branches_r
 
 async def test_a_failed_workflow_is_failed_when_nothing_completed(api):
     client = await api(mode="all")
-    wf_id = await create(client, [step("only", "fail", payload={"permanent": True, "message": "x"},
-                                       on_failure="continue")])
+    wf_id = await create(
+        client, [step("only", "fail", payload={"permanent": True, "message": "x"}, on_failure="continue")]
+    )
     wf = await wait_status(client, wf_id)
     assert wf["status"] == "failed"
     assert statuses(await steps(client, wf_id)) == {"only": "failed"}
@@ -164,9 +195,14 @@ async def test_a_failed_workflow_is_failed_when_nothing_completed(api):
 
 async def test_builtin_fail_task_halts_with_its_message(api):
     client = await api(mode="all")
-    wf_id = await create(client, [step("ok"), step("boom", "fail", after=["ok"],
-                                                       payload={"permanent": True, "message": "exploded"}),
-                                  step("after", after=["boom"])])
+    wf_id = await create(
+        client,
+        [
+            step("ok"),
+            step("boom", "fail", after=["ok"], payload={"permanent": True, "message": "exploded"}),
+            step("after", after=["boom"]),
+        ],
+    )
     wf = await wait_status(client, wf_id)
     assert wf["status"] == "failed"
     assert wf["error_message"] == "step 'boom' failed: exploded"
@@ -205,7 +241,9 @@ async def test_cancel_workflow_reaches_a_running_step_at_its_next_heartbeat(api)
     assert status == 204
     status, body = await heartbeat(client, running["id"], token)
     assert status == 200 and body == {"status": "cancelled"}
-    await post(client, f"/api/v1/jobs/{running['id']}/complete", {"lease_token": token, "result": {"late": 1}})
+    await post(
+        client, f"/api/v1/jobs/{running['id']}/complete", {"lease_token": token, "result": {"late": 1}}
+    )
     wf = await workflow(client, wf_id)
     assert wf["status"] == "cancelled" and "a" not in wf["context"]
 
@@ -224,7 +262,9 @@ async def test_cancelling_a_step_job_directly_settles_the_workflow_by_halt(api):
 
 async def test_cancelling_a_step_job_directly_applies_the_continue_policy(api):
     client = await api(mode="all")
-    wf_id = await create(client, [step("a"), manual("b", after=["a"], on_failure="continue"), step("c", after=["b"])])
+    wf_id = await create(
+        client, [step("a"), manual("b", after=["a"], on_failure="continue"), step("c", after=["b"])]
+    )
     job_id = await wait_step_job(client, wf_id, "b")
     status, _ = await post(client, f"/api/v1/jobs/{job_id}/cancel")
     assert status == 204

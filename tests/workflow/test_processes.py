@@ -42,7 +42,13 @@ def _run_flows(base_url: str) -> dict:
     broken = (
         wf("broken")
         .step("first", "echo")
-        .step("bad", "fail", after=["first"], payload={"permanent": True, "message": "nope"}, on_failure="continue")
+        .step(
+            "bad",
+            "fail",
+            after=["first"],
+            payload={"permanent": True, "message": "nope"},
+            on_failure="continue",
+        )
         .step("after_bad", "echo", after=["bad"])
     )
     created = qf.create_workflow(broken)
@@ -63,7 +69,9 @@ async def test_workflow_process_exits_promptly_on_sigterm(api, database_url, ser
     assert await advancer.terminate(grace=10) == 0
 
 
-async def test_official_client_builder_against_separate_api_workflow_and_worker_processes(database_url, service):
+async def test_official_client_builder_against_separate_api_workflow_and_worker_processes(
+    database_url, service
+):
     api_proc = await service(database_url, mode="api")
     await service(database_url, mode="workflow")
     await service(database_url, mode="worker")
@@ -84,10 +92,24 @@ async def test_official_client_builder_against_separate_api_workflow_and_worker_
     assert done.metadata == {"owner": "e2e"} and done.timeout_secs == 120
 
     states = {s.name: s for s in out["order_steps"]}
-    assert [s.name for s in out["order_steps"]] == ["validate", "charge", "ship", "gift", "pack", "invoice", "notify"]
+    assert [s.name for s in out["order_steps"]] == [
+        "validate",
+        "charge",
+        "ship",
+        "gift",
+        "pack",
+        "invoice",
+        "notify",
+    ]
     assert {n: s.status for n, s in states.items()} == {
-        "validate": "completed", "charge": "completed", "ship": "completed", "gift": "skipped",
-        "pack": "completed", "invoice": "completed", "notify": "completed"}
+        "validate": "completed",
+        "charge": "completed",
+        "ship": "completed",
+        "gift": "skipped",
+        "pack": "completed",
+        "invoice": "completed",
+        "notify": "completed",
+    }
     assert states["gift"].error == "condition not met"
     assert states["pack"].fan_out.total == 3 and states["pack"].fan_out.completed == 3
     assert states["invoice"].child_workflow_id
@@ -95,8 +117,11 @@ async def test_official_client_builder_against_separate_api_workflow_and_worker_
 
     broken = out["broken"]
     assert broken.status == "partially_failed"
-    assert {s.name: s.status for s in out["broken_steps"]} == {"first": "completed", "bad": "failed",
-                                                               "after_bad": "completed"}
+    assert {s.name: s.status for s in out["broken_steps"]} == {
+        "first": "completed",
+        "bad": "failed",
+        "after_bad": "completed",
+    }
     assert out["retried"].retry_count == 1
     assert out["broken_again"].status == "partially_failed" and out["broken_again"].retry_count == 1
 
@@ -115,12 +140,16 @@ async def _drain(client, finished: list[str], wait_secs: int = 0) -> int:
     return len(batch)
 
 
-async def test_advancer_killed_midway_through_200_diamonds_loses_and_repeats_nothing(api, database_url, service):
+async def test_advancer_killed_midway_through_200_diamonds_loses_and_repeats_nothing(
+    api, database_url, service
+):
     client = await api()  # API only: advancement happens in the separate workflow processes
     steps = [{**s, "queue": CRASH} for s in DIAMOND]
     wf_ids: list[str] = []
     for chunk in range(0, 200, 50):
-        wf_ids += await asyncio.gather(*(create(client, steps, name=f"d{i}") for i in range(chunk, chunk + 50)))
+        wf_ids += await asyncio.gather(
+            *(create(client, steps, name=f"d{i}") for i in range(chunk, chunk + 50))
+        )
     advancer = await service(database_url, mode="workflow")
 
     finished: list[str] = []
@@ -145,7 +174,8 @@ async def test_advancer_killed_midway_through_200_diamonds_loses_and_repeats_not
                 if not await _drain(client, finished):
                     done = await conn.fetchval(
                         "SELECT count(*) FROM queueflow.workflows WHERE status IN"
-                        " ('completed', 'failed', 'partially_failed', 'cancelled')")
+                        " ('completed', 'failed', 'partially_failed', 'cancelled')"
+                    )
                     if done == len(wf_ids):
                         break
                     await _drain(client, finished, wait_secs=1)
@@ -154,16 +184,18 @@ async def test_advancer_killed_midway_through_200_diamonds_loses_and_repeats_not
         assert {r["status"]: r["n"] for r in statuses} == {"completed": 200}
         per_step = await conn.fetch(
             "SELECT workflow_id, workflow_step_id, count(*) AS n FROM queueflow.jobs"
-            " GROUP BY workflow_id, workflow_step_id")
+            " GROUP BY workflow_id, workflow_step_id"
+        )
         counts = {(r["workflow_id"], r["workflow_step_id"]): r["n"] for r in per_step}
         assert set(counts) == {(w, s) for w in wf_ids for s in "abcd"}
         assert {k: n for k, n in counts.items() if n != 1} == {}  # every join (and step) ran exactly once
         assert len(finished) == len(set(finished)) == 800
         contexts = await conn.fetch("SELECT context FROM queueflow.workflows")
         assert all(set(json.loads(r["context"])) == set("abcd") for r in contexts)
-        step_states = await conn.fetch("SELECT status, count(*) AS n FROM queueflow.workflow_steps GROUP BY status")
+        step_states = await conn.fetch(
+            "SELECT status, count(*) AS n FROM queueflow.workflow_steps GROUP BY status"
+        )
         assert {r["status"]: r["n"] for r in step_states} == {"completed": 800}
         assert await conn.fetchval("SELECT count(*) FROM queueflow.workflow_outbox") == 0
     finally:
         await conn.close()
-

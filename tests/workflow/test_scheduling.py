@@ -46,8 +46,14 @@ async def test_linear_workflow_runs_each_step_only_after_the_previous_completed(
 
 async def test_linear_echo_workflow_completes_with_in_process_workers(api):
     client = await api(mode="all")
-    wf_id = await create(client, [step("a", payload={"n": 1}), step("b", after=["a"], payload={"n": 2}),
-                                  step("c", after=["b"], payload={"n": 3})])
+    wf_id = await create(
+        client,
+        [
+            step("a", payload={"n": 1}),
+            step("b", after=["a"], payload={"n": 2}),
+            step("c", after=["b"], payload={"n": 3}),
+        ],
+    )
     wf = await wait_status(client, wf_id, "completed")
     assert wf["context"] == {name: {"n": n, "echoed": True} for name, n in (("a", 1), ("b", 2), ("c", 3))}
     jobs = await step_jobs(client, wf_id)
@@ -57,8 +63,10 @@ async def test_linear_echo_workflow_completes_with_in_process_workers(api):
 
 async def test_diamond_runs_both_branches_and_joins_only_after_both(api):
     client = await api(mode="all")
-    wf_id = await create(client, [manual("a"), manual("b", after=["a"]), manual("c", after=["a"]),
-                                  manual("d", after=["b", "c"])])
+    wf_id = await create(
+        client,
+        [manual("a"), manual("b", after=["a"]), manual("c", after=["a"]), manual("d", after=["b", "c"])],
+    )
     await run_step(client, wf_id, "a", {"v": "a"})
     await wait_step_job(client, wf_id, "b")
     await wait_step_job(client, wf_id, "c")
@@ -78,17 +86,28 @@ async def test_diamond_runs_both_branches_and_joins_only_after_both(api):
 
 async def test_step_payload_carries_the_context_under_underscore_context(api):
     client = await api(mode="all")
-    wf_id = await create(client, [
-        manual("validate", payload={"order_id": 123}),
-        manual("charge", after=["validate"], payload={"amount": 5, "_context": "overwritten"}),
-    ], context={"source": "web"})
+    wf_id = await create(
+        client,
+        [
+            manual("validate", payload={"order_id": 123}),
+            manual("charge", after=["validate"], payload={"amount": 5, "_context": "overwritten"}),
+        ],
+        context={"source": "web"},
+    )
     first, token = await lease_step(client, wf_id, "validate")
     assert first["payload"] == {"order_id": 123, "_context": {"source": "web"}}
     await complete(client, first["id"], token, {"valid": True, "score": 0.9})
     second = await run_step(client, wf_id, "charge", {"charged": 5})
-    assert second["payload"] == {"amount": 5, "_context": {"source": "web", "validate": {"valid": True, "score": 0.9}}}
+    assert second["payload"] == {
+        "amount": 5,
+        "_context": {"source": "web", "validate": {"valid": True, "score": 0.9}},
+    }
     wf = await wait_status(client, wf_id, "completed")
-    assert wf["context"] == {"source": "web", "validate": {"valid": True, "score": 0.9}, "charge": {"charged": 5}}
+    assert wf["context"] == {
+        "source": "web",
+        "validate": {"valid": True, "score": 0.9},
+        "charge": {"charged": 5},
+    }
 
 
 async def test_root_step_of_an_empty_context_gets_no_context_key(api):
@@ -103,28 +122,37 @@ async def test_root_step_of_an_empty_context_gets_no_context_key(api):
 
 async def test_join_receives_the_context_of_all_its_dependencies(api):
     client = await api(mode="all")
-    wf_id = await create(client, [
-        step("a", payload={"from": "a"}),
-        step("b", after=["a"], payload={"from": "b"}),
-        step("c", after=["a"], payload={"from": "c"}),
-        step("x", payload={"from": "x"}),
-        manual("join", after=["b", "c", "x"], payload={"mine": True}),
-    ], context={"seed": 1})
+    wf_id = await create(
+        client,
+        [
+            step("a", payload={"from": "a"}),
+            step("b", after=["a"], payload={"from": "b"}),
+            step("c", after=["a"], payload={"from": "c"}),
+            step("x", payload={"from": "x"}),
+            manual("join", after=["b", "c", "x"], payload={"mine": True}),
+        ],
+        context={"seed": 1},
+    )
     joined = await run_step(client, wf_id, "join", {"joined": True})
-    assert joined["payload"] == {"mine": True, "_context": {
-        "seed": 1,
-        "a": {"from": "a", "echoed": True},
-        "b": {"from": "b", "echoed": True},
-        "c": {"from": "c", "echoed": True},
-        "x": {"from": "x", "echoed": True},
-    }}
+    assert joined["payload"] == {
+        "mine": True,
+        "_context": {
+            "seed": 1,
+            "a": {"from": "a", "echoed": True},
+            "b": {"from": "b", "echoed": True},
+            "c": {"from": "c", "echoed": True},
+            "x": {"from": "x", "echoed": True},
+        },
+    }
     await wait_status(client, wf_id, "completed")
 
 
 async def test_fan_in_join_runs_exactly_once_when_its_dependencies_finish_together(api):
     client = await api(mode="all")
     roots = [f"r{i}" for i in range(6)]
-    wf_ids = [await create(client, [*(manual(r) for r in roots), manual("join", after=roots)]) for _ in range(15)]
+    wf_ids = [
+        await create(client, [*(manual(r) for r in roots), manual("join", after=roots)]) for _ in range(15)
+    ]
 
     async def all_roots_leased() -> list:
         got.extend(await lease(client, max_jobs=100))
@@ -151,7 +179,8 @@ async def test_fan_in_join_runs_exactly_once_when_its_dependencies_finish_togeth
         assert len(await step_jobs(client, wf_id, "join")) == 1
     counts = await resources_of(client).pool.fetch(
         "SELECT workflow_id, workflow_step_id, count(*) AS n FROM queueflow.jobs"
-        " GROUP BY 1, 2 HAVING count(*) <> 1")
+        " GROUP BY 1, 2 HAVING count(*) <> 1"
+    )
     assert counts == []
     assert await lease(client, max_jobs=100) == []
 
@@ -174,24 +203,34 @@ async def test_a_steps_result_is_in_the_context_when_the_step_is_completed(api, 
             EXECUTE FUNCTION public.probe_step_completed();
     """)
     client = await api(mode="all")
-    shape = [step("a"), step("b", after=["a"]), step("c", after=["a"]), step("d", after=["b", "c"]),
-             step("fan", after=["d"], fan_out={"path": "items"}), step("e", after=["fan"])]
+    shape = [
+        step("a"),
+        step("b", after=["a"]),
+        step("c", after=["a"]),
+        step("d", after=["b", "c"]),
+        step("fan", after=["d"], fan_out={"path": "items"}),
+        step("e", after=["fan"]),
+    ]
     wf_ids = [await create(client, shape, context={"items": [1, 2, 3]}) for _ in range(5)]
     for wf_id in wf_ids:
         await wait_status(client, wf_id, "completed")
     rows = await db.fetch("SELECT * FROM public.write_order_probe")
     assert sorted((r["workflow_id"], r["step"]) for r in rows) == sorted(
-        (w, s["name"]) for w in wf_ids for s in shape)
+        (w, s["name"]) for w in wf_ids for s in shape
+    )
     assert [dict(r) for r in rows if not r["had_result"]] == []
 
 
 async def test_per_step_queue_routes_the_step_job(api):
     client = await api(mode="all", queues=("default", "images"))
-    wf_id = await create(client, [
-        step("thumb", queue="images", payload={"w": 64}),
-        step("notify", after=["thumb"]),
-        manual("review", after=["notify"]),
-    ])
+    wf_id = await create(
+        client,
+        [
+            step("thumb", queue="images", payload={"w": 64}),
+            step("notify", after=["thumb"]),
+            manual("review", after=["notify"]),
+        ],
+    )
     await wait_step_job(client, wf_id, "review")
     # The manual step is on its own queue only: the default queue has nothing of it.
     assert await lease(client, "default", max_jobs=10) == []
@@ -205,7 +244,9 @@ async def test_per_step_queue_routes_the_step_job(api):
 
 async def test_step_job_carries_workflow_ids_metadata_and_config(api):
     client = await api(mode="all")
-    wf_id = await create(client, [manual("a", metadata={"team": "ops"}, config={"max_retries": 1, "priority": 7})])
+    wf_id = await create(
+        client, [manual("a", metadata={"team": "ops"}, config={"max_retries": 1, "priority": 7})]
+    )
     leased, token = await lease_step(client, wf_id, "a")
     assert leased["workflow_id"] == wf_id and leased["workflow_step_id"] == "a"
     assert leased["metadata"] == {"team": "ops"}

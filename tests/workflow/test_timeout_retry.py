@@ -30,15 +30,22 @@ from tests.workflow.helpers import (
 
 async def test_workflow_past_its_timeout_fails_and_its_step_job_is_cancelled(api):
     client = await api(mode="all", janitor_interval_secs=0.2)
-    wf_id = await create(client, [step("quick"), manual("stuck", after=["quick"]), manual("never", after=["stuck"])],
-                         timeout_secs=1)
+    wf_id = await create(
+        client,
+        [step("quick"), manual("stuck", after=["quick"]), manual("never", after=["stuck"])],
+        timeout_secs=1,
+    )
     created = await workflow(client, wf_id)
     assert created["timeout_secs"] == 1 and "deadline_at" in created
     stuck, token = await lease_step(client, wf_id, "stuck")  # leased, and never finished
     wf = await wait_status(client, wf_id, "failed", timeout=20)
     assert wf["error_message"] == "workflow timed out after 1s"
     assert (await job(client, stuck["id"]))["status"] == "cancelled"
-    assert statuses(await steps(client, wf_id)) == {"quick": "completed", "stuck": "cancelled", "never": "cancelled"}
+    assert statuses(await steps(client, wf_id)) == {
+        "quick": "completed",
+        "stuck": "cancelled",
+        "never": "cancelled",
+    }
     status, body = await heartbeat(client, stuck["id"], token)
     assert status == 200 and body == {"status": "cancelled"}
     assert await lease(client, max_jobs=10) == []
@@ -46,10 +53,16 @@ async def test_workflow_past_its_timeout_fails_and_its_step_job_is_cancelled(api
 
 async def test_timeout_cancels_a_pending_step_job_and_a_running_child(api):
     client = await api(mode="all", janitor_interval_secs=0.2)
-    wf_id = await create(client, [
-        manual("waiting"),
-        step("sub", None, workflow={"name": "child", "steps": [step("inner", "remote", queue="manual2")]}),
-    ], timeout_secs=1)
+    wf_id = await create(
+        client,
+        [
+            manual("waiting"),
+            step(
+                "sub", None, workflow={"name": "child", "steps": [step("inner", "remote", queue="manual2")]}
+            ),
+        ],
+        timeout_secs=1,
+    )
     pending_job = await wait_step_job(client, wf_id, "waiting")
     wf = await wait_status(client, wf_id, "failed", timeout=20)
     assert wf["error_message"] == "workflow timed out after 1s"
@@ -71,17 +84,23 @@ async def test_a_workflow_finishing_within_its_timeout_completes(api):
 
 async def test_retry_reruns_the_failed_step_and_downstream_but_not_completed_upstream(api):
     client = await api(mode="all")
-    wf_id = await create(client, [
-        step("upstream", payload={"u": 1}),
-        manual("flaky", after=["upstream"]),
-        step("downstream", after=["flaky"]),
-    ])
+    wf_id = await create(
+        client,
+        [
+            step("upstream", payload={"u": 1}),
+            manual("flaky", after=["upstream"]),
+            step("downstream", after=["flaky"]),
+        ],
+    )
     first, token = await lease_step(client, wf_id, "flaky")
     await fail(client, first["id"], token, "transient outage")
     failed = await wait_status(client, wf_id, "failed")
     assert failed["error_message"] == "step 'flaky' failed: transient outage"
-    assert statuses(await steps(client, wf_id)) == {"upstream": "completed", "flaky": "failed",
-                                                     "downstream": "cancelled"}
+    assert statuses(await steps(client, wf_id)) == {
+        "upstream": "completed",
+        "flaky": "failed",
+        "downstream": "cancelled",
+    }
 
     status, body = await post(client, f"/api/v1/workflows/{wf_id}/retry")
     assert status == 204, body
@@ -96,8 +115,11 @@ async def test_retry_reruns_the_failed_step_and_downstream_but_not_completed_ups
     await complete(client, second["id"], token2, {"fixed": True})
     done = await wait_status(client, wf_id, "completed")
     assert done["retry_count"] == 1
-    assert done["context"] == {"upstream": {"u": 1, "echoed": True}, "flaky": {"fixed": True},
-                               "downstream": {"echoed": True}}
+    assert done["context"] == {
+        "upstream": {"u": 1, "echoed": True},
+        "flaky": {"fixed": True},
+        "downstream": {"echoed": True},
+    }
     counts = {name: len(await step_jobs(client, wf_id, name)) for name in ("upstream", "flaky", "downstream")}
     assert counts == {"upstream": 1, "flaky": 2, "downstream": 1}
 
@@ -119,34 +141,51 @@ async def test_retry_of_a_running_or_completed_workflow_is_409(api):
 
 async def test_retry_of_partially_failed_reruns_policy_skipped_steps_only(api):
     client = await api(mode="all")
-    wf_id = await create(client, [
-        step("ok"),
-        manual("bad", after=["ok"], on_failure="skip"),
-        step("dep", after=["bad"]),
-        step("cond", when={"path": "never"}),
-        step("side", after=["ok"]),
-    ])
+    wf_id = await create(
+        client,
+        [
+            step("ok"),
+            manual("bad", after=["ok"], on_failure="skip"),
+            step("dep", after=["bad"]),
+            step("cond", when={"path": "never"}),
+            step("side", after=["ok"]),
+        ],
+    )
     first, token = await lease_step(client, wf_id, "bad")
     await fail(client, first["id"], token, "bad data")
     await wait_status(client, wf_id, "partially_failed")
-    assert statuses(await steps(client, wf_id)) == {"ok": "completed", "bad": "failed", "dep": "skipped",
-                                                     "cond": "skipped", "side": "completed"}
+    assert statuses(await steps(client, wf_id)) == {
+        "ok": "completed",
+        "bad": "failed",
+        "dep": "skipped",
+        "cond": "skipped",
+        "side": "completed",
+    }
     status, _ = await post(client, f"/api/v1/workflows/{wf_id}/retry")
     assert status == 204
     await run_step(client, wf_id, "bad", {"good": True})
     wf = await wait_status(client, wf_id, "completed")
     assert wf["retry_count"] == 1
     states = await steps(client, wf_id)
-    assert statuses(states) == {"ok": "completed", "bad": "completed", "dep": "completed", "cond": "skipped",
-                                 "side": "completed"}
+    assert statuses(states) == {
+        "ok": "completed",
+        "bad": "completed",
+        "dep": "completed",
+        "cond": "skipped",
+        "side": "completed",
+    }
     assert states["cond"]["error"] == "condition not met"
-    counts = {name: len(await step_jobs(client, wf_id, name)) for name in ("ok", "bad", "dep", "cond", "side")}
+    counts = {
+        name: len(await step_jobs(client, wf_id, name)) for name in ("ok", "bad", "dep", "cond", "side")
+    }
     assert counts == {"ok": 1, "bad": 2, "dep": 1, "cond": 0, "side": 1}
 
 
 async def test_retry_of_a_cancelled_workflow_reruns_the_cancelled_steps(api):
     client = await api(mode="all")
-    wf_id = await create(client, [step("done"), manual("waits", after=["done"]), step("last", after=["waits"])])
+    wf_id = await create(
+        client, [step("done"), manual("waits", after=["done"]), step("last", after=["waits"])]
+    )
     old_job = await wait_step_job(client, wf_id, "waits")
     status, _ = await post(client, f"/api/v1/workflows/{wf_id}/retry")
     assert status == 409  # still running
