@@ -136,7 +136,7 @@ class Server:
         self.argv = [
             *prefix,
             "-m",
-            "shared.cli",
+            "services.cli",
             "serve",
             "--mode",
             mode,

@@ -1,8 +1,10 @@
 """`queueflow serve`: compose the services one process runs (by --mode) and run them until SIGTERM.
 
-api and all modes serve the API on --api-port; every mode serves /metrics, /health and /ready on
---metrics-port. The process's resources (pool, listener, batcher) are one cleanup context that is
-entered first and left last; each service adds its own context after it.
+Each service has its own app factory (`services.<name>.app.create_app`); a single-service mode runs
+that app. `--mode all` composes them: one base app (one database: pool, listener, group-commit
+writers) to which every service's `setup` adds its routes and cleanup contexts, in the order
+api, janitor, workflow, worker (and leaves in reverse). The API modes serve the API on --api-port
+and the probes beside it on --metrics-port; the other modes serve the probes on --metrics-port.
 """
 
 from __future__ import annotations
@@ -11,47 +13,42 @@ import asyncio
 import contextlib
 import resource
 import signal
+from collections.abc import Callable
 
 import structlog
 from aiohttp import web
 
+from services.api import app as api
+from services.janitor import app as janitor
+from services.worker import app as worker
+from services.workflow import app as workflow
 from shared.config import Settings
-from shared.http import add_ops_routes, answer_malformed_http_with_json, error_middleware
-from shared.runtime import RESOURCES, Resources, resources_ctx
+from shared.runtime.app import base_app, probe_app
 
 log = structlog.get_logger("queueflow.serve")
 
+FACTORIES: dict[str, Callable[[Settings], web.Application]] = {
+    "api": api.create_app,
+    "janitor": janitor.create_app,
+    "workflow": workflow.create_app,
+    "worker": worker.create_app,
+}
+SETUPS: dict[str, Callable[[web.Application], None]] = {
+    "api": api.setup,
+    "janitor": janitor.setup,
+    "workflow": workflow.setup,
+    "worker": worker.setup,
+}
 
-def build_apps(settings: Settings) -> tuple[Resources, web.Application, web.Application | None]:
-    """(resources, the app that owns the service contexts, the metrics app or None)."""
-    res = Resources(settings)
-    metrics_app: web.Application | None = None
-    if settings.runs("api"):
-        from services.api.app import create_app
 
-        main = create_app(res)
-    else:
-        main = web.Application(middlewares=[error_middleware])
-        main[RESOURCES] = res
-        add_ops_routes(main)
-    main.cleanup_ctx.append(resources_ctx(res))
-    if settings.runs("janitor"):
-        from services.janitor.loop import janitor_ctx
-
-        main.cleanup_ctx.append(janitor_ctx(res))
-    if settings.runs("workflow"):
-        from services.workflow.advancer import workflow_ctx
-
-        main.cleanup_ctx.append(workflow_ctx(res))
-    if settings.runs("worker"):
-        from services.worker.runtime import worker_ctx
-
-        main.cleanup_ctx.append(worker_ctx(res))
-    if settings.runs("api") and settings.metrics_port:
-        metrics_app = web.Application(middlewares=[error_middleware])
-        metrics_app[RESOURCES] = res
-        add_ops_routes(metrics_app)
-    return res, main, metrics_app
+def build_app(settings: Settings) -> web.Application:
+    """The app this process runs: one service's own app, or (`--mode all`) all of them on one base."""
+    if settings.mode != "all":
+        return FACTORIES[settings.mode](settings)
+    app = base_app(settings, metrics_route=False)
+    for setup in SETUPS.values():
+        setup(app)
+    return app
 
 
 def raise_open_files_limit() -> None:
@@ -64,8 +61,7 @@ def raise_open_files_limit() -> None:
 
 async def serve(settings: Settings) -> None:
     raise_open_files_limit()
-    answer_malformed_http_with_json()
-    res, main, metrics_app = build_apps(settings)
+    app = build_app(settings)
     if settings.dev:
         log.warning(
             "development_mode",
@@ -73,33 +69,32 @@ async def serve(settings: Settings) -> None:
             "never run this on a network you do not control",
         )
     runners: list[web.AppRunner] = []
-    main_runner = web.AppRunner(
-        main, handle_signals=False, access_log=None, shutdown_timeout=settings.shutdown_grace_secs
+    main = web.AppRunner(
+        app, handle_signals=False, access_log=None, shutdown_timeout=settings.shutdown_grace_secs
     )
-    await main_runner.setup()
-    runners.append(main_runner)
-    main_port = settings.api_port if settings.runs("api") else settings.metrics_port
-    if main_port or settings.runs("api"):
-        await web.TCPSite(main_runner, settings.host, main_port).start()
-    if metrics_app is not None:
-        metrics_runner = web.AppRunner(metrics_app, handle_signals=False, access_log=None)
-        await metrics_runner.setup()
-        runners.append(metrics_runner)
-        await web.TCPSite(metrics_runner, settings.host, settings.metrics_port).start()
+    await main.setup()
+    runners.append(main)
+    serves_api = settings.runs("api")
+    main_port = settings.api_port if serves_api else settings.metrics_port
+    if main_port or serves_api:
+        await web.TCPSite(main, settings.host, main_port).start()
+    if serves_api and settings.metrics_port:
+        probes = web.AppRunner(probe_app(app), handle_signals=False, access_log=None)
+        await probes.setup()
+        runners.append(probes)
+        await web.TCPSite(probes, settings.host, settings.metrics_port).start()
     log.info(
         "queueflow_started",
         mode=settings.mode,
-        api_port=settings.api_port if settings.runs("api") else None,
+        api_port=settings.api_port if serves_api else None,
         metrics_port=settings.metrics_port or None,
     )
-
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     log.info("queueflow_stopping", mode=settings.mode)
-    res.start_draining()
     for runner in reversed(runners):
         with contextlib.suppress(Exception):
             await runner.cleanup()

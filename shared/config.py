@@ -1,14 +1,23 @@
-"""Settings for every QueueFlow process, loaded once from flags and environment variables.
+"""Settings for every QueueFlow process, declared once and loaded once from flags and environment
+variables.
 
-Flags win over environment variables; the names follow the upstream server (`--api-port` is
-`QUEUEFLOW_API_PORT`, `--database-url` is `DATABASE_URL`). Everything else receives a `Settings`.
+Each field of `Settings` carries its flag, its environment variable, its default and its help in
+one `option(...)`; the argument parser, the environment lookup and the defaults all come from those
+declarations. Flags win over environment variables; the names follow the upstream server
+(`--api-port` is `QUEUEFLOW_API_PORT`, `--database-url` is `DATABASE_URL`). Everything else
+receives a `Settings`.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
-from dataclasses import dataclass, field
+import types
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
 
 MODES = ("all", "api", "janitor", "workflow", "worker")
 
@@ -22,64 +31,6 @@ class ApiKey:
     token: str
     tenant: str
     read_only: bool = False
-
-
-@dataclass(frozen=True)
-class Settings:
-    mode: str = "all"
-    database_url: str = ""
-    host: str = "0.0.0.0"
-    api_port: int = 8000
-    metrics_port: int = 9090
-    workers: int = 10
-    queues: tuple[str, ...] = ()
-    handlers: tuple[str, ...] = ()  # modules whose @task functions the in-process workers run
-    default_queue: str = "default"
-    dev: bool = False
-    worker_token: str | None = None
-    jwt_secret: str | None = None
-    api_keys: tuple[ApiKey, ...] = ()
-    cors_origins: tuple[str, ...] = ()
-    max_db_connections: int = 50
-    min_db_connections: int = 2
-    auto_migrate: bool = True
-    retention_hours: float | None = None
-    retention_interval_secs: float = 3600.0
-    lease_secs: int = 30
-    lease_grace_secs: int = 30
-    worker_poll_secs: float = 5.0
-    janitor_interval_secs: float = 1.0
-    janitor_batch: int = 100
-    reclaim_lease_secs: int = 60
-    max_batch: int = 1000
-    max_body_bytes: int = 10 * 1024 * 1024
-    shutdown_grace_secs: float = 30.0
-    log_level: str = "info"
-    extra: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def worker_queues(self) -> tuple[str, ...]:
-        return self.queues or (self.default_queue,)
-
-    def runs(self, service: str) -> bool:
-        """Whether this process runs `service` (api, janitor, workflow or worker)."""
-        return self.mode == "all" or self.mode == service
-
-    def check_credentials(self) -> None:
-        """Fail closed: api and all modes need a worker token and a tenant credential unless --dev."""
-        if self.dev or not self.runs("api"):
-            return
-        missing = []
-        if not self.worker_token:
-            missing.append("--worker-token (QUEUEFLOW_WORKER_TOKEN)")
-        if not self.api_keys and not self.jwt_secret:
-            missing.append("--api-keys (QUEUEFLOW_API_KEYS) or --jwt-secret (QUEUEFLOW_JWT_SECRET)")
-        if missing:
-            raise ConfigError(
-                "refusing to start without credentials; missing: "
-                + ", ".join(missing)
-                + " (or pass --dev for a local development server)"
-            )
 
 
 def parse_api_keys(raw: str | None) -> tuple[ApiKey, ...]:
@@ -101,11 +52,7 @@ def parse_api_keys(raw: str | None) -> tuple[ApiKey, ...]:
     return tuple(keys)
 
 
-def _bool(raw: str | bool | None) -> bool:
-    if isinstance(raw, bool):
-        return raw
-    if raw is None:
-        return False
+def parse_bool(raw: str) -> bool:
     value = raw.strip().lower()
     if value in ("1", "true", "yes", "on"):
         return True
@@ -114,120 +61,190 @@ def _bool(raw: str | bool | None) -> bool:
     raise argparse.ArgumentTypeError(f"not a boolean: {raw!r}")
 
 
-def _csv(raw: str | None) -> tuple[str, ...]:
-    return tuple(p.strip() for p in (raw or "").split(",") if p.strip())
+def parse_csv(raw: str) -> tuple[str, ...]:
+    return tuple(p.strip() for p in raw.split(",") if p.strip())
 
 
-# (flag, env, type, default, help)
-_SERVE_OPTIONS: list[tuple[str, str, object, object, str]] = [
-    ("--mode", "QUEUEFLOW_MODE", str, "all", "all | api | janitor | workflow | worker"),
-    ("--database-url", "DATABASE_URL", str, "", "PostgreSQL connection URL"),
-    ("--host", "QUEUEFLOW_HOST", str, "0.0.0.0", "bind address for the HTTP listeners"),
-    ("--api-port", "QUEUEFLOW_API_PORT", int, 8000, "REST API and worker protocol port"),
-    ("--metrics-port", "QUEUEFLOW_METRICS_PORT", int, 9090, "/metrics, /health, /ready port (0: off)"),
-    ("--workers", "QUEUEFLOW_WORKERS", int, 10, "concurrent in-process handlers per queue"),
-    ("--queues", "QUEUEFLOW_QUEUES", str, "", "queues the in-process workers drain (comma-separated)"),
-    ("--default-queue", "QUEUEFLOW_DEFAULT_QUEUE", str, "default", "queue for jobs that name none"),
-    (
+def option(
+    flag: str,
+    env: str,
+    default: Any,
+    help: str,
+    *,
+    at_least: float | None = None,
+    switch: bool = False,
+) -> Any:
+    """Declare a setting: its flag, environment variable, default and help. `at_least` clamps the
+    value from below; `switch` makes a boolean a bare flag (`--dev`) rather than `--flag true`."""
+    meta = {"flag": flag, "env": env, "help": help, "at_least": at_least, "switch": switch}
+    return dataclasses.field(default=default, metadata=meta)
+
+
+@dataclass(frozen=True)
+class Settings:
+    mode: str = option("--mode", "QUEUEFLOW_MODE", "all", "all | api | janitor | workflow | worker")
+    database_url: str = option("--database-url", "DATABASE_URL", "", "PostgreSQL connection URL")
+    host: str = option("--host", "QUEUEFLOW_HOST", "0.0.0.0", "bind address for the HTTP listeners")
+    api_port: int = option("--api-port", "QUEUEFLOW_API_PORT", 8000, "REST API and worker protocol port")
+    metrics_port: int = option(
+        "--metrics-port", "QUEUEFLOW_METRICS_PORT", 9090, "/metrics, /health, /ready port (0: off)"
+    )
+    workers: int = option(
+        "--workers", "QUEUEFLOW_WORKERS", 10, "concurrent in-process handlers per queue", at_least=1
+    )
+    queues: tuple[str, ...] = option(
+        "--queues", "QUEUEFLOW_QUEUES", (), "queues the in-process workers drain (comma-separated)"
+    )
+    default_queue: str = option(
+        "--default-queue", "QUEUEFLOW_DEFAULT_QUEUE", "default", "queue for jobs that name none"
+    )
+    handlers: tuple[str, ...] = option(
         "--handlers",
         "QUEUEFLOW_HANDLERS",
-        str,
-        "",
+        (),
         "Python modules whose @task handlers the in-process workers run (comma-separated)",
-    ),
-    ("--worker-token", "QUEUEFLOW_WORKER_TOKEN", str, None, "credential for the worker protocol routes"),
-    ("--jwt-secret", "QUEUEFLOW_JWT_SECRET", str, None, "HS256 secret for tenant JWTs"),
-    ("--api-keys", "QUEUEFLOW_API_KEYS", str, None, "tenant API keys: token:tenant[:ro],..."),
-    ("--cors-origins", "QUEUEFLOW_CORS_ORIGINS", str, "", "allowed CORS origins (comma-separated)"),
-    ("--max-db-connections", "QUEUEFLOW_MAX_DB_CONNECTIONS", int, 50, "pool size per process"),
-    ("--min-db-connections", "QUEUEFLOW_MIN_DB_CONNECTIONS", int, 2, "connections the pool keeps open"),
-    ("--retention-hours", "QUEUEFLOW_RETENTION_HOURS", float, None, "delete terminal rows older than this"),
-    ("--retention-interval-secs", "QUEUEFLOW_RETENTION_INTERVAL_SECS", float, 3600.0, "retention cadence"),
-    ("--lease-secs", "QUEUEFLOW_LEASE_SECS", int, 30, "in-process claim lease"),
-    ("--lease-grace-secs", "QUEUEFLOW_LEASE_GRACE_SECS", int, 30, "headroom over an in-process job timeout"),
-    ("--worker-poll-secs", "QUEUEFLOW_WORKER_POLL_SECS", float, 5.0, "longest idle wait (missed NOTIFY net)"),
-    ("--janitor-interval-secs", "QUEUEFLOW_JANITOR_INTERVAL_SECS", float, 1.0, "janitor sweep interval"),
-    ("--janitor-batch", "QUEUEFLOW_JANITOR_BATCH", int, 100, "rows per janitor sweep"),
-    (
+    )
+    worker_token: str | None = option(
+        "--worker-token", "QUEUEFLOW_WORKER_TOKEN", None, "credential for the worker protocol routes"
+    )
+    jwt_secret: str | None = option(
+        "--jwt-secret", "QUEUEFLOW_JWT_SECRET", None, "HS256 secret for tenant JWTs"
+    )
+    api_keys: tuple[ApiKey, ...] = option(
+        "--api-keys", "QUEUEFLOW_API_KEYS", (), "tenant API keys: token:tenant[:ro],..."
+    )
+    cors_origins: tuple[str, ...] = option(
+        "--cors-origins", "QUEUEFLOW_CORS_ORIGINS", (), "allowed CORS origins (comma-separated)"
+    )
+    max_db_connections: int = option(
+        "--max-db-connections", "QUEUEFLOW_MAX_DB_CONNECTIONS", 50, "pool size per process", at_least=2
+    )
+    min_db_connections: int = option(
+        "--min-db-connections",
+        "QUEUEFLOW_MIN_DB_CONNECTIONS",
+        2,
+        "connections the pool keeps open",
+        at_least=1,
+    )
+    retention_hours: float | None = option(
+        "--retention-hours", "QUEUEFLOW_RETENTION_HOURS", None, "delete terminal rows older than this"
+    )
+    retention_interval_secs: float = option(
+        "--retention-interval-secs", "QUEUEFLOW_RETENTION_INTERVAL_SECS", 3600.0, "retention cadence"
+    )
+    lease_secs: int = option("--lease-secs", "QUEUEFLOW_LEASE_SECS", 30, "in-process claim lease")
+    lease_grace_secs: int = option(
+        "--lease-grace-secs", "QUEUEFLOW_LEASE_GRACE_SECS", 30, "headroom over an in-process job timeout"
+    )
+    worker_poll_secs: float = option(
+        "--worker-poll-secs", "QUEUEFLOW_WORKER_POLL_SECS", 5.0, "longest idle wait (missed NOTIFY net)"
+    )
+    janitor_interval_secs: float = option(
+        "--janitor-interval-secs", "QUEUEFLOW_JANITOR_INTERVAL_SECS", 1.0, "janitor sweep interval"
+    )
+    janitor_batch: int = option("--janitor-batch", "QUEUEFLOW_JANITOR_BATCH", 100, "rows per janitor sweep")
+    reclaim_lease_secs: int = option(
         "--reclaim-lease-secs",
         "QUEUEFLOW_RECLAIM_LEASE_SECS",
-        int,
         60,
         "no effect; kept for compatibility (a reclaim is one statement)",
-    ),
-    ("--max-batch", "QUEUEFLOW_MAX_BATCH", int, 1000, "largest POST /jobs/batch"),
-    ("--max-body-bytes", "QUEUEFLOW_MAX_BODY_BYTES", int, 10 * 1024 * 1024, "largest request body (413)"),
-    ("--shutdown-grace-secs", "QUEUEFLOW_SHUTDOWN_GRACE_SECS", float, 30.0, "drain time on SIGTERM"),
-    ("--log-level", "QUEUEFLOW_LOG_LEVEL", str, "info", "debug | info | warning | error"),
-]
+    )
+    max_batch: int = option("--max-batch", "QUEUEFLOW_MAX_BATCH", 1000, "largest POST /jobs/batch")
+    max_body_bytes: int = option(
+        "--max-body-bytes", "QUEUEFLOW_MAX_BODY_BYTES", 10 * 1024 * 1024, "largest request body (413)"
+    )
+    shutdown_grace_secs: float = option(
+        "--shutdown-grace-secs", "QUEUEFLOW_SHUTDOWN_GRACE_SECS", 30.0, "drain time on SIGTERM"
+    )
+    log_level: str = option("--log-level", "QUEUEFLOW_LOG_LEVEL", "info", "debug | info | warning | error")
+    dev: bool = option(
+        "--dev",
+        "QUEUEFLOW_DEV",
+        False,
+        "development mode: any token is tenant 'tenant1' and a worker",
+        switch=True,
+    )
+    auto_migrate: bool = option("--auto-migrate", "QUEUEFLOW_AUTO_MIGRATE", True, "apply migrations at start")
+
+    @property
+    def worker_queues(self) -> tuple[str, ...]:
+        return self.queues or (self.default_queue,)
+
+    def runs(self, service: str) -> bool:
+        """Whether this process runs `service` (api, janitor, workflow or worker)."""
+        return self.mode in ("all", service)
+
+    def check_credentials(self) -> None:
+        """Fail closed: api and all modes need a worker token and a tenant credential unless --dev."""
+        if self.dev or not self.runs("api"):
+            return
+        missing = []
+        if not self.worker_token:
+            missing.append("--worker-token (QUEUEFLOW_WORKER_TOKEN)")
+        if not self.api_keys and not self.jwt_secret:
+            missing.append("--api-keys (QUEUEFLOW_API_KEYS) or --jwt-secret (QUEUEFLOW_JWT_SECRET)")
+        if missing:
+            raise ConfigError(
+                "refusing to start without credentials; missing: "
+                + ", ".join(missing)
+                + " (or pass --dev for a local development server)"
+            )
+
+
+OPTIONS = dataclasses.fields(Settings)
+_HINTS = typing.get_type_hints(Settings)
+
+
+def _parser_for(name: str) -> Callable[[str], Any]:
+    """How a flag's or variable's text becomes the field's type, from its annotation."""
+    hint = _HINTS[name]
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    if isinstance(hint, types.UnionType) and len(args) == 1:
+        hint = args[0]
+    if hint is bool:
+        return parse_bool
+    if typing.get_origin(hint) is tuple:
+        return parse_api_keys if typing.get_args(hint)[0] is ApiKey else parse_csv
+    if hint in (int, float, str):
+        return typing.cast(Callable[[str], Any], hint)
+    raise TypeError(f"no parser for setting {name}: {hint!r}")
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
-    for flag, env, typ, default, help_text in _SERVE_OPTIONS:
-        parser.add_argument(flag, type=typ, default=None, help=f"{help_text} [{env}, default {default!r}]")
-    parser.add_argument(
-        "--dev",
-        action="store_true",
-        default=None,
-        help="development mode: any token is tenant 'tenant1' and a worker [QUEUEFLOW_DEV]",
-    )
-    parser.add_argument(
-        "--auto-migrate",
-        type=_bool,
-        default=None,
-        help="apply migrations at start [QUEUEFLOW_AUTO_MIGRATE, default true]",
-    )
+    """One argument per setting; a flag left out is None, so the environment can fill it."""
+    for f in OPTIONS:
+        meta = f.metadata
+        text = f"{meta['help']} [{meta['env']}, default {f.default!r}]"
+        if meta["switch"]:
+            parser.add_argument(meta["flag"], dest=f.name, action="store_true", default=None, help=text)
+        else:
+            parser.add_argument(meta["flag"], dest=f.name, default=None, metavar=f.name.upper(), help=text)
 
 
-def settings_from(args: argparse.Namespace, environ: dict[str, str] | None = None) -> Settings:
+def settings_from(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> Settings:
+    """Settings from parsed flags, then the environment, then the declared defaults."""
     env = os.environ if environ is None else environ
-    values: dict[str, object] = {}
-    for flag, env_name, typ, default, _ in _SERVE_OPTIONS:
-        attr = flag[2:].replace("-", "_")
-        raw = getattr(args, attr, None)
-        if raw is None and env.get(env_name) not in (None, ""):
-            try:
-                raw = typ(env[env_name])  # type: ignore[operator]
-            except ValueError as err:
-                raise ConfigError(f"{env_name}: {err}") from err
-        values[attr] = default if raw is None else raw
-    dev = args.dev if getattr(args, "dev", None) is not None else _bool(env.get("QUEUEFLOW_DEV"))
-    auto = getattr(args, "auto_migrate", None)
-    if auto is None:
-        auto = _bool(env.get("QUEUEFLOW_AUTO_MIGRATE", "true"))
-    mode = str(values.pop("mode"))
-    if mode not in MODES:
-        raise ConfigError(f"--mode must be one of {', '.join(MODES)}, not {mode!r}")
-    if not values["database_url"]:
+    values: dict[str, Any] = {}
+    for f in OPTIONS:
+        meta = f.metadata
+        raw = getattr(args, f.name, None)
+        source = meta["flag"]
+        if raw is None and env.get(meta["env"]) not in (None, ""):
+            raw, source = env[meta["env"]], meta["env"]
+        if raw is None:
+            continue
+        try:
+            value = raw if isinstance(raw, bool) else _parser_for(f.name)(raw)
+        except (ValueError, argparse.ArgumentTypeError) as err:
+            raise ConfigError(f"{source}: {err}") from err
+        if value == "" and f.default is None:
+            value = None  # an empty optional credential is no credential
+        if meta["at_least"] is not None:
+            value = max(meta["at_least"], value)
+        values[f.name] = value
+    settings = Settings(**values)
+    if settings.mode not in MODES:
+        raise ConfigError(f"--mode must be one of {', '.join(MODES)}, not {settings.mode!r}")
+    if not settings.database_url:
         raise ConfigError("--database-url (DATABASE_URL) is required")
-    return Settings(
-        mode=mode,
-        database_url=str(values["database_url"]),
-        host=str(values["host"]),
-        api_port=int(values["api_port"]),  # type: ignore[arg-type]
-        metrics_port=int(values["metrics_port"]),  # type: ignore[arg-type]
-        workers=max(1, int(values["workers"])),  # type: ignore[arg-type]
-        queues=_csv(values["queues"]),  # type: ignore[arg-type]
-        handlers=_csv(values["handlers"]),  # type: ignore[arg-type]
-        default_queue=str(values["default_queue"]),
-        dev=bool(dev),
-        worker_token=values["worker_token"] or None,  # type: ignore[arg-type]
-        jwt_secret=values["jwt_secret"] or None,  # type: ignore[arg-type]
-        api_keys=parse_api_keys(values["api_keys"]),  # type: ignore[arg-type]
-        cors_origins=_csv(values["cors_origins"]),  # type: ignore[arg-type]
-        max_db_connections=max(2, int(values["max_db_connections"])),  # type: ignore[arg-type]
-        min_db_connections=max(1, int(values["min_db_connections"])),  # type: ignore[arg-type]
-        auto_migrate=bool(auto),
-        retention_hours=values["retention_hours"],  # type: ignore[arg-type]
-        retention_interval_secs=float(values["retention_interval_secs"]),  # type: ignore[arg-type]
-        lease_secs=int(values["lease_secs"]),  # type: ignore[arg-type]
-        lease_grace_secs=int(values["lease_grace_secs"]),  # type: ignore[arg-type]
-        worker_poll_secs=float(values["worker_poll_secs"]),  # type: ignore[arg-type]
-        janitor_interval_secs=float(values["janitor_interval_secs"]),  # type: ignore[arg-type]
-        janitor_batch=int(values["janitor_batch"]),  # type: ignore[arg-type]
-        reclaim_lease_secs=int(values["reclaim_lease_secs"]),  # type: ignore[arg-type]
-        max_batch=int(values["max_batch"]),  # type: ignore[arg-type]
-        max_body_bytes=int(values["max_body_bytes"]),  # type: ignore[arg-type]
-        shutdown_grace_secs=float(values["shutdown_grace_secs"]),  # type: ignore[arg-type]
-        log_level=str(values["log_level"]),
-    )
+    return settings

@@ -1,29 +1,73 @@
-"""Wire types: every request and response body, as msgspec Structs.
+"""Wire types: request bodies and response envelopes, as msgspec Structs.
 
 Requests forbid unknown fields and carry their bounds as `Meta` constraints, so decoding is
-validation. Responses omit absent optional fields (`omit_defaults`), as the upstream server does.
-The OpenAPI document is generated from these types (services/api/openapi.py).
+validation; each converts itself to the domain value it asks for. The records a response carries
+(a job, a dead letter, a workflow and its steps, a cron schedule, queue figures) are the domain
+types themselves: their JSON encoding is the contract's shape, so they are re-exported here rather
+than declared twice. Responses omit absent optional fields, as the upstream server does. The
+OpenAPI document is generated from these types (services/api/openapi.py).
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal, Self
 
-import msgspec
 from msgspec import Meta, Struct
 
-from shared import domain
+from shared.domain import paging as domain_paging
+from shared.domain.cron import CronSchedule
+from shared.domain.errors import ValidationFailed
+from shared.domain.jobs import (
+    ACTIVE_JOB_STATUSES,
+    BackoffStrategy,
+    DeadLetter,
+    DelaySecs,
+    Int32,
+    Jitter,
+    Job,
+    JobConfig,
+    JobFilter,
+    JobStatus,
+    MaxRetries,
+    NewJob,
+    Object,
+    PartialJobConfig,
+    QueueControl,
+    QueueStats,
+    ReplayedDeadLetter,
+    StatsSnapshot,
+    TimeoutSecs,
+    instant,
+)
+from shared.domain.paging import PageRequest
+from shared.domain.workflows import (
+    FanOut,
+    Name,
+    StepCondition,
+    Workflow,
+    WorkflowDefinition,
+    WorkflowStatus,
+    WorkflowStep,
+    WorkflowStepState,
+)
 
-Int32 = Annotated[int, Meta(ge=domain.INT32_MIN, le=domain.INT32_MAX)]
-Name = Annotated[str, Meta(min_length=1, max_length=255)]
-Object = dict[str, Any]
-Backoff = Literal["fixed", "linear", "exponential"]
-JobStatus = Literal["pending", "running", "completed", "failed", "retrying", "cancelled"]
-MaxRetries = Annotated[int, Meta(ge=0, le=domain.MAX_RETRIES)]
-TimeoutSecs = Annotated[int, Meta(ge=1, le=domain.MAX_TIMEOUT_SECS)]
-DelaySecs = Annotated[int, Meta(ge=0, le=domain.MAX_DELAY_SECS)]
-Jitter = Annotated[float, Meta(ge=0.0, le=1.0)]
+__all__ = [
+    "CronSchedule",
+    "DeadLetter",
+    "FanOut",
+    "Job",
+    "JobConfig",
+    "PartialJobConfig",
+    "QueueControl",
+    "QueueStats",
+    "ReplayedDeadLetter",
+    "StatsSnapshot",
+    "StepCondition",
+    "Workflow",
+    "WorkflowStep",
+    "WorkflowStepState",
+]
 
 
 class Request(Struct, forbid_unknown_fields=True, omit_defaults=True):
@@ -34,49 +78,57 @@ class Response(Struct, omit_defaults=True):
     """Base for response bodies: absent optional fields are left out."""
 
 
-# --- configuration -------------------------------------------------------------------------------
+class Page(Response, kw_only=True):
+    """What every list response carries beside its items (in the field each subclass names)."""
+
+    items_field: ClassVar[str]
+    limit: int
+    offset: int
+    has_more: bool
+    total: int | None = None
+    next_cursor: str | None = None
+
+    @classmethod
+    def of(cls, asked: PageRequest, page: domain_paging.Page[Any]) -> Self:
+        items = {cls.items_field: list(page.items)}
+        return cls(
+            limit=asked.limit,
+            offset=asked.offset,
+            has_more=page.has_more,
+            total=page.total,
+            next_cursor=page.next_cursor,
+            **items,
+        )
+
+
+# --- jobs ----------------------------------------------------------------------------------------
 
 
 class JobConfigRequest(Request):
-    """Per-job execution policy on create; every field optional (defaults in API-NOTES section 6)."""
+    """Per-job execution policy on create; every field optional (defaults in API-NOTES section 6).
+    The wire names `timeout` and `queue` differ from the stored ones."""
 
     priority: Int32 | None = None
     max_retries: MaxRetries | None = None
     timeout: TimeoutSecs | None = None
     queue: Name | None = None
-    retry_backoff: Backoff | None = None
+    retry_backoff: BackoffStrategy | None = None
     retry_delay_secs: DelaySecs | None = None
     retry_max_delay_secs: DelaySecs | None = None
     jitter_factor: Jitter | None = None
 
-    def resolve(self) -> dict[str, Any]:
-        return domain.resolve_config(
-            priority=self.priority,
-            max_retries=self.max_retries,
-            timeout_secs=self.timeout,
-            retry_backoff=self.retry_backoff,
-            retry_delay_secs=self.retry_delay_secs,
-            retry_max_delay_secs=self.retry_max_delay_secs,
-            jitter_factor=self.jitter_factor,
+    def to_config(self) -> JobConfig:
+        return JobConfig.of(
+            {
+                "priority": self.priority,
+                "max_retries": self.max_retries,
+                "timeout_secs": self.timeout,
+                "retry_backoff": self.retry_backoff,
+                "retry_delay_secs": self.retry_delay_secs,
+                "retry_max_delay_secs": self.retry_max_delay_secs,
+                "jitter_factor": self.jitter_factor,
+            }
         )
-
-
-class JobConfig(Response, forbid_unknown_fields=True):
-    """The stored execution policy (stored field names). Partial on input, complete on output."""
-
-    priority: Int32 | None = None
-    max_retries: MaxRetries | None = None
-    timeout_secs: TimeoutSecs | None = None
-    retry_backoff: Backoff | None = None
-    retry_delay_secs: DelaySecs | None = None
-    retry_max_delay_secs: DelaySecs | None = None
-    jitter_factor: Jitter | None = None
-
-    def resolve(self) -> dict[str, Any]:
-        return domain.resolve_config(**msgspec.structs.asdict(self))
-
-
-# --- jobs ----------------------------------------------------------------------------------------
 
 
 class CreateJobRequest(Request):
@@ -87,6 +139,18 @@ class CreateJobRequest(Request):
     # Extensions beyond the upstream spec: free-form metadata, and a per-item key in batches.
     metadata: Object | None = None
     idempotency_key: Annotated[str, Meta(max_length=255)] | None = None
+
+    def to_new_job(self, default_queue: str, idempotency_key: str | None) -> NewJob:
+        config = self.config or JobConfigRequest()
+        return NewJob(
+            task_name=self.task_name,
+            queue=config.queue or default_queue,
+            config=config.to_config(),
+            payload=self.payload or {},
+            run_at=instant("run_at", self.run_at),
+            metadata=self.metadata or {},
+            idempotency_key=idempotency_key,
+        )
 
 
 class CreateBatchJobsRequest(Request):
@@ -102,36 +166,9 @@ class CreateBatchJobsResponse(Response):
     count: int
 
 
-class Job(Response):
-    id: str
-    queue_name: str
-    task_name: str
-    payload: Object
-    config: Object
-    status: JobStatus
-    retry_count: int
-    delivery_count: int
-    created_at: datetime
-    scheduled_at: datetime
-    metadata: Object
-    started_at: datetime | None = None
-    completed_at: datetime | None = None
-    next_retry_at: datetime | None = None
-    error_message: str | None = None
-    result: Object | None = None
-    idempotency_key: str | None = None
-    tenant_id: str | None = None
-    workflow_id: str | None = None
-    workflow_step_id: str | None = None
-
-
-class ListJobsResponse(Response):
+class ListJobsResponse(Page, kw_only=True):
+    items_field = "jobs"
     jobs: list[Job]
-    limit: int
-    offset: int
-    has_more: bool
-    total: int | None = None
-    next_cursor: str | None = None
 
 
 class CancelJobsRequest(Request):
@@ -142,9 +179,28 @@ class CancelJobsRequest(Request):
     created_before: datetime | None = None
     limit: Annotated[int, Meta(ge=1)] | None = None
 
+    def to_filter(self, max_limit: int) -> JobFilter:
+        return _filter(self, (JobStatus(self.status),) if self.status else None, max_limit)
+
 
 class CancelJobsResponse(Response):
     cancelled: int
+
+
+def _filter(
+    body: CancelJobsRequest | ReplayDeadLettersRequest, statuses: tuple[JobStatus, ...] | None, max_limit: int
+) -> JobFilter:
+    limit = body.limit or 100
+    if limit > max_limit:
+        raise ValidationFailed(f"limit cannot exceed {max_limit}")
+    return JobFilter(
+        queue=body.queue,
+        task_name=body.task_name,
+        statuses=statuses or ACTIVE_JOB_STATUSES,
+        created_after=instant("created_after", body.created_after),
+        created_before=instant("created_before", body.created_before),
+        limit=limit,
+    )
 
 
 # --- worker protocol -----------------------------------------------------------------------------
@@ -188,26 +244,9 @@ class FailJobRequest(Request):
 # --- dead letters --------------------------------------------------------------------------------
 
 
-class DeadLetter(Response):
-    id: int
-    job_id: str
-    reason: str
-    created_at: datetime
-    error_message: str | None = None
-    queue_name: str | None = None
-    task_name: str | None = None
-    replayed_at: datetime | None = None
-    replay_job_id: str | None = None
-    tenant_id: str | None = None
-
-
-class ListDeadLettersResponse(Response):
+class ListDeadLettersResponse(Page, kw_only=True):
+    items_field = "dead_letters"
     dead_letters: list[DeadLetter]
-    limit: int
-    offset: int
-    has_more: bool
-    total: int | None = None
-    next_cursor: str | None = None
 
 
 class ReplayDeadLetterResponse(Response):
@@ -221,11 +260,8 @@ class ReplayDeadLettersRequest(Request):
     created_before: datetime | None = None
     limit: Annotated[int, Meta(ge=1)] | None = None
 
-
-class ReplayedDeadLetter(Response):
-    dead_letter_id: int
-    job_id: str | None = None
-    error: str | None = None
+    def to_filter(self, max_limit: int) -> JobFilter:
+        return _filter(self, None, max_limit)
 
 
 class ReplayDeadLettersResponse(Response):
@@ -234,17 +270,6 @@ class ReplayDeadLettersResponse(Response):
 
 
 # --- system --------------------------------------------------------------------------------------
-
-
-class StatsSnapshot(Response):
-    jobs_created: int
-    jobs_completed: int
-    jobs_failed: int
-    jobs_retried: int
-    jobs_dead_lettered: int
-    workflows_created: int
-    workflows_completed: int
-    workflows_failed: int
 
 
 class TasksResponse(Response):
@@ -273,98 +298,20 @@ class ErrorBody(Response):
 
 # --- workflows -----------------------------------------------------------------------------------
 
-StepStatus = Literal["pending", "running", "completed", "failed", "cancelled", "skipped"]
-WorkflowStatus = Literal["created", "running", "completed", "failed", "partially_failed", "cancelled"]
-ConditionOp = Literal["eq", "ne", "gt", "gte", "lt", "lte", "exists", "contains", "in"]
 
-
-class StepCondition(Request):
-    """A leaf (`path` compared with `value` by `op`) or a combination (`all`, `any`, `not`)."""
-
-    op: ConditionOp | None = None
-    path: str | None = None
-    value: Any | msgspec.UnsetType = msgspec.UNSET
-    all: list[StepCondition] | None = None
-    any: list[StepCondition] | None = None
-    not_: StepCondition | None = msgspec.field(default=None, name="not")
-
-
-class FanOut(Request):
-    path: Annotated[str, Meta(min_length=1)]
-    item_key: Annotated[str, Meta(min_length=1)] | None = None
-    max_items: Annotated[int, Meta(ge=0, le=domain.MAX_FAN_OUT)] | None = None
-
-
-class WorkflowStep(Request):
-    name: Name
-    task_name: str | None = None
-    depends_on: list[str] | None = None
-    payload: Object | None = None
-    config: JobConfig | None = None
-    on_failure: Literal["halt", "skip", "continue"] | None = None
-    on_success: Literal["continue"] | None = None
-    metadata: Object | None = None
-    queue: Name | None = None
-    when: StepCondition | None = None
-    fan_out: FanOut | None = None
-    workflow: CreateWorkflowRequest | None = None
-
-
-class CreateWorkflowRequest(Request):
-    name: Name
-    steps: list[WorkflowStep]
-    context: Object | None = None
-    metadata: Object | None = None
-    timeout_secs: Annotated[int, Meta(ge=1, le=domain.MAX_DELAY_SECS)] | None = None
+class CreateWorkflowRequest(
+    WorkflowDefinition, frozen=True, forbid_unknown_fields=True, omit_defaults=True, kw_only=True
+):
+    """The body of POST /api/v1/workflows: a workflow definition."""
 
 
 class CreateWorkflowResponse(Response):
     workflow_id: str
 
 
-class Workflow(Response):
-    id: str
-    name: str
-    status: WorkflowStatus
-    steps: list[WorkflowStep]
-    created_at: datetime
-    context: Object
-    metadata: Object
-    retry_count: int
-    started_at: datetime | None = None
-    completed_at: datetime | None = None
-    tenant_id: str | None = None
-    timeout_secs: int | None = None
-    deadline_at: datetime | None = None
-    error_message: str | None = None
-    parent_workflow_id: str | None = None
-    parent_step_name: str | None = None
-
-
-class ListWorkflowsResponse(Response):
+class ListWorkflowsResponse(Page, kw_only=True):
+    items_field = "workflows"
     workflows: list[Workflow]
-    limit: int
-    offset: int
-    has_more: bool
-    total: int | None = None
-    next_cursor: str | None = None
-
-
-class FanOutProgress(Response):
-    total: int
-    completed: int
-    failed: int
-
-
-class WorkflowStepState(Response):
-    name: str
-    status: StepStatus
-    job_id: str | None = None
-    error: str | None = None
-    started_at: datetime | None = None
-    completed_at: datetime | None = None
-    child_workflow_id: str | None = None
-    fan_out: FanOutProgress | None = None
 
 
 class WorkflowStepStatesResponse(Response):
@@ -386,24 +333,8 @@ class WorkflowEvent(Response):
 # --- queues --------------------------------------------------------------------------------------
 
 
-class QueueStats(Response):
-    queue: str
-    pending: int
-    scheduled: int
-    running: int
-    paused: bool
-    oldest_pending_age_secs: int | None = None
-
-
 class QueuesResponse(Response):
     queues: list[QueueStats]
-
-
-class QueueControlResponse(Response):
-    queue: str
-    paused: bool
-    pending: int
-    running: int
 
 
 # --- cron ----------------------------------------------------------------------------------------
@@ -415,32 +346,13 @@ class CreateCronRequest(Request):
     task_name: str
     payload: Object | None = None
     queue: Name | None = None
-    config: JobConfig | None = None
+    config: PartialJobConfig | None = None
 
 
 class CreateCronResponse(Response):
     cron_id: str
 
 
-class CronSchedule(Response):
-    id: str
-    name: str
-    cron_expr: str
-    task_name: str
-    enabled: bool
-    next_run_at: datetime
-    created_at: datetime
-    payload: Object | None = None
-    queue_name: str | None = None
-    config: JobConfig | None = None
-    last_enqueued_at: datetime | None = None
-    tenant_id: str | None = None
-
-
-class ListCronsResponse(Response):
+class ListCronsResponse(Page, kw_only=True):
+    items_field = "crons"
     crons: list[CronSchedule]
-    limit: int
-    offset: int
-    has_more: bool
-    total: int | None = None
-    next_cursor: str | None = None

@@ -25,9 +25,10 @@ Latency is pgbench's "latency average" per script execution with 4 clients.
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 import sys
+
+import msgspec
 
 from bench.context import PROBE_FIGURES, Context, Scenario, probe_commits
 from bench.infra import REPO, connect
@@ -35,7 +36,7 @@ from bench.report import Figure
 from shared.db import jobs as jobs_db
 from shared.db.pool import init_connection
 from shared.db.queries import Q
-from shared.domain import resolve_config
+from shared.domain.jobs import JobConfig, NewJob
 
 CLIENTS, THREADS = 4, 2
 DRAIN_WINDOW = """SELECT count(*) AS n, EXTRACT(EPOCH FROM max(completed_at) - min(started_at))::float8 AS secs
@@ -117,7 +118,7 @@ def cycle_script(rows: int, claim_sql: str | None = None) -> str:
 async def insert_script(dsn: str, rows: int) -> str:
     """insert_jobs with `rows` rows. Parameters the harness does not know (the statement grows as the
     server does) become NULLs of the type PostgreSQL infers for them."""
-    config = json.dumps(resolve_config()).replace("'", "''")
+    config = msgspec.json.encode(JobConfig()).decode().replace("'", "''")
 
     def fill(value: str) -> str:
         return f"array_fill({value}, ARRAY[{rows}])"
@@ -149,7 +150,7 @@ async def _migrate(dsn: str) -> None:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "shared.cli",
+        "services.cli",
         "migrate",
         "--database-url",
         dsn,
@@ -172,7 +173,7 @@ async def _seed(dsn: str, total: int) -> None:
                 conn,
                 TENANT,
                 [
-                    jobs_db.NewJob(task_name="echo", queue=QUEUE, config=resolve_config(), payload={"i": i})
+                    NewJob(task_name="echo", queue=QUEUE, payload={"i": i})
                     for i in range(start, min(total, start + 1000))
                 ],
             )

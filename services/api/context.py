@@ -1,15 +1,18 @@
-"""Per-request access: the authenticated tenant, the settings, and the auth guards for routes."""
+"""Per-request access for the API's handlers: the authenticated tenant, the settings, the database
+and the lifecycle, and the auth guard each route is wrapped in."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
+import structlog
 from aiohttp import web
 
-from shared.auth import Authenticator, Tenant
 from shared.config import Settings
-from shared.domain import Forbidden
-from shared.runtime import RESOURCES
+from shared.db.database import Database
+from shared.domain.errors import Forbidden
+from shared.runtime.keys import DATABASE, LIFECYCLE, SETTINGS, Lifecycle
+from shared.web.auth import Authenticator, Tenant
 
 AUTH = web.AppKey("authenticator", Authenticator)
 _TENANT = web.RequestKey("tenant", Tenant)
@@ -18,17 +21,25 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def tenant_of(request: web.Request) -> Tenant:
-    tenant: Tenant = request[_TENANT]
-    return tenant
+    return request[_TENANT]
 
 
 def settings_of(request: web.Request) -> Settings:
-    return request.app[RESOURCES].settings
+    return request.app[SETTINGS]
+
+
+def db_of(request: web.Request) -> Database:
+    return request.app[DATABASE]
+
+
+def lifecycle_of(request: web.Request) -> Lifecycle:
+    return request.app[LIFECYCLE]
 
 
 def guard(handler: Handler, auth: str) -> Handler:
     """Wrap `handler` with its route's credential check: 'read' and 'write' need a tenant
-    credential (a read-only one may not write), 'worker' the worker token, 'public' nothing."""
+    credential (a read-only one may not write), 'worker' the worker token, 'public' nothing.
+    The tenant joins the request's log context."""
     if auth == "public":
         return handler
 
@@ -42,6 +53,7 @@ def guard(handler: Handler, auth: str) -> Handler:
             if auth == "write" and tenant.read_only:
                 raise Forbidden("access denied: read-only credential")
             request[_TENANT] = tenant
+            structlog.contextvars.bind_contextvars(tenant=tenant.id)
         return await handler(request)
 
     guarded.__name__ = getattr(handler, "__name__", "guarded")

@@ -10,6 +10,7 @@ import msgspec
 from aiohttp import web
 
 import shared
+from services.api.routes import PUBLIC_DOCS, ROUTES
 from shared import wire
 
 _LIST_PARAMS = [
@@ -29,8 +30,6 @@ _LIST_PARAMS = [
 
 @cache
 def build_spec() -> dict[str, Any]:
-    from services.api.app import PUBLIC_DOCS, ROUTES
-
     types: list[Any] = [wire.ErrorBody]
     types.extend(t for route in ROUTES for t in (route.request, route.response) if isinstance(t, type))
     types.extend(t for *_, t in PUBLIC_DOCS)

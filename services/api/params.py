@@ -1,24 +1,57 @@
-"""Path and query-string parsing: the {queue} of queue routes, and the query strings of list routes
-(API-NOTES section 1.1). Clamp what upstream clamps, reject what cannot be read with a 400."""
+"""Path and query-string parsing: ids in paths, the {queue} of queue routes, and the query strings
+of list routes (API-NOTES section 1.1). Clamp what upstream clamps, reject what cannot be read with
+a 400."""
 
 from __future__ import annotations
 
+import enum
+import uuid
 from datetime import datetime
+from typing import TypeVar
 
 from aiohttp import web
 
-from shared.db.listing import Page, decode_cursor
-from shared.domain import ValidationFailed, instant
+from shared.domain.errors import NotFound, ValidationFailed
+from shared.domain.jobs import MAX_NAME_BYTES, instant
+from shared.domain.paging import DEFAULT_LIMIT, MAX_LIMIT, MAX_OFFSET, Cursor, PageRequest
 
-MAX_OFFSET = 2**62  # beyond PostgreSQL's bigint there is nothing to skip to anyway
+E = TypeVar("E", bound=enum.StrEnum)
+
+
+def job_id_in_path(request: web.Request) -> uuid.UUID:
+    """The {id} of a job route; anything that is not a UUID names no job (404)."""
+    raw = request.match_info["id"]
+    try:
+        return uuid.UUID(raw)
+    except ValueError:
+        raise NotFound("job", raw) from None
+
+
+def lease_token(raw: str) -> uuid.UUID | None:
+    """A lease token from a body; one that is not a UUID matches no lease (the write is a 409)."""
+    try:
+        return uuid.UUID(raw)
+    except ValueError:
+        return None
+
+
+def dead_letter_id_in_path(request: web.Request) -> int:
+    raw = request.match_info["id"]
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValidationFailed(f"dead letter id must be an integer, not {raw!r}") from None
+    if not 0 < value < 2**63:
+        raise NotFound("dead letter", raw)
+    return value
 
 
 def queue_in_path(request: web.Request) -> str:
     """The {queue} of a queue route: the same bounds as a job's queue, so that no route accepts a
     queue name that no job can have."""
     queue = request.match_info["queue"]
-    if not queue.strip() or len(queue) > 255:
-        raise ValidationFailed("queue name must be 1 to 255 characters, not all blank")
+    if not queue.strip() or len(queue) > MAX_NAME_BYTES:
+        raise ValidationFailed(f"queue name must be 1 to {MAX_NAME_BYTES} characters, not all blank")
     return queue
 
 
@@ -31,7 +64,7 @@ def parse_time(name: str, raw: str) -> datetime:
         value = datetime.fromisoformat(text)
     except ValueError:
         raise ValidationFailed(f"{name} is not an RFC 3339 timestamp: {raw!r}") from None
-    return instant(name, value)  # type: ignore[return-value]
+    return instant(name, value) or value
 
 
 def _int(name: str, raw: str) -> int:
@@ -39,9 +72,9 @@ def _int(name: str, raw: str) -> int:
         value = int(raw)
         if abs(value) > 2**63:
             raise ValueError
-        return value
     except ValueError:
         raise ValidationFailed(f"{name} must be an integer, not {raw!r}") from None
+    return value
 
 
 def _bool(name: str, raw: str) -> bool:
@@ -53,34 +86,36 @@ def _bool(name: str, raw: str) -> bool:
     raise ValidationFailed(f"{name} must be true or false, not {raw!r}")
 
 
-def page_from(request: web.Request, filters: dict[str, tuple[str, tuple[str, ...] | None]]) -> Page:
-    """A Page from the shared list parameters. `filters` maps a query parameter to (column, allowed
-    values or None); parameters not listed are ignored, as upstream ignores them."""
+def page_of(request: web.Request) -> PageRequest:
+    """The paging parameters every list route takes."""
     q = request.query
-    page = Page()
-    if "limit" in q:
-        page.limit = min(100, max(1, _int("limit", q["limit"])))
-    if "offset" in q:
-        page.offset = min(MAX_OFFSET, max(0, _int("offset", q["offset"])))
-    page.ascending = q.get("order_by", "").strip() == "created_at ASC"
-    if "include_total" in q:
-        page.include_total = _bool("include_total", q["include_total"])
-    if q.get("cursor"):
-        page.cursor = decode_cursor(q["cursor"])
-    if q.get("created_after"):
-        page.created_after = parse_time("created_after", q["created_after"])
-    if q.get("created_before"):
-        page.created_before = parse_time("created_before", q["created_before"])
-    for param, (column, allowed) in filters.items():
-        value = q.get(param)
-        if not value:
-            continue
-        if allowed is not None and value not in allowed:
-            raise ValidationFailed(f"{param} must be one of {', '.join(allowed)}, not {value!r}")
-        page.filters[column] = value
-    return page
+    return PageRequest(
+        limit=min(MAX_LIMIT, max(1, _int("limit", q["limit"]))) if "limit" in q else DEFAULT_LIMIT,
+        offset=min(MAX_OFFSET, max(0, _int("offset", q["offset"]))) if "offset" in q else 0,
+        ascending=q.get("order_by", "").strip() == "created_at ASC",
+        include_total=_bool("include_total", q["include_total"]) if "include_total" in q else False,
+        cursor=Cursor.decode(q["cursor"]) if q.get("cursor") else None,
+        created_after=parse_time("created_after", q["created_after"]) if q.get("created_after") else None,
+        created_before=parse_time("created_before", q["created_before"]) if q.get("created_before") else None,
+    )
 
 
-def replayed_filter(request: web.Request) -> bool | None:
-    raw = request.query.get("replayed")
-    return None if not raw else _bool("replayed", raw)
+def text_filter(request: web.Request, name: str) -> str | None:
+    """An exact-match filter; empty means none (upstream ignores parameters it does not know)."""
+    return request.query.get(name) or None
+
+
+def enum_filter(request: web.Request, name: str, kind: type[E]) -> E | None:
+    raw = request.query.get(name)
+    if not raw:
+        return None
+    try:
+        return kind(raw)
+    except ValueError:
+        allowed = ", ".join(kind)
+        raise ValidationFailed(f"{name} must be one of {allowed}, not {raw!r}") from None
+
+
+def bool_filter(request: web.Request, name: str) -> bool | None:
+    raw = request.query.get(name)
+    return None if not raw else _bool(name, raw)

@@ -13,14 +13,14 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from shared.runtime import Resources
+from shared.runtime.keys import Lifecycle
 
 KEEPALIVE_SECS = 15.0
 
 
 async def stream_status(
     request: web.Request,
-    res: Resources,
+    lifecycle: Lifecycle,
     changed: asyncio.Event,
     read: Callable[[], Awaitable[tuple[bytes, bool] | None]],
     max_secs: float,
@@ -40,7 +40,7 @@ async def stream_status(
             if data != last:
                 await response.write(b"event: status\ndata: " + data + b"\n\n")
                 last = data
-            if terminal or loop.time() >= deadline or res.draining:
+            if terminal or loop.time() >= deadline or lifecycle.draining:
                 break
             try:
                 async with asyncio.timeout(min(KEEPALIVE_SECS, deadline - loop.time())):

@@ -1,32 +1,42 @@
-"""The janitor loop: sweep every --janitor-interval-secs, and sooner when a delayed job falls due."""
+"""The janitor loop: sweep every --janitor-interval-secs, and sooner when a delayed job or a cron
+occurrence falls due (a NOTIFY on the delayed channel re-runs it early).
+
+Each sweep is safe with any number of janitors running (shared/db/janitor.py says how). A failed
+sweep is logged and the loop goes on: lease recovery must never stop.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import structlog
-from aiohttp import web
 
-from services.janitor import sweeps
-from shared.runtime import Resources
+from shared import metrics
+from shared.config import Settings
+from shared.db import crons, janitor, watchers
+from shared.db import workflows as workflows_db
+from shared.db.database import Database
+from shared.domain.jobs import JobStatus
 
 log = structlog.get_logger("queueflow.janitor")
 
 HOUSEKEEPING_SECS = 60.0
+STALLED_AFTER_SECS = 30.0
 
 
 class Janitor:
-    def __init__(self, res: Resources) -> None:
-        self.res = res
+    def __init__(self, db: Database, settings: Settings) -> None:
+        self.db = db
+        self.settings = settings
         self._poke = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
+        self._unwatch = lambda: None
 
     def start(self) -> None:
-        self._unwatch = self.res.hub.watch_delayed(lambda _queue: self._poke.set())
+        self._unwatch = self.db.hub.watch_delayed(lambda _queue: self._poke.set())
         self._task = asyncio.create_task(self._run(), name="queueflow-janitor")
 
     async def stop(self) -> None:
@@ -38,10 +48,67 @@ class Janitor:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
 
+    # -- sweeps ---------------------------------------------------------------------------------
+
+    async def reclaim_expired(self, max_rounds: int = 10) -> int:
+        """Expired leases go through the retry policy; returns how many were reclaimed."""
+        total = 0
+        batch = self.settings.janitor_batch
+        for _ in range(max_rounds):
+            reclaimed = await janitor.reclaim_expired(self.db.pool, batch)
+            for job in reclaimed:
+                metrics.LEASES_RECLAIMED.inc()
+                if job.status is JobStatus.RETRYING:
+                    metrics.JOBS_RETRIED.inc()
+                else:
+                    metrics.JOBS_FAILED.inc()
+                    metrics.JOBS_DEAD_LETTERED.inc()
+                log.info("lease_reclaimed", job_id=str(job.id), queue=job.queue, status=job.status)
+            total += len(reclaimed)
+            if len(reclaimed) < batch:
+                break
+        return total
+
+    async def fire_crons(self) -> int:
+        return await crons.fire_due(self.db.pool, self.settings.default_queue, self.settings.janitor_batch)
+
+    async def time_out_workflows(self) -> int:
+        count = await workflows_db.time_out_expired(self.db.pool, self.settings.janitor_batch)
+        if count:
+            log.info("workflows_timed_out", workflows=count)
+        return count
+
+    async def heal_stalled_workflows(self) -> int:
+        """Queue a re-evaluation for live workflows that nothing could move forward any more."""
+        count = await workflows_db.heal_stalled(self.db.pool, STALLED_AFTER_SECS, self.settings.janitor_batch)
+        if count:
+            log.warning("workflows_healed", workflows=count)
+        return count
+
+    async def prune(self, older_than_hours: float) -> int:
+        deleted = await janitor.prune(self.db.pool, older_than_hours)
+        if deleted:
+            log.info("retention_pruned", rows=deleted, older_than_hours=older_than_hours)
+        return deleted
+
+    async def seconds_until_next_due(self) -> float | None:
+        """Until the next delayed job or cron occurrence falls due; None when nothing is waiting."""
+        waits = [
+            w
+            for w in (
+                await janitor.seconds_until_next_due(self.db.pool),
+                await crons.seconds_until_next(self.db.pool),
+            )
+            if w is not None
+        ]
+        return min(waits) if waits else None
+
+    # -- the loop -------------------------------------------------------------------------------
+
     async def _run(self) -> None:
-        s = self.res.settings
+        s = self.settings
         loop = asyncio.get_running_loop()
-        since = await self.res.pool.fetchval("SELECT now()") - timedelta(
+        since: datetime = await janitor.now(self.db.pool) - timedelta(
             seconds=max(60.0, s.janitor_interval_secs)
         )
         next_retention = loop.time() + s.retention_interval_secs
@@ -49,18 +116,18 @@ class Janitor:
         while not self._stopping:
             self._poke.clear()  # a delayed-job notification from now on re-runs the loop early
             try:
-                await sweeps.reclaim_expired(self.res)
-                since = await sweeps.wake_due_queues(self.res, since)
-                await sweeps.fire_crons(self.res)
-                await sweeps.time_out_workflows(self.res)
+                await self.reclaim_expired()
+                since = await janitor.wake_due_queues(self.db.pool, since)
+                await self.fire_crons()
+                await self.time_out_workflows()
                 if loop.time() >= next_housekeeping:
                     next_housekeeping = loop.time() + HOUSEKEEPING_SECS
-                    await sweeps.prune_watchers(self.res)
-                    await sweeps.heal_stalled_workflows(self.res)
+                    await watchers.prune_expired(self.db.pool)
+                    await self.heal_stalled_workflows()
                 if s.retention_hours is not None and loop.time() >= next_retention:
                     next_retention = loop.time() + s.retention_interval_secs
-                    await sweeps.prune(self.res, s.retention_hours)
-                due_in = await sweeps.seconds_until_next_due(self.res)
+                    await self.prune(s.retention_hours)
+                due_in = await self.seconds_until_next_due()
             except asyncio.CancelledError:
                 raise
             except Exception:  # a failed sweep must never end lease recovery
@@ -72,16 +139,3 @@ class Janitor:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(max(0.005, sleep)):
                     await self._poke.wait()
-
-
-def janitor_ctx(res: Resources):
-    async def ctx(app: web.Application) -> AsyncIterator[None]:
-        janitor = Janitor(res)
-        janitor.start()
-        log.info("janitor_started", interval_secs=res.settings.janitor_interval_secs)
-        try:
-            yield
-        finally:
-            await janitor.stop()
-
-    return ctx

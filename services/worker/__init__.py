@@ -12,5 +12,6 @@ and are loaded with `queueflow serve --mode worker --handlers mypkg.tasks` (docs
 """
 
 from services.worker.registry import JobContext, PermanentError, TaskSpec, task
+from shared.domain.jobs import Job, JobConfig, JobStatus
 
-__all__ = ["JobContext", "PermanentError", "TaskSpec", "task"]
+__all__ = ["Job", "JobConfig", "JobContext", "JobStatus", "PermanentError", "TaskSpec", "task"]

@@ -19,9 +19,8 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, TypeVar
 
-from shared import wire
 from shared.config import ConfigError
-from shared.domain import MAX_TIMEOUT_SECS
+from shared.domain.jobs import MAX_TIMEOUT_SECS, Job
 
 BUILTIN = "built-in"
 _SPEC_ATTR = "__queueflow_task__"
@@ -44,7 +43,7 @@ class JobContext:
     so it should check `is_cancelled` (or sleep with `wait_cancelled`) and return early.
     """
 
-    job: wire.Job
+    job: Job
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)
     _flag: threading.Event = field(default_factory=threading.Event, repr=False)
 

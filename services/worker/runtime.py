@@ -29,21 +29,24 @@ import contextvars
 import os
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
-import asyncpg
 import msgspec
 import structlog
-from aiohttp import web
 
 from services.worker.builtins import register_builtins
 from services.worker.registry import JobContext, Registry, Task, import_handler_modules
-from shared import metrics, wire
+from shared import metrics
+from shared.config import Settings
 from shared.db import jobs as jobs_db
-from shared.db.queries import Q
-from shared.leasing import lease_jobs
-from shared.runtime import Resources
+from shared.db import workers
+from shared.db.database import Database
+from shared.db.pool import is_database_error
+from shared.domain.errors import DomainError
+from shared.domain.jobs import DeadLetterReason, Job, JobStatus, Lease
+from shared.runtime.keys import Lifecycle
+from shared.runtime.leasing import lease_jobs
 
 log = structlog.get_logger("queueflow.worker")
 
@@ -52,8 +55,10 @@ _encode_result = msgspec.json.Encoder().encode
 
 
 class WorkerRuntime:
-    def __init__(self, res: Resources, registry: Registry) -> None:
-        self.res = res
+    def __init__(self, db: Database, settings: Settings, lifecycle: Lifecycle, registry: Registry) -> None:
+        self.db = db
+        self.settings = settings
+        self.lifecycle = lifecycle
         self.registry = registry
         self.process_id = f"{os.uname().nodename}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._loops: list[asyncio.Task[None]] = []
@@ -63,12 +68,12 @@ class WorkerRuntime:
         self._slots = {t.name: asyncio.Semaphore(t.concurrency) for t in registry if t.concurrency}
         # Per queue, at most --workers handlers run at once; up to as many more jobs are held,
         # claimed ahead so the next claim's commit overlaps the running handlers.
-        self._gates = {q: asyncio.Semaphore(res.settings.workers) for q in res.settings.worker_queues}
+        self._gates = {q: asyncio.Semaphore(settings.workers) for q in settings.worker_queues}
         self._threads: concurrent.futures.ThreadPoolExecutor | None = None
         self._stopping = False
 
     async def start(self) -> None:
-        s = self.res.settings
+        s = self.settings
         if any(not t.is_async for t in self.registry):
             self._threads = concurrent.futures.ThreadPoolExecutor(
                 max_workers=s.workers * len(s.worker_queues), thread_name_prefix="queueflow-task"
@@ -95,7 +100,7 @@ class WorkerRuntime:
         running = self._inflight - give_back
         if running:
             log.info("worker_draining", jobs=len(running))
-            _, pending = await asyncio.wait(running, timeout=self.res.settings.shutdown_grace_secs)
+            _, pending = await asyncio.wait(running, timeout=self.settings.shutdown_grace_secs)
             for t in pending:
                 t.cancel()
             give_back |= pending
@@ -106,18 +111,18 @@ class WorkerRuntime:
                 if t in leases:
                     job_id, token = leases[t]
                     with contextlib.suppress(Exception):
-                        released += await self.res.pool.fetchval(Q.release_job, job_id, token) is not None
+                        released += await jobs_db.release(self.db.pool, job_id, token)
             log.warning("worker_released_jobs", jobs=len(give_back), released=released)
         with contextlib.suppress(Exception):
-            await self.res.pool.execute(Q.unregister_tasks, self.process_id)
+            await workers.unregister_tasks(self.db.pool, self.process_id)
         if self._threads is not None:
             # A sync handler cannot be interrupted: its thread finishes on its own (it was told
             # through ctx.is_cancelled); nothing queued behind it is started.
             self._threads.shutdown(wait=False, cancel_futures=True)
 
     async def _register_tasks(self) -> None:
-        await self.res.pool.execute(
-            Q.register_tasks, self.process_id, self.registry.names(), list(self.res.settings.worker_queues)
+        await workers.register_tasks(
+            self.db.pool, self.process_id, self.registry.names(), self.settings.worker_queues
         )
 
     async def _task_heartbeat(self) -> None:
@@ -125,31 +130,42 @@ class WorkerRuntime:
             await asyncio.sleep(TASK_HEARTBEAT_SECS)
             try:
                 await self._register_tasks()
-            except (OSError, asyncpg.PostgresError) as err:
+            except Exception as err:
+                if not is_database_error(err):
+                    raise
                 log.warning("task_heartbeat_failed", error=str(err))
 
     async def _queue_loop(self, queue: str) -> None:
-        s = self.res.settings
+        s = self.settings
         mine: set[asyncio.Task[None]] = set()
         held = 2 * s.workers  # running plus claimed ahead
-        while not self._stopping and not self.res.draining:
+        while not self._stopping and not self.lifecycle.draining:
             free = held - len(mine)
             if free < max(1, s.workers // 2):  # claim in batches of at least half the workers
                 await asyncio.wait(mine, return_when=asyncio.FIRST_COMPLETED)
                 continue
             try:
-                rows = await lease_jobs(
-                    self.res, queue, free, s.lease_secs, s.worker_poll_secs, timeout_grace=s.lease_grace_secs
+                leases = await lease_jobs(
+                    self.db,
+                    self.lifecycle,
+                    queue,
+                    free,
+                    s.lease_secs,
+                    s.worker_poll_secs,
+                    s.worker_poll_secs,
+                    timeout_grace=s.lease_grace_secs,
                 )
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as err:
+            except Exception as err:
+                if not is_database_error(err):
+                    raise
                 log.warning("claim_failed", queue=queue, error=str(err))
                 await asyncio.sleep(1.0)
                 continue
-            for row in rows:
-                task = asyncio.create_task(self._run(row))
+            for lease in leases:
+                task = asyncio.create_task(self._run(lease))
                 mine.add(task)
                 self._inflight.add(task)
-                self._leases[task] = (row["id"], row["lease_token"])
+                self._leases[task] = (lease.job.id, lease.token)
                 task.add_done_callback(self._forget)
                 task.add_done_callback(mine.discard)
 
@@ -158,29 +174,30 @@ class WorkerRuntime:
         self._leases.pop(task, None)
         self._waiting.discard(task)
 
-    async def _run(self, row: asyncpg.Record) -> None:
-        job = jobs_db.to_job(row)
-        token: uuid.UUID = row["lease_token"]
+    async def _run(self, lease: Lease) -> None:
+        job, token = lease.job, lease.token
+        # Every log line of this job (the runtime's and its handler's) names it.
+        structlog.contextvars.bind_contextvars(job_id=str(job.id), task=job.task_name, queue=job.queue_name)
         task = self.registry.get(job.task_name)
-        if task is None:
-            await jobs_db.fail(
-                self.res.pool,
-                row["id"],
-                token,
-                f"no handler registered for task '{job.task_name}'",
-                retryable=False,
-                reason="handler_not_found",
-            )
-            log.warning("job_dead_lettered", job_id=job.id, task=job.task_name, reason="handler_not_found")
-            return
         try:
-            await self._execute(task, job, row["id"], token)
+            if task is None:
+                await self._fail(
+                    job.id,
+                    token,
+                    f"no handler registered for task '{job.task_name}'",
+                    False,
+                    reason=DeadLetterReason.HANDLER_NOT_FOUND,
+                )
+                log.warning("job_dead_lettered", reason=DeadLetterReason.HANDLER_NOT_FOUND)
+                return
+            await self._execute(task, job, token)
         except Exception:  # a report that failed: the lease expires and the janitor retries
-            log.exception("job_report_failed", job_id=job.id)
+            log.exception("job_report_failed")
 
-    async def _execute(self, task: Task, job: wire.Job, job_id: uuid.UUID, token: uuid.UUID) -> None:
+    async def _execute(self, task: Task, job: Job, token: uuid.UUID) -> None:
+        job_id = job.id
         ctx = JobContext(job)
-        timeout = max(1, task.timeout_secs or int(job.config.get("timeout_secs") or 300))
+        timeout = max(1, task.timeout_secs or job.config.timeout_secs)
         handler: asyncio.Future[Any] | None = None
 
         def on_status(status: str) -> None:
@@ -189,7 +206,7 @@ class WorkerRuntime:
                 if handler is not None:
                     handler.cancel()
 
-        unsubscribe = self.res.hub.watch_job(job.id, on_status)
+        unsubscribe = self.db.hub.watch_job(str(job_id), on_status)
         held: list[asyncio.Semaphore] = []  # the run slots this job holds, given back when it ends
 
         def release_all() -> None:
@@ -201,20 +218,18 @@ class WorkerRuntime:
             # The claim leased the job for its own timeout plus the grace; a longer task timeout,
             # or time spent waiting for a run or task slot, needs a fresh lease before the handler
             # starts (while it waits, _take_slot keeps the lease alive).
-            extend = task.timeout_secs is not None and task.timeout_secs > int(
-                job.config.get("timeout_secs") or 0
-            )
+            extend = task.timeout_secs is not None and task.timeout_secs > job.config.timeout_secs
             for slots in (self._gates.get(job.queue_name), self._slots.get(task.name)):
                 if slots is None:
                     continue
                 waited = slots.locked()
                 if not await self._take_slot(slots, ctx, job_id, token, timeout):
-                    log.info("job_handler_cancelled", job_id=job.id, task=task.name, started=False)
+                    log.info("job_handler_cancelled", started=False)
                     return
                 held.append(slots)
                 extend = extend or waited
             if extend and not await self._extend_lease(job_id, token, timeout):
-                log.info("job_handler_cancelled", job_id=job.id, task=task.name, started=False)
+                log.info("job_handler_cancelled", started=False)
                 return
             handler = self._start(task, ctx, release)
             release = None  # the handler owns the slot now and gives it back when it finishes
@@ -238,7 +253,7 @@ class WorkerRuntime:
         self._waiting.add(current)
         acquiring = asyncio.ensure_future(slots.acquire())
         cancelled = asyncio.ensure_future(ctx.cancelled.wait())
-        keepalive = max(1.0, min(30.0, (timeout + self.res.settings.lease_grace_secs) / 3))
+        keepalive = max(1.0, min(30.0, (timeout + self.settings.lease_grace_secs) / 3))
         got = False
         try:
             while True:
@@ -262,10 +277,13 @@ class WorkerRuntime:
     async def _extend_lease(self, job_id: uuid.UUID, token: uuid.UUID, timeout: int) -> bool:
         """Lease the job for its timeout plus the grace, from now; False when it is no longer ours
         (cancelled through the API, or reclaimed)."""
-        verdict, _ = await jobs_db.heartbeat(
-            self.res.pool, job_id, token, timeout + self.res.settings.lease_grace_secs
-        )
-        return verdict == "extended"
+        try:
+            status = await jobs_db.heartbeat(
+                self.db.pool, job_id, token, timeout + self.settings.lease_grace_secs, jobs_db.LEASE_LOST
+            )
+        except DomainError:
+            return False
+        return status is JobStatus.RUNNING
 
     def _start(self, task: Task, ctx: JobContext, release: Callable[[], None] | None) -> asyncio.Future[Any]:
         """Start the handler. `release` runs when it has really finished: for a sync handler that is
@@ -309,39 +327,43 @@ class WorkerRuntime:
         if not done:
             ctx.abandon()
             handler.cancel()
-            await self._fail(job_id, token, f"job exceeded its timeout of {timeout}s", True, task.name)
+            await self._fail(job_id, token, f"job exceeded its timeout of {timeout}s", True)
             return
         if ctx.cancelled.is_set():
             # Cancelled through the API: whatever the handler did last, the server owns the outcome.
-            log.info("job_handler_cancelled", job_id=ctx.job.id, task=task.name, started=True)
+            log.info("job_handler_cancelled", started=True)
             return
         if handler.cancelled():
-            await self._fail(job_id, token, "handler was cancelled", True, task.name)
+            await self._fail(job_id, token, "handler was cancelled", True)
             return
         err = handler.exception()
         if err is not None:
             retryable = getattr(err, "retryable", True) is not False
-            await self._fail(job_id, token, str(err) or type(err).__name__, retryable, task.name)
+            await self._fail(job_id, token, str(err) or type(err).__name__, retryable)
             return
         result = handler.result()
         if result is not None and not isinstance(result, dict):
-            await self._fail(
-                job_id, token, f"handler returned {type(result).__name__}, not an object", False, task.name
-            )
+            await self._fail(job_id, token, f"handler returned {type(result).__name__}, not an object", False)
             return
         problem = _unstorable(result or {})
         if problem is not None:
             await self._fail(
-                job_id, token, f"handler returned a result that cannot be stored: {problem}", False, task.name
+                job_id, token, f"handler returned a result that cannot be stored: {problem}", False
             )
             return
-        await self.res.completer.complete(job_id, token, result or {})
+        try:
+            await self.db.completer.complete(job_id, token, result or {})
+        except DomainError as err:  # cancelled or reclaimed meanwhile: the server owns the outcome
+            log.info("job_completion_refused", reason=err.message)
 
     async def _fail(
-        self, job_id: uuid.UUID, token: uuid.UUID, error: str, retryable: bool, task: str
+        self, job_id: uuid.UUID, token: uuid.UUID, error: str, retryable: bool, reason: str | None = None
     ) -> None:
-        verdict, _ = await jobs_db.fail(self.res.pool, job_id, token, error, retryable)
-        log.info("job_failed", job_id=str(job_id), task=task, outcome=verdict, retryable=retryable)
+        try:
+            outcome: str = await jobs_db.fail(self.db.pool, job_id, token, error, retryable, reason)
+        except DomainError as err:
+            outcome = err.message
+        log.info("job_failed", outcome=outcome, retryable=retryable)
 
 
 def _observed(handler: asyncio.Future[Any]) -> None:
@@ -377,26 +399,3 @@ def build_registry(handler_modules: tuple[str, ...] = ()) -> Registry:
 
 def default_registry() -> Registry:
     return build_registry()
-
-
-def worker_ctx(res: Resources, registry: Registry | None = None):
-    """The worker service's cleanup context. The registry is built here, when the process composes
-    its services, so an unimportable --handlers module fails start-up before anything opens."""
-    tasks = registry if registry is not None else build_registry(res.settings.handlers)
-
-    async def ctx(app: web.Application) -> AsyncIterator[None]:
-        runtime = WorkerRuntime(res, tasks)
-        await runtime.start()
-        log.info(
-            "worker_started",
-            queues=list(res.settings.worker_queues),
-            workers=res.settings.workers,
-            tasks=runtime.registry.names(),
-            handler_modules=list(res.settings.handlers),
-        )
-        try:
-            yield
-        finally:
-            await runtime.stop()
-
-    return ctx

@@ -11,37 +11,30 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+import functools
 
-import asyncpg
 import structlog
-from aiohttp import web
 
 from services.workflow.engine import advance
+from shared.db import workflows as workflows_db
+from shared.db.database import Database
 from shared.db.listener import ADVANCE
-from shared.db.queries import Q
-from shared.db.workflows import OUTBOX_ATTEMPTS, fail_workflow
-from shared.runtime import Resources
+from shared.db.pool import Connection, is_database_error
+from shared.domain.workflows import OutboxEvent
 
 log = structlog.get_logger("queueflow.workflow")
 
 CONSUMERS = 4
-# Failures that say nothing about the row: the connection or the server, or a transaction that
-# lost a race. They do not count as an attempt.
-_NOT_THE_ROWS_FAULT = (
-    OSError,
-    asyncpg.InterfaceError,
-    asyncpg.exceptions.SerializationError,
-    asyncpg.exceptions.DeadlockDetectedError,
-    asyncpg.exceptions.PostgresConnectionError,
-    asyncpg.exceptions.OperatorInterventionError,
-)
 
 
 class Advancer:
-    def __init__(self, res: Resources, consumers: int = CONSUMERS) -> None:
-        self.res = res
+    def __init__(
+        self, db: Database, default_queue: str, poll_secs: float, consumers: int = CONSUMERS
+    ) -> None:
+        self.db = db
+        self.poll_secs = poll_secs
         self.consumers = consumers
+        self._apply = functools.partial(_apply, default_queue=default_queue)
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
 
@@ -61,78 +54,25 @@ class Advancer:
 
     async def step(self) -> bool:
         """Apply one outbox row; False when there was none to take."""
-        event = None
-        async with self.res.pool.acquire() as conn:
-            try:
-                async with conn.transaction():
-                    event = await conn.fetchrow(Q.take_outbox, OUTBOX_ATTEMPTS)
-                    if event is None:
-                        return False
-                    await advance(conn, event, self.res.settings.default_queue)
-                    await conn.execute(Q.delete_outbox, event["id"])
-            except _NOT_THE_ROWS_FAULT:
-                raise  # the consumer backs off; the row is taken again
-            except Exception as err:
-                if event is None:
-                    raise
-                await self._failed_attempt(conn, event, err)
-        return True
-
-    async def _failed_attempt(self, conn: asyncpg.Connection, event: asyncpg.Record, err: Exception) -> None:
-        """The row's transaction rolled back: count the attempt, so that a poison row cannot block
-        the outbox. At the last attempt the workflow fails, naming the error, instead of staying
-        live with nothing left to move it."""
-        error = f"{type(err).__name__}: {err}"[:500]
-        log.error(
-            "advance_event_failed",
-            outbox_id=event["id"],
-            workflow_id=event["workflow_id"],
-            error=error,
-            exc_info=err,
-        )
-        attempts = await conn.fetchval(Q.outbox_failed, event["id"], error, event["attempts"])
-        if attempts is not None and attempts >= OUTBOX_ATTEMPTS:
-            async with conn.transaction():
-                failed = await fail_workflow(
-                    conn, event["workflow_id"], f"workflow advancement failed: {error}"
-                )
-            log.error(
-                "workflow_advancement_abandoned",
-                workflow_id=event["workflow_id"],
-                outbox_id=event["id"],
-                workflow_failed=failed,
-            )
+        return await workflows_db.consume_outbox(self.db.pool, self._apply)
 
     async def _consume(self) -> None:
-        hub = self.res.hub
+        hub = self.db.hub
         while not self._stopping:
             seen = hub.epoch(ADVANCE)
             try:
                 took = await self.step()
             except asyncio.CancelledError:
                 raise
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as err:
-                log.warning("advance_failed", error=str(err))
-                await asyncio.sleep(0.5)
-                continue
-            except Exception:  # a bug in one event must not stop advancement of the others
-                log.exception("advance_failed")
+            except Exception as err:  # the database is away, or a bug in one event: back off, go on
+                log.warning("advance_failed", error=str(err), exc_info=not is_database_error(err))
                 await asyncio.sleep(0.5)
                 continue
             if took:
                 hub.poke(ADVANCE)  # there may be more: wake another consumer
                 continue
-            await hub.wait(ADVANCE, seen, self.res.settings.worker_poll_secs)
+            await hub.wait(ADVANCE, seen, self.poll_secs)
 
 
-def workflow_ctx(res: Resources):
-    async def ctx(app: web.Application) -> AsyncIterator[None]:
-        advancer = Advancer(res)
-        advancer.start()
-        log.info("advancer_started", consumers=advancer.consumers)
-        try:
-            yield
-        finally:
-            await advancer.stop()
-
-    return ctx
+async def _apply(conn: Connection, event: OutboxEvent, *, default_queue: str) -> None:
+    await advance(conn, event, default_queue)

@@ -1,8 +1,9 @@
 """Group commit: concurrent writes of one kind share a statement (and a commit).
 
 While one flush runs, new writes queue up and go out together in the next, so batches grow with
-load and add no delay when idle. Each caller still gets its own answer; should a grouped write
-fail, its items are written one by one, so one bad item fails only its own caller.
+load and add no delay when idle. Each caller still gets its own answer (or its own domain error,
+such as a lost lease); should a grouped write fail, its items are written one by one, so one bad
+item fails only its own caller.
 """
 
 from __future__ import annotations
@@ -10,11 +11,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 import asyncpg
 
 from shared.db import jobs as jobs_db
+from shared.domain.jobs import NewJob, Object
 
 In = TypeVar("In")
 Out = TypeVar("Out")
@@ -32,7 +34,8 @@ class GroupCommit(Generic[In, Out]):
         self._wakeup = asyncio.Event()
         self._task = asyncio.create_task(self._run(), name=f"queueflow-{self.name}")
 
-    async def _write_many(self, items: list[In]) -> list[Out]:
+    async def _write_many(self, items: list[In]) -> list[Out | BaseException]:
+        """One answer per item, in order: its result, or the exception its caller gets."""
         raise NotImplementedError
 
     async def submit(self, item: In) -> Out:
@@ -60,7 +63,11 @@ class GroupCommit(Generic[In, Out]):
                 batch[0][1].set_exception(err)
             return
         for (_, fut), answer in zip(batch, answers, strict=True):
-            if not fut.done():
+            if fut.done():
+                continue
+            if isinstance(answer, BaseException):
+                fut.set_exception(answer)
+            else:
                 fut.set_result(answer)
 
     async def close(self) -> None:
@@ -74,44 +81,37 @@ class GroupCommit(Generic[In, Out]):
             await self._task
 
 
-Completion = tuple[uuid.UUID, uuid.UUID | None, dict[str, Any]]
-
-
-class CompletionBatcher(GroupCommit[Completion, tuple[str, str | None]]):
+class CompletionBatcher(GroupCommit[jobs_db.Completion, None]):
     """Completions: one UPDATE ... FROM unnest for every completion in flight."""
 
     name = "completer"
 
-    async def _write_many(self, items: list[Completion]) -> list[tuple[str, str | None]]:
-        return await jobs_db.complete_many(self.pool, items)  # type: ignore[return-value]
+    async def _write_many(self, items: list[jobs_db.Completion]) -> list[BaseException | None]:
+        return list(await jobs_db.complete_many(self.pool, items))
 
-    async def complete(
-        self, job_id: uuid.UUID, token: uuid.UUID | None, result: dict[str, Any]
-    ) -> tuple[str, str | None]:
-        """('completed' | 'replay' | 'missing' | 'conflict', status) for one completion."""
-        return await self.submit((job_id, token, result))
+    async def complete(self, job_id: uuid.UUID, token: uuid.UUID | None, result: Object) -> None:
+        """Complete one job; raises NotFound or Conflict as the protocol says (a replay by the
+        holder's token is a success)."""
+        await self.submit((job_id, token, result))
 
 
-class InsertBatcher(GroupCommit[tuple[str | None, jobs_db.NewJob], str]):
+class InsertBatcher(GroupCommit[tuple[str | None, NewJob], uuid.UUID]):
     """Single enqueues: one transaction (one insert statement per tenant, one commit, one wake-up
     per queue) for every POST /jobs in flight."""
 
     name = "inserter"
 
-    async def _write_many(self, items: list[tuple[str | None, jobs_db.NewJob]]) -> list[str]:
+    async def _write_many(self, items: list[tuple[str | None, NewJob]]) -> list[uuid.UUID | BaseException]:
         by_tenant: dict[str | None, list[int]] = {}
         for index, (tenant, _) in enumerate(items):
             by_tenant.setdefault(tenant, []).append(index)
-        ids: list[str] = [""] * len(items)
+        ids: list[uuid.UUID | BaseException] = [uuid.UUID(int=0)] * len(items)
         async with self.pool.acquire() as conn, conn.transaction():
             for tenant, indexes in by_tenant.items():
-                for index, job_id in zip(
-                    indexes,
-                    await jobs_db.insert_jobs(conn, tenant, [items[i][1] for i in indexes]),
-                    strict=True,
-                ):
+                inserted = await jobs_db.insert_jobs(conn, tenant, [items[i][1] for i in indexes])
+                for index, job_id in zip(indexes, inserted, strict=True):
                     ids[index] = job_id
         return ids
 
-    async def insert(self, tenant: str | None, job: jobs_db.NewJob) -> str:
+    async def insert(self, tenant: str | None, job: NewJob) -> uuid.UUID:
         return await self.submit((tenant, job))

@@ -1,24 +1,28 @@
-"""Cron schedule repository: create, read, pause/resume, delete, and firing (the janitor's)."""
+"""Cron schedule repository: create, read, list, pause/resume, delete, and firing (the janitor's)."""
 
 from __future__ import annotations
 
-import uuid
 from datetime import UTC, datetime
-from typing import Any
 
 import asyncpg
+import msgspec
 import structlog
 
-from shared import cron, wire
 from shared.db import jobs as jobs_db
+from shared.db.listing import fetch_page
+from shared.db.pool import Executor
 from shared.db.queries import Q
-from shared.domain import resolve_config
+from shared.domain import cron
+from shared.domain.cron import CronSchedule
+from shared.domain.errors import Conflict, NotFound
+from shared.domain.jobs import NewJob, Object, PartialJobConfig, check_task_name, resolve_partial
+from shared.domain.paging import Page, PageRequest
 
 log = structlog.get_logger("queueflow.cron")
 
 
-def to_cron(r: asyncpg.Record) -> wire.CronSchedule:
-    return wire.CronSchedule(
+def to_cron(r: asyncpg.Record) -> CronSchedule:
+    return CronSchedule(
         id=r["id"],
         name=r["name"],
         cron_expr=r["cron_expr"],
@@ -28,47 +32,75 @@ def to_cron(r: asyncpg.Record) -> wire.CronSchedule:
         created_at=r["created_at"],
         payload=r["payload"],
         queue_name=r["queue_name"],
-        config=None if r["config"] is None else wire.JobConfig(**r["config"]),
+        config=None if r["config"] is None else msgspec.convert(r["config"], PartialJobConfig),
         last_enqueued_at=r["last_enqueued_at"],
         tenant_id=r["tenant_id"],
     )
 
 
-async def create(db: Any, tenant: str, body: wire.CreateCronRequest) -> str | None:
-    """The new schedule's id, or None when the tenant already has a schedule by that name."""
-    cron.validate(body.cron_expr)
-    first = cron.next_after(body.cron_expr, datetime.now(UTC))
-    cron_id = "c_" + uuid.uuid4().hex
-    config = None
-    if body.config is not None:
-        config = {
-            k: v
-            for k, v in {f: getattr(body.config, f) for f in body.config.__struct_fields__}.items()
-            if v is not None
-        }
-    return await db.fetchval(
+async def create(
+    db: Executor,
+    tenant: str,
+    *,
+    name: str,
+    cron_expr: str,
+    task_name: str,
+    payload: Object | None,
+    queue: str | None,
+    config: PartialJobConfig | None,
+) -> str:
+    """The new schedule's id; a Conflict when the tenant already has a schedule by that name."""
+    check_task_name(task_name)
+    cron.validate(cron_expr)
+    first = cron.next_after(cron_expr, datetime.now(UTC))
+    stored = None if config is None else msgspec.to_builtins(config)
+    cron_id = await db.fetchval(
         Q.insert_cron,
-        cron_id,
-        body.name,
-        body.cron_expr,
-        body.task_name,
-        body.payload or {},
-        config,
-        body.queue,
+        cron.new_cron_id(),
+        name,
+        cron_expr,
+        task_name,
+        payload or {},
+        stored,
+        queue,
         tenant,
         first,
     )
+    if cron_id is None:
+        raise Conflict(f"a cron schedule named '{name}' already exists")
+    return str(cron_id)
 
 
-async def resume(pool: asyncpg.Pool, tenant: str, cron_id: str) -> bool:
+async def get(db: Executor, tenant: str, cron_id: str) -> CronSchedule:
+    row = await db.fetchrow(Q.get_cron, cron_id, tenant)
+    if row is None:
+        raise NotFound("cron schedule", cron_id)
+    return to_cron(row)
+
+
+async def list_crons(db: Executor, tenant: str, page: PageRequest) -> Page[CronSchedule]:
+    return await fetch_page(db, "cron_schedules", "text", tenant, page, to_cron)
+
+
+async def pause(db: Executor, tenant: str, cron_id: str) -> None:
+    if await db.fetchval(Q.pause_cron, cron_id, tenant) is None:
+        raise NotFound("cron schedule", cron_id)
+
+
+async def delete(db: Executor, tenant: str, cron_id: str) -> None:
+    if await db.fetchval(Q.delete_cron, cron_id, tenant) is None:
+        raise NotFound("cron schedule", cron_id)
+
+
+async def resume(pool: asyncpg.Pool, tenant: str, cron_id: str) -> None:
+    """Resume from the next future occurrence: missed ones are not caught up."""
     async with pool.acquire() as conn, conn.transaction():
         row = await conn.fetchrow(Q.lock_tenant_cron, cron_id, tenant)
         if row is None:
-            return False
+            raise NotFound("cron schedule", cron_id)
         now = await conn.fetchval("SELECT now()")
         upcoming = cron.next_after(row["cron_expr"], now) or row["next_run_at"]
         await conn.execute(Q.resume_cron, cron_id, tenant, upcoming)
-    return True
 
 
 async def fire_due(pool: asyncpg.Pool, default_queue: str, batch: int) -> int:
@@ -79,10 +111,11 @@ async def fire_due(pool: asyncpg.Pool, default_queue: str, batch: int) -> int:
     async with pool.acquire() as conn, conn.transaction():
         for row in await conn.fetch(Q.due_crons, batch):
             due: datetime = row["next_run_at"]
-            job = jobs_db.NewJob(
+            config = None if row["config"] is None else msgspec.convert(row["config"], PartialJobConfig)
+            job = NewJob(
                 task_name=row["task_name"],
                 queue=row["queue_name"] or default_queue,
-                config=resolve_config(**(row["config"] or {})),
+                config=resolve_partial(config),
                 payload=row["payload"],
                 metadata={
                     "cron_id": row["id"],
@@ -94,7 +127,7 @@ async def fire_due(pool: asyncpg.Pool, default_queue: str, batch: int) -> int:
             await jobs_db.insert_jobs(conn, row["tenant_id"], [job])
             try:
                 upcoming = cron.next_after(row["cron_expr"], row["db_now"])
-            except Exception:
+            except Exception:  # a schedule that cannot be evaluated stops firing
                 upcoming = None
             await conn.execute(Q.cron_fired, row["id"], upcoming)
             log.info("cron_fired", cron_id=row["id"], due_at=due.isoformat())
@@ -102,14 +135,9 @@ async def fire_due(pool: asyncpg.Pool, default_queue: str, batch: int) -> int:
     return fired
 
 
-async def pause(db: Any, tenant: str, cron_id: str) -> bool:
-    return await db.fetchval(Q.pause_cron, cron_id, tenant) is not None
-
-
-async def delete(db: Any, tenant: str, cron_id: str) -> bool:
-    return await db.fetchval(Q.delete_cron, cron_id, tenant) is not None
-
-
-async def get(db: Any, tenant: str, cron_id: str) -> wire.CronSchedule | None:
-    row = await db.fetchrow(Q.get_cron, cron_id, tenant)
-    return None if row is None else to_cron(row)
+async def seconds_until_next(db: Executor) -> float | None:
+    """Until the next enabled schedule falls due; None when there is none."""
+    row = await db.fetchrow(Q.next_cron_due)
+    if row is None or row["at"] is None:
+        return None
+    return max(0.0, (row["at"] - row["now"]).total_seconds())

@@ -1,61 +1,51 @@
-"""Job and dead-letter repository: one function per database operation.
+"""Job and dead-letter repository: one function per database operation, answering with domain
+types and raising domain errors.
 
-Functions take a connection or the pool (anything with fetch/fetchrow/fetchval), so the caller owns
-the transaction. Outcome writes are lease-guarded; when one matches nothing, `lease_verdicts` says
-why, in the contract's terms.
+Functions take a connection or the pool (an `Executor`), so the caller owns the transaction.
+Outcome writes are lease-guarded (`status = 'running' AND lease_token = $token`); when one matches
+nothing, `_explain` says why in the contract's terms: the job does not exist (NotFound), the same
+token already finished it (an idempotent replay: its status), or the lease is lost (Conflict).
 """
 
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any, Literal, Protocol
+from collections.abc import Sequence
 
 import asyncpg
+import msgspec
 
-from shared import metrics, wire
+from shared import metrics
+from shared.db.listing import fetch_page
+from shared.db.pool import Executor
 from shared.db.queries import Q
-from shared.domain import TERMINAL_JOB_STATUSES
+from shared.domain.errors import Conflict, DomainError, Gone, NotFound
+from shared.domain.jobs import (
+    DeadLetter,
+    Job,
+    JobConfig,
+    JobFilter,
+    JobStatus,
+    Lease,
+    NewJob,
+    Object,
+    QueueGauge,
+    ReplayedDeadLetter,
+    StatsSnapshot,
+)
+from shared.domain.paging import Page, PageRequest
+
+LEASE_LOST = "lease is no longer held; the job was reclaimed"
 
 
-class Executor(Protocol):
-    async def fetch(self, query: str, *args: Any) -> list[asyncpg.Record]: ...
-    async def fetchrow(self, query: str, *args: Any) -> asyncpg.Record | None: ...
-    async def fetchval(self, query: str, *args: Any) -> Any: ...
-
-
-@dataclass(slots=True)
-class NewJob:
-    task_name: str
-    queue: str
-    config: dict[str, Any]
-    payload: dict[str, Any] = field(default_factory=dict)
-    run_at: datetime | None = None
-    metadata: dict[str, Any] = field(default_factory=dict)
-    idempotency_key: str | None = None
-    workflow_id: str | None = None
-    workflow_step: str | None = None
-    step_index: int | None = None
-    step_attempt: int | None = None
-
-
-def parse_id(raw: str) -> uuid.UUID | None:
-    """A job id from a path or body; anything that is not a UUID names no job."""
-    try:
-        return uuid.UUID(raw)
-    except (ValueError, AttributeError, TypeError):
-        return None
-
-
-def to_job(r: asyncpg.Record) -> wire.Job:
-    return wire.Job(
-        id=str(r["id"]),
+def to_job(r: asyncpg.Record) -> Job:
+    return Job(
+        id=r["id"],
         queue_name=r["queue_name"],
         task_name=r["task_name"],
         payload=r["payload"],
-        config=r["config"],
-        status=r["status"],
+        config=msgspec.convert(r["config"], JobConfig),
+        status=JobStatus(r["status"]),
         retry_count=r["retry_count"],
         delivery_count=r["delivery_count"],
         created_at=r["created_at"],
@@ -73,17 +63,17 @@ def to_job(r: asyncpg.Record) -> wire.Job:
     )
 
 
-def to_dead_letter(r: asyncpg.Record) -> wire.DeadLetter:
-    return wire.DeadLetter(
+def to_dead_letter(r: asyncpg.Record) -> DeadLetter:
+    return DeadLetter(
         id=r["id"],
-        job_id=str(r["job_id"]),
+        job_id=r["job_id"],
         reason=r["reason"],
         created_at=r["created_at"],
         error_message=r["error_message"],
         queue_name=r["queue_name"],
         task_name=r["task_name"],
         replayed_at=r["replayed_at"],
-        replay_job_id=None if r["replay_job_id"] is None else str(r["replay_job_id"]),
+        replay_job_id=r["replay_job_id"],
         tenant_id=r["tenant_id"],
     )
 
@@ -91,7 +81,7 @@ def to_dead_letter(r: asyncpg.Record) -> wire.DeadLetter:
 # --- enqueue -------------------------------------------------------------------------------------
 
 
-async def insert_jobs(db: Executor, tenant: str | None, jobs: list[NewJob]) -> list[str]:
+async def insert_jobs(db: Executor, tenant: str | None, jobs: Sequence[NewJob]) -> list[uuid.UUID]:
     """Insert `jobs` in one statement; returns their ids in input order. A job whose idempotency key
     the tenant already used gets the original job's id and inserts nothing."""
     ids = [uuid.uuid4() for _ in jobs]
@@ -102,7 +92,7 @@ async def insert_jobs(db: Executor, tenant: str | None, jobs: list[NewJob]) -> l
         [j.task_name for j in jobs],
         [j.payload for j in jobs],
         [j.config for j in jobs],
-        [int(j.config.get("priority", 0)) for j in jobs],
+        [j.config.priority for j in jobs],
         [j.run_at for j in jobs],
         [j.metadata for j in jobs],
         tenant,
@@ -114,63 +104,70 @@ async def insert_jobs(db: Executor, tenant: str | None, jobs: list[NewJob]) -> l
     )
     metrics.JOBS_CREATED.inc(len(inserted))
     if len(inserted) == len(jobs):
-        return [str(i) for i in ids]
+        return ids
     fresh = {r["id"] for r in inserted}
     keys = [j.idempotency_key for j, i in zip(jobs, ids, strict=True) if i not in fresh and j.idempotency_key]
-    existing = {
-        r["idempotency_key"]: str(r["id"]) for r in await db.fetch(Q.ids_for_idempotency_keys, tenant, keys)
+    existing: dict[str, uuid.UUID] = {
+        r["idempotency_key"]: r["id"] for r in await db.fetch(Q.ids_for_idempotency_keys, tenant, keys)
     }
-    out = []
-    for job, new_id in zip(jobs, ids, strict=True):
-        if new_id in fresh:
-            out.append(str(new_id))
-        else:
-            # A duplicate key: the original (possibly inserted by this same batch) wins.
-            out.append(existing[job.idempotency_key])  # type: ignore[index]
-    return out
+    # A duplicate key: the original (possibly inserted by this same batch) wins.
+    return [i if i in fresh else existing[j.idempotency_key or ""] for j, i in zip(jobs, ids, strict=True)]
 
 
 # --- reads and cancellation ----------------------------------------------------------------------
 
 
-async def get_job(db: Executor, tenant: str, job_id: str) -> wire.Job | None:
-    jid = parse_id(job_id)
-    if jid is None:
-        return None
-    row = await db.fetchrow(Q.get_job, jid, tenant)
-    return None if row is None else to_job(row)
+async def get_job(db: Executor, tenant: str, job_id: uuid.UUID) -> Job:
+    row = await db.fetchrow(Q.get_job, job_id, tenant)
+    if row is None:
+        raise NotFound("job", job_id)
+    return to_job(row)
 
 
-async def cancel_job(
-    db: Executor, tenant: str, job_id: str
-) -> tuple[Literal["cancelled", "missing", "conflict"], str | None]:
-    """('cancelled', None), ('missing', None), or ('conflict', the terminal status it already has)."""
-    jid = parse_id(job_id)
-    if jid is None:
-        return "missing", None
-    if await db.fetchval(Q.cancel_job, jid, tenant) is not None:
-        metrics.JOBS_CANCELLED.inc()
-        return "cancelled", None
-    status = await db.fetchval(Q.job_owner_state, jid, tenant)
-    return ("missing", None) if status is None else ("conflict", str(status))
-
-
-async def cancel_matching(
+async def list_jobs(
     db: Executor,
     tenant: str,
-    statuses: list[str],
-    queue: str | None,
-    task_name: str | None,
-    after: datetime | None,
-    before: datetime | None,
-    limit: int,
-) -> int:
-    rows = await db.fetch(Q.cancel_jobs_matching, tenant, statuses, queue, task_name, after, before, limit)
+    page: PageRequest,
+    *,
+    status: JobStatus | None = None,
+    queue: str | None = None,
+    task_name: str | None = None,
+) -> Page[Job]:
+    equal = {"status": status, "queue_name": queue, "task_name": task_name}
+    return await fetch_page(db, "jobs", "uuid", tenant, page, to_job, equal)
+
+
+async def cancel_job(db: Executor, tenant: str, job_id: uuid.UUID) -> None:
+    """Cancel a live job; a finished one is a Conflict naming its status."""
+    if await db.fetchval(Q.cancel_job, job_id, tenant) is not None:
+        metrics.JOBS_CANCELLED.inc()
+        return
+    status = await db.fetchval(Q.job_owner_state, job_id, tenant)
+    if status is None:
+        raise NotFound("job", job_id)
+    raise Conflict(f"job is already {status}")
+
+
+async def cancel_matching(db: Executor, tenant: str, which: JobFilter) -> int:
+    rows = await db.fetch(
+        Q.cancel_jobs_matching,
+        tenant,
+        [str(s) for s in which.statuses],
+        which.queue,
+        which.task_name,
+        which.created_after,
+        which.created_before,
+        which.limit,
+    )
     metrics.JOBS_CANCELLED.inc(len(rows))
     return len(rows)
 
 
 # --- the worker protocol -------------------------------------------------------------------------
+
+
+def to_lease(r: asyncpg.Record) -> Lease:
+    return Lease(to_job(r), r["lease_token"])
 
 
 async def claim(
@@ -180,72 +177,69 @@ async def claim(
     lease_secs: int,
     timeout_grace: int | None = None,
     rotation: int = 0,
-) -> list[asyncpg.Record]:
+) -> list[Lease]:
     """Lease up to `max_jobs` due jobs, shared fairly between the queue's tenants (`rotation`
     changes which tenant leads); returned in priority, scheduled_at, created_at order."""
     rows = await db.fetch(Q.claim_jobs, queue, max_jobs, lease_secs, timeout_grace, rotation)
     if len(rows) > 1:
         rows.sort(key=lambda r: (-r["priority"], r["scheduled_at"], r["created_at"]))
-    return rows
+    return [to_lease(r) for r in rows]
 
 
-Verdict = Literal["missing", "replay", "conflict"]
-
-
-async def lease_verdicts(
-    db: Executor, attempts: list[tuple[uuid.UUID, uuid.UUID | None]], terminal_only: bool = True
-) -> list[tuple[Verdict, str | None]]:
-    """Why a lease-guarded write matched nothing, per (job id, token): the job is 'missing' (404),
-    the same token already finished it ('replay', an idempotent success), or the lease is lost
-    ('conflict', 409). Returns the job's status alongside."""
+async def _explain(
+    db: Executor,
+    attempts: Sequence[tuple[uuid.UUID, uuid.UUID | None]],
+    lost: str,
+    terminal_only: bool = True,
+) -> list[JobStatus | DomainError]:
+    """Why a lease-guarded write matched nothing, per (job id, token): NotFound, the status of a job
+    the same token already finished (an idempotent replay), or a Conflict (the lease is lost)."""
     rows = {r["id"]: r for r in await db.fetch(Q.lease_states, [a[0] for a in attempts])}
-    out: list[tuple[Verdict, str | None]] = []
+    out: list[JobStatus | DomainError] = []
     for jid, token in attempts:
         row = rows.get(jid)
         if row is None:
-            out.append(("missing", None))
+            out.append(NotFound("job", jid))
             continue
+        status = JobStatus(row["status"])
         same_holder = token is not None and row["lease_token"] == token
-        finished = row["status"] in TERMINAL_JOB_STATUSES or (
-            not terminal_only and row["status"] != "running"
-        )
-        out.append(("replay" if same_holder and finished else "conflict", row["status"]))
+        finished = status.terminal or (not terminal_only and status is not JobStatus.RUNNING)
+        out.append(status if same_holder and finished else Conflict(lost))
     return out
 
 
 async def heartbeat(
-    db: Executor, job_id: uuid.UUID, token: uuid.UUID | None, extend_secs: int
-) -> tuple[Verdict | Literal["extended"], str | None]:
+    db: Executor, job_id: uuid.UUID, token: uuid.UUID | None, extend_secs: int, lost: str
+) -> JobStatus:
+    """Extend the lease: `running`. The holder of a job that left `running` learns its status (so it
+    stops); anyone else gets a Conflict, and an unknown job NotFound."""
     if token is not None and await db.fetchval(Q.heartbeat, job_id, token, extend_secs) is not None:
-        return "extended", "running"
-    # Not extended: the holder learns the job's status (it stops), anyone else gets a conflict.
-    [(verdict, status)] = await lease_verdicts(db, [(job_id, token)], terminal_only=False)
-    return verdict, status
+        return JobStatus.RUNNING
+    [answer] = await _explain(db, [(job_id, token)], lost, terminal_only=False)
+    if isinstance(answer, DomainError):
+        raise answer
+    return answer
 
 
-async def complete_many(
-    db: Executor, items: list[tuple[uuid.UUID, uuid.UUID | None, dict[str, Any]]]
-) -> list[tuple[Verdict | Literal["completed"], str | None]]:
-    """Complete many jobs in one statement (group commit); one verdict per item, in order."""
+Completion = tuple[uuid.UUID, uuid.UUID | None, Object]
+
+
+async def complete_many(db: Executor, items: Sequence[Completion]) -> list[DomainError | None]:
+    """Complete many jobs in one statement (group commit). Per item, in order: None when the job is
+    completed (now, or already by the same token), else the error to answer with."""
     done = await db.fetch(
         Q.complete_jobs, [i[0] for i in items], [i[1] for i in items], [i[2] for i in items]
     )
     finished = {r["id"] for r in done}
     metrics.JOBS_COMPLETED.inc(len(finished))
-    out: list[tuple[Verdict | Literal["completed"], str | None]] = []
     rest = [(i[0], i[1]) for i in items if i[0] not in finished]
-    verdicts = iter(await lease_verdicts(db, rest) if rest else [])
-    seen: set[uuid.UUID] = set()
-    for jid, _token, _result in items:
-        if jid in finished and jid not in seen:
-            seen.add(jid)
-            out.append(("completed", "completed"))
-        elif jid in finished:
-            # The same job twice in one batch: the first completed it, this one is a replay.
-            out.append(("replay", "completed"))
-        else:
-            out.append(next(verdicts))
-    return out
+    explained = iter(await _explain(db, rest, LEASE_LOST) if rest else [])
+    # The same job twice in one batch: the first completed it, the second is a replay.
+    return [None if jid in finished else _error_or_none(next(explained)) for jid, _, _ in items]
+
+
+def _error_or_none(answer: JobStatus | DomainError) -> DomainError | None:
+    return answer if isinstance(answer, DomainError) else None
 
 
 async def fail(
@@ -255,37 +249,61 @@ async def fail(
     error: str,
     retryable: bool,
     reason: str | None = None,
-) -> tuple[Verdict | Literal["retrying", "failed"], str | None]:
-    """A failure through the retry policy: 'retrying', or 'failed' with its dead letter written by
-    the same statement; otherwise the verdict for a write that matched nothing."""
+) -> JobStatus:
+    """A failure through the retry policy: `retrying`, or `failed` with its dead letter written by
+    the same statement. A replay by the holder answers the job's status; otherwise it raises."""
     row = None
     if token is not None:
         row = await db.fetchrow(Q.fail_job, job_id, token, error, retryable, reason)
     if row is not None:
-        if row["status"] == "retrying":
+        status = JobStatus(row["status"])
+        if status is JobStatus.RETRYING:
             metrics.JOBS_RETRIED.inc()
         else:
             metrics.JOBS_FAILED.inc()
             metrics.JOBS_DEAD_LETTERED.inc()
-        return row["status"], row["status"]
-    [(verdict, status)] = await lease_verdicts(db, [(job_id, token)], terminal_only=False)
-    if verdict == "replay" and status == "running":
-        verdict = "conflict"
-    return verdict, status
+        return status
+    [answer] = await _explain(db, [(job_id, token)], LEASE_LOST, terminal_only=False)
+    if isinstance(answer, DomainError):
+        raise answer
+    if answer is JobStatus.RUNNING:  # held by this token, yet the guarded write missed: not ours
+        raise Conflict(LEASE_LOST)
+    return answer
+
+
+async def release(db: Executor, job_id: uuid.UUID, token: uuid.UUID) -> bool:
+    """Give a job back unfinished (graceful shutdown): claimable again at once, no retry spent."""
+    return await db.fetchval(Q.release_job, job_id, token) is not None
 
 
 # --- dead letters --------------------------------------------------------------------------------
 
 
-async def get_dead_letter(db: Executor, tenant: str, dl_id: int) -> wire.DeadLetter | None:
+async def get_dead_letter(db: Executor, tenant: str, dl_id: int) -> DeadLetter:
     row = await db.fetchrow(Q.get_dead_letter, dl_id, tenant)
-    return None if row is None else to_dead_letter(row)
+    if row is None:
+        raise NotFound("dead letter", dl_id)
+    return to_dead_letter(row)
 
 
-async def replay_one(
-    conn: asyncpg.Connection, tenant: str, dl_id: int
-) -> tuple[Literal["replayed", "missing", "replayed_before", "purged"], str | None]:
-    """Replay one dead letter as a fresh detached job, at most once. Runs its own transaction."""
+async def list_dead_letters(
+    db: Executor,
+    tenant: str,
+    page: PageRequest,
+    *,
+    queue: str | None = None,
+    task_name: str | None = None,
+    replayed: bool | None = None,
+) -> Page[DeadLetter]:
+    conditions = (
+        () if replayed is None else ("replayed_at IS NOT NULL" if replayed else "replayed_at IS NULL",)
+    )
+    equal = {"queue_name": queue, "task_name": task_name}
+    return await fetch_page(db, "dead_letters", "bigint", tenant, page, to_dead_letter, equal, conditions)
+
+
+async def _replay(conn: asyncpg.Connection, tenant: str, dl_id: int) -> uuid.UUID:
+    """Replay one dead letter as a fresh detached job, at most once, in its own transaction."""
     new_id = uuid.uuid4()
     tx = conn.transaction()
     await tx.start()
@@ -296,43 +314,49 @@ async def replay_one(
         raise
     assert row is not None
     if row["marked"] and not row["inserted"]:
-        # The original job was purged by retention: undo the mark, nothing to replay.
-        await tx.rollback()
-        return "purged", None
+        await tx.rollback()  # the original job was purged by retention: undo the mark
+        raise Gone(f"dead letter {dl_id}: the original job was purged by retention")
     await tx.commit()
     if row["marked"]:
         metrics.JOBS_CREATED.inc()
-        return "replayed", str(new_id)
-    entry = await conn.fetchrow(Q.get_dead_letter, dl_id, tenant)
-    return ("missing", None) if entry is None else ("replayed_before", None)
+        return new_id
+    if await conn.fetchrow(Q.get_dead_letter, dl_id, tenant) is None:
+        raise NotFound("dead letter", dl_id)
+    raise Conflict(f"dead letter {dl_id} was already replayed")
 
 
-async def dead_letters_to_replay(
-    db: Executor,
-    tenant: str,
-    queue: str | None,
-    task_name: str | None,
-    after: datetime | None,
-    before: datetime | None,
-    limit: int,
-) -> list[int]:
-    return [
-        r["id"]
-        for r in await db.fetch(Q.dead_letters_to_replay, tenant, queue, task_name, after, before, limit)
-    ]
+async def replay_dead_letter(pool: asyncpg.Pool, tenant: str, dl_id: int) -> uuid.UUID:
+    async with pool.acquire() as conn:
+        return await _replay(conn, tenant, dl_id)
 
 
-# --- system --------------------------------------------------------------------------------------
+async def replay_matching(pool: asyncpg.Pool, tenant: str, which: JobFilter) -> list[ReplayedDeadLetter]:
+    """Replay the tenant's matching dead letters, oldest first, each in its own transaction. One
+    replayed or removed concurrently by another caller is left out of the answer."""
+    args = (tenant, which.queue, which.task_name, which.created_after, which.created_before, which.limit)
+    results: list[ReplayedDeadLetter] = []
+    async with pool.acquire() as conn:
+        for r in await conn.fetch(Q.dead_letters_to_replay, *args):
+            try:
+                results.append(ReplayedDeadLetter(r["id"], job_id=await _replay(conn, tenant, r["id"])))
+            except Gone:
+                results.append(ReplayedDeadLetter(r["id"], error="the original job was purged by retention"))
+            except (NotFound, Conflict):
+                continue
+    return results
 
 
-async def tenant_stats(db: Executor, tenant: str) -> wire.StatsSnapshot:
+# --- figures -------------------------------------------------------------------------------------
+
+
+async def tenant_stats(db: Executor, tenant: str) -> StatsSnapshot:
     row = await db.fetchrow(Q.tenant_stats, tenant)
     assert row is not None
-    return wire.StatsSnapshot(**{k: int(v) for k, v in row.items()})
+    return StatsSnapshot(**{k: int(v) for k, v in row.items()})
 
 
-async def queue_gauges(db: Executor) -> list[tuple[str, int, int, int, float]]:
+async def queue_gauges(db: Executor) -> list[QueueGauge]:
     return [
-        (r["queue_name"], r["pending"], r["scheduled"], r["running"], float(r["oldest_age"]))
+        QueueGauge(r["queue_name"], r["pending"], r["scheduled"], r["running"], float(r["oldest_age"]))
         for r in await db.fetch(Q.queue_gauges)
     ]

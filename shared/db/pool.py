@@ -1,14 +1,32 @@
-"""The asyncpg pool every service uses: jsonb as Python objects via msgspec, UTC sessions."""
+"""The asyncpg pool every service uses (jsonb as Python objects via msgspec, UTC sessions), and the
+handles the rest of the code may hold without importing the driver: `Pool`, `Connection`,
+`Executor` (either), and `transaction(pool)`, which hands out a connection inside a transaction
+for callers that compose several repository calls into one atomic change."""
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any, Protocol
 
 import asyncpg
 import msgspec
 
+Pool = asyncpg.Pool
+Connection = asyncpg.Connection
+Record = asyncpg.Record
+
 _encode = msgspec.json.encode
 _decode = msgspec.json.decode
+
+
+class Executor(Protocol):
+    """A pool or a connection: anything a single statement can run on."""
+
+    async def fetch(self, query: str, *args: Any) -> list[asyncpg.Record]: ...
+    async def fetchrow(self, query: str, *args: Any) -> asyncpg.Record | None: ...
+    async def fetchval(self, query: str, *args: Any) -> Any: ...
+    async def execute(self, query: str, *args: Any) -> str: ...
 
 
 def _jsonb_encode(value: Any) -> bytes:
@@ -43,3 +61,17 @@ async def create_pool(dsn: str, min_size: int = 2, max_size: int = 50) -> asyncp
     )
     assert pool is not None
     return pool
+
+
+@contextlib.asynccontextmanager
+async def transaction(pool: asyncpg.Pool) -> AsyncIterator[asyncpg.Connection]:
+    """A pooled connection inside a transaction, committed when the block ends, rolled back when
+    it raises."""
+    async with pool.acquire() as conn, conn.transaction():
+        yield conn
+
+
+def is_database_error(err: BaseException) -> bool:
+    """Whether `err` came from the database or the connection to it (rather than from a bug):
+    callers back off and try again instead of logging a traceback."""
+    return isinstance(err, OSError | asyncpg.PostgresError | asyncpg.InterfaceError)

@@ -1,29 +1,72 @@
-"""Workflow repository: creation, reads, cancellation, retry and time-outs.
+"""Workflow repository: creation, reads, cancellation, retry and time-outs for the API and the
+janitor, and the advancer's persistence: taking outbox rows, loading a locked workflow with its
+steps, and writing each step and workflow change back.
 
-Advancement itself (evaluating the DAG, scheduling steps) is the workflow service's job
-(services/workflow/engine.py); everything here is what the API and the janitor need as well.
+Advancing itself (which step runs next, how a workflow ends) is decided by the domain rules
+(shared/domain/workflows.py) in the workflow service (services/workflow/engine.py); everything
+here only reads and writes.
 """
 
 from __future__ import annotations
 
 import uuid
-from typing import Any, Literal
+from collections.abc import Awaitable, Callable, Sequence
 
 import asyncpg
+import msgspec
+import structlog
 
-from shared import dag, metrics, wire
+from shared import metrics
+from shared.db.listing import fetch_page
+from shared.db.pool import Executor
 from shared.db.queries import Q
-from shared.domain import TERMINAL_WORKFLOW_STATUSES
+from shared.domain.errors import Conflict, NotFound
+from shared.domain.jobs import JobStatus, Object
+from shared.domain.paging import Page, PageRequest
+from shared.domain.workflows import (
+    CANCELLED_BY_USER,
+    FailurePolicy,
+    FanOutProgress,
+    OutboxEvent,
+    OutboxKind,
+    SkipKind,
+    StepRun,
+    StepStatus,
+    Workflow,
+    WorkflowDefinition,
+    WorkflowRun,
+    WorkflowStatus,
+    WorkflowStep,
+    WorkflowStepState,
+    normalise,
+    steps_to_rerun,
+    validate,
+)
 
-CANCELLED_BY_USER = "workflow cancelled"
+log = structlog.get_logger("queueflow.workflow")
+
+# An outbox row whose application raised this many times is left aside and its workflow failed.
+OUTBOX_ATTEMPTS = 5
+# Failures that say nothing about the row: the connection or the server, or a transaction that
+# lost a race. They do not count as an attempt.
+_NOT_THE_ROWS_FAULT = (
+    OSError,
+    asyncpg.InterfaceError,
+    asyncpg.exceptions.SerializationError,
+    asyncpg.exceptions.DeadlockDetectedError,
+    asyncpg.exceptions.PostgresConnectionError,
+    asyncpg.exceptions.OperatorInterventionError,
+)
+
+_steps_type = list[WorkflowStep]
 
 
-def to_workflow(r: asyncpg.Record) -> wire.Workflow:
-    return wire.Workflow(
+def to_workflow(r: asyncpg.Record) -> Workflow:
+    return Workflow(
         id=r["id"],
         name=r["name"],
-        status=r["status"],
-        steps=r["steps"],
+        status=WorkflowStatus(r["status"]),
+        steps=msgspec.convert(r["steps"], _steps_type),
         created_at=r["created_at"],
         context=r["context"],
         metadata=r["metadata"],
@@ -39,14 +82,14 @@ def to_workflow(r: asyncpg.Record) -> wire.Workflow:
     )
 
 
-def to_step_state(r: asyncpg.Record) -> wire.WorkflowStepState:
+def to_step_state(r: asyncpg.Record) -> WorkflowStepState:
     fan = None
     if r["fan_total"] is not None:
-        fan = wire.FanOutProgress(total=r["fan_total"], completed=r["fan_completed"], failed=r["fan_failed"])
-    return wire.WorkflowStepState(
+        fan = FanOutProgress(total=r["fan_total"], completed=r["fan_completed"], failed=r["fan_failed"])
+    return WorkflowStepState(
         name=r["name"],
-        status=r["status"],
-        job_id=None if r["job_id"] is None else str(r["job_id"]),
+        status=StepStatus(r["status"]),
+        job_id=r["job_id"],
         error=r["error"],
         started_at=r["started_at"],
         completed_at=r["completed_at"],
@@ -55,58 +98,254 @@ def to_step_state(r: asyncpg.Record) -> wire.WorkflowStepState:
     )
 
 
+def to_step_run(r: asyncpg.Record) -> StepRun:
+    return StepRun(
+        name=r["name"],
+        definition=msgspec.convert(r["definition"], WorkflowStep),
+        depends_on=list(r["depends_on"]),
+        on_failure=FailurePolicy(r["on_failure"]),
+        status=StepStatus(r["status"]),
+        skip_kind=None if r["skip_kind"] is None else SkipKind(r["skip_kind"]),
+        attempt=r["attempt"],
+        job_id=r["job_id"],
+        child_workflow_id=r["child_workflow_id"],
+        fan_total=r["fan_total"],
+        fan_completed=r["fan_completed"],
+        fan_failed=r["fan_failed"],
+    )
+
+
+# --- the API's operations ------------------------------------------------------------------------
+
+
 async def insert_workflow(
     conn: asyncpg.Connection,
     tenant: str | None,
-    definition: dict[str, Any],
-    context: dict[str, Any],
+    definition: WorkflowDefinition,
+    context: Object,
     parent: tuple[str, str] | None = None,
     depth: int = 0,
 ) -> str:
-    """Store a (validated, normalised) workflow and its steps with status 'created'. The caller
+    """Store a validated, normalised workflow and its steps with status `created`. The caller
     owns the transaction and decides who starts it."""
     wf_id = str(uuid.uuid4())
     await conn.execute(
         Q.insert_workflow,
         wf_id,
-        definition["name"],
+        definition.name,
         context,
-        definition["metadata"],
+        definition.metadata or {},
         tenant,
-        definition["steps"],
-        definition.get("timeout_secs"),
+        definition.steps,
+        definition.timeout_secs,
         parent[0] if parent else None,
         parent[1] if parent else None,
         depth,
     )
     await conn.executemany(
         Q.insert_step,
-        [
-            (wf_id, s["name"], i, s, s["depends_on"], s["on_failure"])
-            for i, s in enumerate(definition["steps"])
-        ],
+        [(wf_id, s.name, i, s, s.dependencies, s.policy) for i, s in enumerate(definition.steps)],
     )
     metrics.WORKFLOWS_CREATED.inc()
     return wf_id
 
 
-async def create_workflow(pool: asyncpg.Pool, tenant: str, request: wire.CreateWorkflowRequest) -> str:
-    """Validate, store, and hand the new workflow to the advancer (a 'start' outbox row)."""
-    dag.validate(request)
-    definition = dag.normalise_request(request)
+async def create_workflow(pool: asyncpg.Pool, tenant: str, definition: WorkflowDefinition) -> str:
+    """Validate, store, and hand the new workflow to the advancer (a `start` outbox row)."""
+    validate(definition)
+    stored = normalise(definition)
     async with pool.acquire() as conn, conn.transaction():
-        wf_id = await insert_workflow(conn, tenant, definition, definition["context"])
-        await conn.execute(Q.insert_outbox, wf_id, "start", None, None, None)
+        wf_id = await insert_workflow(conn, tenant, stored, stored.context or {})
+        await conn.execute(Q.insert_outbox, wf_id, OutboxKind.START, None, None, None)
     return wf_id
 
 
-async def get_workflow(db: Any, tenant: str, wf_id: str) -> wire.Workflow | None:
+async def get_workflow(db: Executor, tenant: str, wf_id: str) -> Workflow:
     row = await db.fetchrow(Q.get_workflow, wf_id, tenant)
-    return None if row is None else to_workflow(row)
+    if row is None:
+        raise NotFound("workflow", wf_id)
+    return to_workflow(row)
 
 
-async def step_states(db: Any, wf_id: str) -> list[wire.WorkflowStepState]:
+async def list_workflows(
+    db: Executor, tenant: str, page: PageRequest, *, status: WorkflowStatus | None = None
+) -> Page[Workflow]:
+    return await fetch_page(db, "workflows", "text", tenant, page, to_workflow, {"status": status})
+
+
+async def step_states(db: Executor, wf_id: str) -> list[WorkflowStepState]:
     return [to_step_state(r) for r in await db.fetch(Q.workflow_steps, wf_id)]
+
+
+async def cancel_workflow(pool: asyncpg.Pool, tenant: str, wf_id: str) -> None:
+    """Cancel a live workflow, its unfinished steps, live jobs and sub-workflows."""
+    async with pool.acquire() as conn, conn.transaction():
+        row = await conn.fetchrow(Q.lock_tenant_workflow, wf_id, tenant)
+        if row is None:
+            raise NotFound("workflow", wf_id)
+        if WorkflowStatus(row["status"]).terminal:
+            raise Conflict(f"workflow is already {row['status']}")
+        await cancel_below(conn, wf_id, CANCELLED_BY_USER)
+        await finish_workflow(conn, _head(row), WorkflowStatus.CANCELLED, CANCELLED_BY_USER)
+
+
+async def retry_workflow(pool: asyncpg.Pool, tenant: str, wf_id: str) -> None:
+    """Re-run what did not complete (the domain's `steps_to_rerun`); completed upstream steps keep
+    their results."""
+    async with pool.acquire() as conn, conn.transaction():
+        row = await conn.fetchrow(Q.lock_tenant_workflow, wf_id, tenant)
+        if row is None:
+            raise NotFound("workflow", wf_id)
+        if not WorkflowStatus(row["status"]).retryable:
+            raise Conflict(
+                f"workflow is {row['status']}; only a failed, partially_failed or cancelled workflow can be retried"
+            )
+        names = steps_to_rerun(to_step_run(r) for r in await conn.fetch(Q.workflow_steps, wf_id))
+        await conn.execute(Q.reset_steps_for_retry, wf_id, names)
+        await conn.execute(Q.restart_workflow, wf_id, names)
+        await conn.execute(Q.insert_outbox, wf_id, OutboxKind.RETRY, None, None, None)
+
+
+# --- the janitor's -------------------------------------------------------------------------------
+
+
+async def time_out_expired(pool: asyncpg.Pool, batch: int) -> int:
+    """A live workflow past its deadline has its unfinished steps cancelled and ends failed with
+    `workflow timed out after <secs>s`."""
+    count = 0
+    async with pool.acquire() as conn, conn.transaction():
+        for r in await conn.fetch(Q.expired_workflows, batch):
+            count += await fail_workflow(conn, r["id"], f"workflow timed out after {r['timeout_secs']}s")
+    return count
+
+
+async def heal_stalled(pool: asyncpg.Pool, older_than_secs: float, batch: int) -> int:
+    """Queue a re-evaluation (a `heal` outbox row) for live workflows that nothing could move
+    forward any more: no outbox row, no live job, no live child."""
+    return len(await pool.fetch(Q.stalled_workflows, older_than_secs, batch, OUTBOX_ATTEMPTS))
+
+
+# --- the advancer's ------------------------------------------------------------------------------
+
+Apply = Callable[[asyncpg.Connection, OutboxEvent], Awaitable[None]]
+
+
+async def consume_outbox(pool: asyncpg.Pool, apply: Apply) -> bool:
+    """Take one outbox row (SKIP LOCKED) and `apply` it in the same transaction that deletes it;
+    False when there was none. A row whose application raises is counted as a failed attempt;
+    at the last attempt its workflow fails, naming the error, instead of staying live with
+    nothing left to move it. Connection and concurrency failures are not the row's fault: they
+    propagate and the row is taken again."""
+    event: OutboxEvent | None = None
+    async with pool.acquire() as conn:
+        try:
+            async with conn.transaction():
+                row = await conn.fetchrow(Q.take_outbox, OUTBOX_ATTEMPTS)
+                if row is None:
+                    return False
+                event = msgspec.convert(dict(row), OutboxEvent, strict=False)
+                await apply(conn, event)
+                await conn.execute(Q.delete_outbox, event.id)
+        except _NOT_THE_ROWS_FAULT:
+            raise
+        except Exception as err:
+            if event is None:
+                raise
+            await _failed_attempt(conn, event, err)
+    return True
+
+
+async def _failed_attempt(conn: asyncpg.Connection, event: OutboxEvent, err: Exception) -> None:
+    error = f"{type(err).__name__}: {err}"[:500]
+    log.error(
+        "advance_event_failed", outbox_id=event.id, workflow_id=event.workflow_id, error=error, exc_info=err
+    )
+    attempts = await conn.fetchval(Q.outbox_failed, event.id, error, event.attempts)
+    if attempts is not None and attempts >= OUTBOX_ATTEMPTS:
+        async with conn.transaction():
+            failed = await fail_workflow(conn, event.workflow_id, f"workflow advancement failed: {error}")
+        log.error(
+            "workflow_advancement_abandoned",
+            workflow_id=event.workflow_id,
+            outbox_id=event.id,
+            workflow_failed=failed,
+        )
+
+
+async def load_run(conn: asyncpg.Connection, wf_id: str) -> WorkflowRun | None:
+    """Lock a live workflow and read it with its steps; None when it is unknown or finished."""
+    row = await conn.fetchrow(Q.lock_workflow, wf_id)
+    if row is None or WorkflowStatus(row["status"]).terminal:
+        return None
+    run = _head(row)
+    run.steps = {s.name: s for s in map(to_step_run, await conn.fetch(Q.workflow_steps, wf_id))}
+    return run
+
+
+def _head(row: asyncpg.Record) -> WorkflowRun:
+    return WorkflowRun(
+        id=row["id"],
+        tenant_id=row["tenant_id"],
+        status=WorkflowStatus(row["status"]),
+        context=dict(row["context"]),
+        halted=row["halted"],
+        depth=row["depth"],
+        parent_workflow_id=row["parent_workflow_id"],
+        parent_step_name=row["parent_step_name"],
+    )
+
+
+async def child_status(conn: asyncpg.Connection, child_id: str) -> tuple[WorkflowStatus, Object] | None:
+    """A sub-workflow's status and context (locked), or None when it is gone."""
+    row = await conn.fetchrow(Q.lock_workflow, child_id)
+    return None if row is None else (WorkflowStatus(row["status"]), row["context"])
+
+
+async def set_running(conn: asyncpg.Connection, wf_id: str) -> None:
+    await conn.execute(Q.set_workflow_running, wf_id)
+
+
+async def mark_scheduled(conn: asyncpg.Connection, wf_id: str, steps: Sequence[StepRun]) -> None:
+    """Write back steps that were just scheduled (their attempt, job or child, fan-out size)."""
+    await conn.executemany(
+        Q.step_scheduled,
+        [(wf_id, s.name, s.attempt, s.job_id, s.child_workflow_id, s.fan_total) for s in steps],
+    )
+
+
+async def record_fan_progress(conn: asyncpg.Connection, wf_id: str, step: StepRun) -> None:
+    await conn.execute(Q.step_fan_progress, wf_id, step.name, step.fan_completed, step.fan_failed)
+
+
+async def finish_step(conn: asyncpg.Connection, wf_id: str, step: StepRun, error: str | None) -> None:
+    """Write a step's terminal status (other than completed) with its skip kind and error."""
+    await conn.execute(Q.step_finished, wf_id, step.name, step.status, step.skip_kind, error)
+
+
+async def complete_step(conn: asyncpg.Connection, wf_id: str, step_name: str, result: Object) -> Object:
+    """Merge the result into the context and mark the step completed, in one statement (no reader
+    ever sees the step completed without its result); returns the new context."""
+    context: Object = await conn.fetchval(Q.complete_step, wf_id, step_name, result)
+    return context
+
+
+async def mark_halted(conn: asyncpg.Connection, wf_id: str, message: str) -> None:
+    await conn.execute(Q.mark_halted, wf_id, message)
+
+
+async def fan_out_children(
+    conn: asyncpg.Connection, wf_id: str, step_name: str, attempt: int
+) -> list[tuple[JobStatus, Object | None]]:
+    """Each child job of a fan-out step's attempt, by index: its status and result."""
+    rows = await conn.fetch(Q.fan_out_results, wf_id, step_name, attempt)
+    return [(JobStatus(r["status"]), r["result"]) for r in rows]
+
+
+async def job_outcome(
+    conn: asyncpg.Connection, job_id: uuid.UUID
+) -> tuple[JobStatus, Object | None, str | None] | None:
+    row = await conn.fetchrow(Q.job_outcome, job_id)
+    return None if row is None else (JobStatus(row["status"]), row["result"], row["error_message"])
 
 
 async def cancel_below(conn: asyncpg.Connection, wf_id: str, reason: str) -> None:
@@ -118,89 +357,38 @@ async def cancel_below(conn: asyncpg.Connection, wf_id: str, reason: str) -> Non
 
 
 async def finish_workflow(
-    conn: asyncpg.Connection, row: asyncpg.Record, status: str, error: str | None
+    conn: asyncpg.Connection, run: WorkflowRun, status: WorkflowStatus, error: str | None
 ) -> bool:
-    """Guarded terminal write; tells the parent (a 'child' outbox row) when this is a sub-workflow.
+    """Guarded terminal write; tells the parent (a `child` outbox row) when this is a sub-workflow.
     False when the workflow was already terminal."""
-    if await conn.fetchval(Q.settle_workflow, row["id"], status, error) is None:
+    if await conn.fetchval(Q.settle_workflow, run.id, status, error) is None:
         return False
-    if status == "completed":
+    if status is WorkflowStatus.COMPLETED:
         metrics.WORKFLOWS_COMPLETED.inc()
-    elif status in ("failed", "partially_failed"):
+    elif status in (WorkflowStatus.FAILED, WorkflowStatus.PARTIALLY_FAILED):
         metrics.WORKFLOWS_FAILED.inc()
-    if row["parent_workflow_id"] is not None:
+    if run.parent_workflow_id is not None:
         await conn.execute(
-            Q.insert_outbox, row["parent_workflow_id"], "child", row["parent_step_name"], status, row["id"]
+            Q.insert_outbox, run.parent_workflow_id, OutboxKind.CHILD, run.parent_step_name, status, run.id
         )
     return True
-
-
-# An outbox row whose application raised this many times is left aside and its workflow failed.
-OUTBOX_ATTEMPTS = 5
 
 
 async def fail_workflow(conn: asyncpg.Connection, wf_id: str, reason: str) -> bool:
     """End a live workflow failed with `reason`, its unfinished steps and sub-workflows cancelled.
     Reads none of its JSON, so it works on a workflow whose context cannot be processed."""
     row = await conn.fetchrow(Q.lock_workflow_head, wf_id)
-    if row is None or row["status"] in TERMINAL_WORKFLOW_STATUSES:
+    if row is None or WorkflowStatus(row["status"]).terminal:
         return False
     await cancel_below(conn, wf_id, reason)
-    return await finish_workflow(conn, row, "failed", reason)
-
-
-async def cancel_workflow(
-    pool: asyncpg.Pool, tenant: str, wf_id: str
-) -> tuple[Literal["cancelled", "missing", "conflict"], str | None]:
-    """('cancelled', None), ('missing', None) or ('conflict', the terminal status it has)."""
-    async with pool.acquire() as conn, conn.transaction():
-        row = await conn.fetchrow(Q.lock_tenant_workflow, wf_id, tenant)
-        if row is None:
-            return "missing", None
-        if row["status"] in TERMINAL_WORKFLOW_STATUSES:
-            return "conflict", str(row["status"])
-        await cancel_below(conn, wf_id, CANCELLED_BY_USER)
-        await finish_workflow(conn, row, "cancelled", CANCELLED_BY_USER)
-    return "cancelled", None
-
-
-async def retry_workflow(
-    pool: asyncpg.Pool, tenant: str, wf_id: str
-) -> tuple[Literal["retried", "missing", "conflict"], str | None]:
-    """Re-run what did not complete: failed and cancelled steps, steps a failure policy skipped, and
-    everything downstream of them; completed upstream steps keep their results."""
-    async with pool.acquire() as conn, conn.transaction():
-        row = await conn.fetchrow(Q.lock_tenant_workflow, wf_id, tenant)
-        if row is None:
-            return "missing", None
-        if row["status"] not in ("failed", "partially_failed", "cancelled"):
-            return "conflict", str(row["status"])
-        steps = await conn.fetch(Q.workflow_steps, wf_id)
-        rerun = {
-            s["name"]
-            for s in steps
-            if s["status"] in ("failed", "cancelled")
-            or (s["status"] == "skipped" and s["skip_kind"] == "policy")
-        }
-        grew = True
-        while grew:  # plus everything downstream
-            grew = False
-            for s in steps:
-                if s["name"] not in rerun and rerun.intersection(s["depends_on"]):
-                    rerun.add(s["name"])
-                    grew = True
-        names = sorted(rerun)
-        await conn.execute(Q.reset_steps_for_retry, wf_id, names)
-        await conn.execute(Q.restart_workflow, wf_id, names)
-        await conn.execute(Q.insert_outbox, wf_id, "retry", None, None, None)
-    return "retried", None
-
-
-async def time_out_expired(pool: asyncpg.Pool, batch: int) -> int:
-    """The janitor's sweep: a live workflow past its deadline has its unfinished steps cancelled
-    and ends failed with `workflow timed out after <secs>s`."""
-    count = 0
-    async with pool.acquire() as conn, conn.transaction():
-        for r in await conn.fetch(Q.expired_workflows, batch):
-            count += await fail_workflow(conn, r["id"], f"workflow timed out after {r['timeout_secs']}s")
-    return count
+    head = WorkflowRun(
+        id=row["id"],
+        tenant_id=None,
+        status=WorkflowStatus(row["status"]),
+        context={},
+        halted=False,
+        depth=0,
+        parent_workflow_id=row["parent_workflow_id"],
+        parent_step_name=row["parent_step_name"],
+    )
+    return await finish_workflow(conn, head, WorkflowStatus.FAILED, reason)

@@ -9,7 +9,7 @@ from typing import Any
 import jwt
 from aiohttp.test_utils import TestClient
 
-from tests.support.api import resources_of
+from tests.support.api import database_of
 
 DEV = {"Authorization": "Bearer dev"}
 
@@ -166,7 +166,7 @@ async def make_dead_letter(
     )
     token = await lease_one(client, queue, job_id, worker)
     await fail_job(client, job_id, token, headers=worker)
-    dl_id = await resources_of(client).pool.fetchval(
+    dl_id = await database_of(client).pool.fetchval(
         "SELECT id FROM queueflow.dead_letters WHERE job_id = $1::uuid", job_id
     )
     assert dl_id is not None
@@ -175,7 +175,7 @@ async def make_dead_letter(
 
 async def count(client: TestClient, table: str, where: str = "TRUE", *args: Any) -> int:
     return int(
-        await resources_of(client).pool.fetchval(
+        await database_of(client).pool.fetchval(
             f"SELECT count(*) FROM queueflow.{table} WHERE {where}", *args
         )
     )
@@ -191,7 +191,7 @@ def iso(at: datetime) -> str:
 async def set_created_at(client: TestClient, table: str, id_type: str, ids: list[Any]) -> list[datetime]:
     """Give rows of `table` distinct, known creation times: BASE + i minutes, in list order."""
     stamps = [BASE + timedelta(minutes=i) for i in range(len(ids))]
-    await resources_of(client).pool.execute(
+    await database_of(client).pool.execute(
         f"UPDATE queueflow.{table} t SET created_at = u.at FROM unnest($1::{id_type}[], $2::timestamptz[])"
         " AS u(id, at) WHERE t.id = u.id",
         ids,

@@ -22,7 +22,7 @@ from tests.api.helpers import (
     parse_time,
     set_created_at,
 )
-from tests.support.api import resources_of
+from tests.support.api import database_of
 
 
 async def _age(client, ids: list) -> list[datetime]:
@@ -98,7 +98,7 @@ async def test_non_integer_dead_letter_id_is_400(api, dl_id):
 async def test_dead_letter_without_tenant_is_visible_to_no_tenant(api):
     client = await api()
     _, dl_id = await make_dead_letter(client, "q-null")
-    await resources_of(client).pool.execute("UPDATE queueflow.dead_letters SET tenant_id = NULL")
+    await database_of(client).pool.execute("UPDATE queueflow.dead_letters SET tenant_id = NULL")
     await expect_error(await client.get(f"/api/v1/dlq/{dl_id}", headers=DEV), 404)
     await expect_error(await client.post(f"/api/v1/dlq/{dl_id}/replay", headers=DEV), 404)
     assert (await list_json(client, "/api/v1/dlq"))["dead_letters"] == []
@@ -224,7 +224,7 @@ async def test_replay_unknown_dead_letter_is_404(api):
 async def test_replay_after_the_original_job_was_purged_is_404_and_leaves_the_entry_unreplayed(api):
     client = await api()
     job_id, dl_id = await make_dead_letter(client, "q-purged")
-    await resources_of(client).pool.execute("DELETE FROM queueflow.jobs WHERE id = $1::uuid", job_id)
+    await database_of(client).pool.execute("DELETE FROM queueflow.jobs WHERE id = $1::uuid", job_id)
     await expect_error(await client.post(f"/api/v1/dlq/{dl_id}/replay", headers=DEV), 404)
     entry = await (await client.get(f"/api/v1/dlq/{dl_id}", headers=DEV)).json()
     assert "replayed_at" not in entry and "replay_job_id" not in entry
@@ -308,7 +308,7 @@ async def test_bulk_replay_reports_a_purged_original_as_an_error_result(api):
     purged_job, purged = await make_dead_letter(client, "q-bp")
     _, kept = await make_dead_letter(client, "q-bp")
     await _age(client, [purged, kept])
-    await resources_of(client).pool.execute("DELETE FROM queueflow.jobs WHERE id = $1::uuid", purged_job)
+    await database_of(client).pool.execute("DELETE FROM queueflow.jobs WHERE id = $1::uuid", purged_job)
     body = await (await client.post("/api/v1/dlq/replay", json={}, headers=DEV)).json()
     assert body["replayed"] == 1
     first, second = body["results"]

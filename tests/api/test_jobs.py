@@ -25,7 +25,7 @@ from tests.api.helpers import (
     parse_time,
     set_created_at,
 )
-from tests.support.api import resources_of
+from tests.support.api import database_of
 
 DEFAULT_CONFIG = {
     "priority": 0,
@@ -173,7 +173,7 @@ async def test_run_at_at_the_edge_of_the_calendar_is_rejected_or_kept_as_that_ut
     scheduled = parse_time(job["scheduled_at"])
     assert scheduled.tzinfo is not None, job["scheduled_at"]
     assert scheduled == parse_time(run_at)
-    stored = await resources_of(client).pool.fetchval("SELECT isfinite(scheduled_at) FROM queueflow.jobs")
+    stored = await database_of(client).pool.fetchval("SELECT isfinite(scheduled_at) FROM queueflow.jobs")
     assert stored is True
 
 
@@ -339,7 +339,7 @@ async def test_get_unknown_job_is_404_naming_the_id(api):
 async def test_job_without_tenant_is_visible_to_no_tenant(api):
     client = await api()
     job_id = await create_job(client)
-    await resources_of(client).pool.execute(
+    await database_of(client).pool.execute(
         "UPDATE queueflow.jobs SET tenant_id = NULL WHERE id = $1::uuid", job_id
     )
     await expect_error(await client.get(f"/api/v1/jobs/{job_id}", headers=DEV), 404)
@@ -423,7 +423,7 @@ async def test_cursor_paging_reproduces_the_full_listing(api, order_by):
     ids = await create_batch(client, [{"task_name": "t"}] * 7)
     # Two rows share a creation instant: the id breaks the tie.
     stamps = await _set_created_at(client, ids)
-    await resources_of(client).pool.execute(
+    await database_of(client).pool.execute(
         "UPDATE queueflow.jobs SET created_at = $2 WHERE id = $1::uuid", ids[4], stamps[3]
     )
     params = {} if order_by is None else {"order_by": order_by}

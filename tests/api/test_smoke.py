@@ -1,6 +1,6 @@
 """The smallest end-to-end path through the in-process app: enqueue, in-process echo, result."""
 
-from tests.support.api import resources_of
+from tests.support.api import settings_of
 from tests.support.waiting import eventually
 
 AUTH = {"Authorization": "Bearer dev"}
@@ -19,4 +19,4 @@ async def test_echo_job_completes_with_payload_and_echoed_flag(api):
     job = await eventually(finished)
     assert job["result"] == {"n": 1, "echoed": True}
     assert job["delivery_count"] == 1
-    assert resources_of(client).settings.mode == "all"
+    assert settings_of(client).mode == "all"

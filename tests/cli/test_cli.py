@@ -5,7 +5,7 @@ import json
 import subprocess
 import sys
 
-CLI = [sys.executable, "-m", "shared.cli"]
+CLI = [sys.executable, "-m", "services.cli"]
 
 
 def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -6,9 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from services.janitor import sweeps
-from shared.cron import next_after
-from tests.support.api import resources_of
+from shared.domain.cron import next_after
+from tests.support.api import janitor_of
 from tests.support.waiting import eventually
 
 AUTH = {"Authorization": "Bearer dev"}
@@ -100,9 +99,9 @@ async def test_a_due_occurrence_fires_once_and_carries_cron_metadata(api, db):
     client = await api()
     cron_id = (await (await create(client, payload={"k": 2})).json())["cron_id"]
     await force_due(db, cron_id, 1)
-    res = resources_of(client)
-    assert await sweeps.fire_crons(res) == 1
-    assert await sweeps.fire_crons(res) == 0  # a second tick at the same instant fires nothing
+    janitor = janitor_of(client)
+    assert await janitor.fire_crons() == 1
+    assert await janitor.fire_crons() == 0  # a second tick at the same instant fires nothing
     [job] = await fired_jobs(db, cron_id)
     assert (
         job["task_name"] == "echo"
@@ -118,7 +117,7 @@ async def test_missed_occurrences_collapse_into_one_catch_up_firing(api, db):
     client = await api()
     cron_id = (await (await create(client, cron_expr="* * * * *")).json())["cron_id"]
     await force_due(db, cron_id, 3600)  # an hour of downtime: sixty missed minutes
-    assert await sweeps.fire_crons(resources_of(client)) == 1
+    assert await janitor_of(client).fire_crons() == 1
     assert len(await fired_jobs(db, cron_id)) == 1
 
 
@@ -127,9 +126,9 @@ async def test_a_paused_schedule_does_not_fire_and_resume_does_not_catch_up(api,
     cron_id = (await (await create(client, cron_expr="* * * * *")).json())["cron_id"]
     await client.post(f"/api/v1/cron/{cron_id}/pause", headers=AUTH)
     await force_due(db, cron_id, 600)
-    assert await sweeps.fire_crons(resources_of(client)) == 0
+    assert await janitor_of(client).fire_crons() == 0
     await client.post(f"/api/v1/cron/{cron_id}/resume", headers=AUTH)
-    assert await sweeps.fire_crons(resources_of(client)) == 0  # the next firing is in the future
+    assert await janitor_of(client).fire_crons() == 0  # the next firing is in the future
     row = await db.fetchrow("SELECT next_run_at FROM queueflow.cron_schedules WHERE id = $1", cron_id)
     assert row["next_run_at"] > datetime.now(UTC)
     assert await fired_jobs(db, cron_id) == []
@@ -139,7 +138,7 @@ async def test_deleting_a_schedule_keeps_its_jobs(api, db):
     client = await api()
     cron_id = (await (await create(client)).json())["cron_id"]
     await force_due(db, cron_id, 1)
-    await sweeps.fire_crons(resources_of(client))
+    await janitor_of(client).fire_crons()
     assert (await client.delete(f"/api/v1/cron/{cron_id}", headers=AUTH)).status == 204
     assert len(await fired_jobs(db, cron_id)) == 1
 
@@ -148,7 +147,7 @@ async def test_concurrent_janitor_ticks_fire_each_occurrence_exactly_once(api, d
     clients = [await api() for _ in range(3)]
     cron_id = (await (await create(clients[0], cron_expr="* * * * *")).json())["cron_id"]
     await force_due(db, cron_id, 1)
-    fired = await asyncio.gather(*(sweeps.fire_crons(resources_of(c)) for c in clients for _ in range(3)))
+    fired = await asyncio.gather(*(janitor_of(c).fire_crons() for c in clients for _ in range(3)))
     assert sum(fired) == 1
     assert len(await fired_jobs(db, cron_id)) == 1
 

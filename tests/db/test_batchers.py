@@ -2,9 +2,11 @@
 gets its own answer, idempotency keys hold within a group, and tenants stay apart."""
 
 import asyncio
+import uuid
 
 from shared.db import jobs as jobs_db
-from tests.support.api import resources_of
+from shared.domain.jobs import NewJob
+from tests.support.api import database_of
 
 
 async def test_concurrent_single_enqueues_each_get_their_own_job(api, db):
@@ -33,20 +35,20 @@ async def test_concurrent_single_enqueues_each_get_their_own_job(api, db):
     rows = await db.fetch("SELECT tenant_id, count(*) AS n FROM queueflow.jobs GROUP BY tenant_id ORDER BY 1")
     assert [(r["tenant_id"], r["n"]) for r in rows] == [("acme", 41), ("globex", 21)]
     for job_id, i in zip(plain[:40], range(40), strict=True):
-        job = await jobs_db.get_job(resources_of(client).pool, "acme", job_id)
+        job = await jobs_db.get_job(database_of(client).pool, "acme", uuid.UUID(job_id))
         assert job is not None and job.payload == {"i": i}
 
 
 async def test_a_failing_job_in_a_group_fails_alone(api):
     client = await api()
-    res = resources_of(client)
-    good = jobs_db.NewJob(task_name="t", queue="q", config={"priority": 0})
-    bad = jobs_db.NewJob(task_name="t", queue="q", config={"priority": 0}, payload={"s": "\x00"})
+    db = database_of(client)
+    good = NewJob(task_name="t", queue="q")
+    bad = NewJob(task_name="t", queue="q", payload={"s": "\x00"})
     results = await asyncio.gather(
-        res.inserter.insert("tenant1", good),
-        res.inserter.insert("tenant1", bad),
-        res.inserter.insert("tenant1", good),
+        db.inserter.insert("tenant1", good),
+        db.inserter.insert("tenant1", bad),
+        db.inserter.insert("tenant1", good),
         return_exceptions=True,
     )
-    assert isinstance(results[0], str) and isinstance(results[2], str)
+    assert isinstance(results[0], uuid.UUID) and isinstance(results[2], uuid.UUID)
     assert isinstance(results[1], Exception)

@@ -191,18 +191,14 @@ def serve_option_parser() -> argparse.ArgumentParser:
 
 
 def known_env_names() -> set[str]:
-    from shared.config import _SERVE_OPTIONS
+    from shared.config import OPTIONS
 
-    return {env for _, env, *_ in _SERVE_OPTIONS} | {
-        "DATABASE_URL",
-        "QUEUEFLOW_DEV",
-        "QUEUEFLOW_AUTO_MIGRATE",
-    }
+    return {f.metadata["env"] for f in OPTIONS}
 
 
 def cli_parser() -> argparse.ArgumentParser:
-    """The real `queueflow` parser from shared/cli.py."""
-    from shared.cli import build_parser
+    """The real `queueflow` parser from services/cli/__init__.py."""
+    from services.cli import build_parser
 
     return build_parser()
 

@@ -87,7 +87,7 @@ async def test_the_installed_package_migrates_an_empty_database_and_runs_jobs(
     database_url = empty_database
     env = {"PYTHONPATH": str(installed)}
     proc = await service(database_url, mode="all", env=env, start=False)
-    assert proc.argv[1:3] == ["-m", "shared.cli"]
+    assert proc.argv[1:3] == ["-m", "services.cli"]
     proc.argv[:3] = [str(installed / "bin" / "queueflow")]  # the image's ENTRYPOINT
     proc.cwd = tmp_path
     await proc.start()

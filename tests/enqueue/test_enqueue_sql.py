@@ -11,12 +11,16 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import asyncpg
+import msgspec
 import pytest
 
 from shared.db.pool import init_connection
-from shared.domain import DEFAULT_CONFIG
+from shared.domain.jobs import JobConfig
 from tests.api.helpers import STRICT, WORKER
 from tests.support.waiting import eventually
+
+DEFAULT_CONFIG = msgspec.to_builtins(JobConfig())
+
 
 DEV = {"Authorization": "Bearer dev"}
 DEV_TENANT = "tenant1"

@@ -5,15 +5,15 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import types
+import uuid
 from datetime import UTC, datetime
 
 import pytest
 
-from services.worker import JobContext, TaskSpec, task
+from services.worker import Job, JobConfig, JobContext, JobStatus, TaskSpec, task
 from services.worker.registry import Registry, import_handler_modules, spec_of
 from services.worker.runtime import build_registry
 from shared.config import ConfigError, add_serve_arguments, settings_from
-from shared.wire import Job
 from tests.handlers import qf_handler_tasks
 from tests.handlers.helpers import BUILTINS, EXAMPLES, TEST_TASKS
 
@@ -155,12 +155,12 @@ def make_ctx(payload: dict[str, object]) -> JobContext:
     now = datetime.now(UTC)
     return JobContext(
         Job(
-            id="j1",
+            id=uuid.uuid4(),
             queue_name="default",
             task_name="word-count",
             payload=payload,
-            config={},
-            status="running",
+            config=JobConfig(),
+            status=JobStatus.RUNNING,
             retry_count=0,
             delivery_count=1,
             created_at=now,

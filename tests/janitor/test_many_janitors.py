@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from services.janitor import sweeps
 from tests.protocol.helpers import lease
-from tests.support.api import resources_of
+from tests.support.api import janitor_of
 from tests.support.waiting import eventually
 
 AUTH = {"Authorization": "Bearer dev"}
@@ -28,7 +27,7 @@ async def test_concurrent_reclaim_sweeps_take_disjoint_rows(api, db):
     await enqueue_and_lease(client, 150, max_retries=3)
     await db.execute("UPDATE queueflow.jobs SET locked_until = now() - interval '1 second'")
 
-    counts = await asyncio.gather(*(sweeps.reclaim_expired(resources_of(c)) for c in [client, *others]))
+    counts = await asyncio.gather(*(janitor_of(c).reclaim_expired() for c in [client, *others]))
 
     assert sum(counts) == 150
     rows = await db.fetch("SELECT status, retry_count FROM queueflow.jobs")

@@ -7,8 +7,7 @@ from datetime import timedelta
 
 import structlog
 
-from services.janitor import sweeps
-from shared.domain import backoff_bounds, resolve_config
+from shared.domain.jobs import JobConfig
 from tests.protocol.helpers import (
     complete,
     create_job,
@@ -23,7 +22,7 @@ from tests.protocol.helpers import (
     make_due,
     ts,
 )
-from tests.support.api import resources_of
+from tests.support.api import janitor_of
 from tests.support.waiting import eventually
 
 LEASE_EXPIRED = "lease expired"
@@ -52,7 +51,7 @@ async def test_an_expired_lease_is_reclaimed_into_a_retry_that_consumes_budget(a
     assert job["retry_count"] == 1
     assert job["delivery_count"] == 1
     assert LEASE_EXPIRED in job["error_message"]
-    low, high = backoff_bounds(resolve_config(max_retries=3), 0)
+    low, high = JobConfig.of({"max_retries": 3}).backoff_bounds(0)
     assert before + timedelta(seconds=low) <= ts(job["scheduled_at"]) <= after + timedelta(seconds=high)
     row = await job_row(db, job_id)
     assert row["lease_token"] is None
@@ -121,7 +120,7 @@ async def test_the_redelivered_job_gets_a_fresh_token_and_can_be_completed(api, 
 
 async def test_live_leases_and_finished_jobs_are_left_alone(api, db):
     client = await api()
-    res = resources_of(client)
+    janitor = janitor_of(client)
     live = await create_job(client)
     _, live_token = await lease_one(client, lease_secs=3600)
     done = await create_job(client)
@@ -136,7 +135,7 @@ async def test_live_leases_and_finished_jobs_are_left_alone(api, db):
         "UPDATE queueflow.jobs SET locked_until = now() - interval '1 hour' WHERE id <> $1::uuid", live
     )
 
-    assert await sweeps.reclaim_expired(res) == 0
+    assert await janitor.reclaim_expired() == 0
 
     row = await job_row(db, live)
     assert row["status"] == "running" and str(row["lease_token"]) == live_token

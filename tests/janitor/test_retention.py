@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-from services.janitor import sweeps
-from tests.support.api import resources_of
+from shared.db.janitor import RETENTION_ROUND
+from tests.support.api import janitor_of
 from tests.support.waiting import eventually
 
 INSERT_JOB = """
@@ -113,16 +113,16 @@ async def test_a_dead_letter_that_survives_retention_can_still_be_replayed(api, 
     pinned = await add_job(db, "failed")
     dl = await add_dead_letter(db, pinned, "1 minute")
     client = await api()
-    res = resources_of(client)
+    janitor = janitor_of(client)
 
-    assert await sweeps.prune(res, 1.0) == 0
+    assert await janitor.prune(1.0) == 0
 
     resp = await client.post(f"/api/v1/dlq/{dl}/replay", headers={"Authorization": "Bearer dev"})
     assert resp.status == 201
 
 
 async def test_a_large_backlog_is_deleted_completely_in_bounded_rounds(api, db):
-    n = 2 * sweeps.RETENTION_ROUND + 1234
+    n = 2 * RETENTION_ROUND + 1234
     await db.execute(
         "INSERT INTO queueflow.jobs (id, queue_name, task_name, config, status, created_at, completed_at) "
         "SELECT gen_random_uuid(), 'default', 'echo', '{}'::jsonb, 'completed', now() - interval '9 days', "
@@ -132,14 +132,14 @@ async def test_a_large_backlog_is_deleted_completely_in_bounded_rounds(api, db):
     keep = await add_job(db, "completed", finished="1 minute")
     client = await api()
 
-    deleted = await sweeps.prune(resources_of(client), 24.0)
+    deleted = await janitor_of(client).prune(24.0)
 
     assert deleted == n
     assert await job_ids(db) == {keep}
 
 
 async def test_concurrent_janitors_prune_each_row_once_and_never_fail(api, db):
-    n = sweeps.RETENTION_ROUND + 777
+    n = RETENTION_ROUND + 777
     await db.execute(
         "INSERT INTO queueflow.jobs (id, queue_name, task_name, config, status, created_at, completed_at) "
         "SELECT gen_random_uuid(), 'default', 'echo', '{}'::jsonb, 'cancelled', now() - interval '9 days', "
@@ -148,7 +148,7 @@ async def test_concurrent_janitors_prune_each_row_once_and_never_fail(api, db):
     )
     apps = [await api() for _ in range(3)]
 
-    results = await asyncio.gather(*(sweeps.prune(resources_of(c), 24.0) for c in apps))
+    results = await asyncio.gather(*(janitor_of(c).prune(24.0) for c in apps))
 
     # Losers of the advisory lock stop at once; the holder always carries on to the end.
     assert sum(results) == n

@@ -8,7 +8,6 @@ import uuid
 
 import pytest
 
-from services.janitor import sweeps
 from shared import metrics
 from tests.protocol.helpers import (
     cancel,
@@ -24,7 +23,7 @@ from tests.protocol.helpers import (
     make_due,
     post,
 )
-from tests.support.api import resources_of
+from tests.support.api import janitor_of
 
 
 def completed_counter() -> float:
@@ -62,7 +61,7 @@ async def test_a_completed_job_is_never_leased_again_even_after_a_janitor_sweep(
     _, token = await lease_one(client, lease_secs=1)
     assert (await complete(client, job_id, token))[0] == 204
     await db.execute("UPDATE queueflow.jobs SET scheduled_at = now() - interval '1 day'")
-    assert await sweeps.reclaim_expired(resources_of(client)) == 0
+    assert await janitor_of(client).reclaim_expired() == 0
     assert await lease(client, max_jobs=10) == []
     assert (await get_job(client, job_id))["status"] == "completed"
 
@@ -107,7 +106,7 @@ async def test_a_stale_token_after_a_reclaim_is_409_and_records_nothing(api, db)
     job_id = await create_job(client, max_retries=3)
     _, token = await lease_one(client)
     await expire_lease(db, job_id)
-    assert await sweeps.reclaim_expired(resources_of(client)) == 1
+    assert await janitor_of(client).reclaim_expired() == 1
 
     status, body = await complete(client, job_id, token, {"late": True})
 
@@ -123,7 +122,7 @@ async def test_a_stale_token_cannot_complete_a_job_another_worker_now_holds(api,
     job_id = await create_job(client, max_retries=3)
     _, old = await lease_one(client)
     await expire_lease(db, job_id)
-    await sweeps.reclaim_expired(resources_of(client))
+    await janitor_of(client).reclaim_expired()
     await make_due(db, job_id)
     _, new = await lease_one(client)
 
@@ -141,7 +140,7 @@ async def test_a_stale_token_replaying_against_a_job_finished_by_another_holder_
     job_id = await create_job(client, max_retries=3)
     _, old = await lease_one(client)
     await expire_lease(db, job_id)
-    await sweeps.reclaim_expired(resources_of(client))
+    await janitor_of(client).reclaim_expired()
     await make_due(db, job_id)
     _, new = await lease_one(client)
     assert (await complete(client, job_id, new, {"who": "new"}))[0] == 204

@@ -8,8 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from services.janitor import sweeps
-from shared.domain import backoff_bounds, resolve_config
+from shared.domain.jobs import JobConfig
 from tests.protocol.helpers import (
     cancel,
     create_job,
@@ -24,7 +23,7 @@ from tests.protocol.helpers import (
     post,
     ts,
 )
-from tests.support.api import resources_of
+from tests.support.api import janitor_of
 
 
 async def test_a_retryable_failure_schedules_a_retry_with_backoff_and_releases_the_lease(api, db):
@@ -43,7 +42,7 @@ async def test_a_retryable_failure_schedules_a_retry_with_backoff_and_releases_t
     assert job["error_message"] == "upstream timed out"
     assert job["next_retry_at"] == job["scheduled_at"]
     assert "completed_at" not in job
-    low, high = backoff_bounds(resolve_config(max_retries=3), 0)
+    low, high = JobConfig.of({"max_retries": 3}).backoff_bounds(0)
     assert (low, high) == (54, 66)
     scheduled = ts(job["scheduled_at"])
     assert before + timedelta(seconds=low) <= scheduled <= after + timedelta(seconds=high)
@@ -150,7 +149,7 @@ async def test_a_stale_token_after_a_reclaim_cannot_fail_the_job(api, db):
     job_id = await create_job(client, max_retries=3)
     _, token = await lease_one(client)
     await expire_lease(db, job_id)
-    await sweeps.reclaim_expired(resources_of(client))
+    await janitor_of(client).reclaim_expired()
     retry_count = (await job_row(db, job_id))["retry_count"]
 
     status, body = await fail(client, job_id, token, "late", retryable=False)

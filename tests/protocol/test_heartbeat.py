@@ -8,7 +8,6 @@ from datetime import timedelta
 
 import pytest
 
-from services.janitor import sweeps
 from tests.protocol.helpers import (
     cancel,
     complete,
@@ -21,7 +20,7 @@ from tests.protocol.helpers import (
     make_due,
     post,
 )
-from tests.support.api import resources_of
+from tests.support.api import janitor_of
 
 
 async def test_the_holder_heartbeat_answers_running_and_extends_the_lease_from_now(api, db):
@@ -89,7 +88,7 @@ async def test_a_stale_token_after_a_janitor_reclaim_is_409(api, db):
     job_id = await create_job(client, max_retries=2)
     _, token = await lease_one(client)
     await expire_lease(db, job_id)
-    assert await sweeps.reclaim_expired(resources_of(client)) == 1
+    assert await janitor_of(client).reclaim_expired() == 1
 
     status, body = await heartbeat(client, job_id, token)
 

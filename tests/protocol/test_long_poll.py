@@ -13,7 +13,7 @@ import uuid
 from datetime import timedelta
 
 from tests.protocol.helpers import create_job, fail, get_job, lease, lease_one, ts
-from tests.support.api import resources_of
+from tests.support.api import database_of
 from tests.support.waiting import eventually
 
 NO_SAFETY_POLL = 60.0
@@ -23,7 +23,7 @@ async def parked_lease(client, queue: str, waiters: int = 1, **body) -> asyncio.
     """Start a long-poll lease and return once the server has it parked on the queue."""
     body.setdefault("wait_secs", 30)
     task = asyncio.create_task(lease(client, queue, **body))
-    hub = resources_of(client).hub
+    hub = database_of(client).hub
     await eventually(lambda: hub.waiting(queue) >= waiters, message=f"{waiters} lease(s) parked on {queue}")
     return task
 
@@ -41,7 +41,7 @@ async def test_a_lease_with_nothing_due_parks_then_returns_an_empty_list(api):
     client = await api(worker_poll_secs=NO_SAFETY_POLL)
     task = await parked_lease(client, "quiet", wait_secs=1)
     assert await task == []
-    assert resources_of(client).hub.waiting("quiet") == 0
+    assert database_of(client).hub.waiting("quiet") == 0
 
 
 async def test_an_insert_wakes_a_parked_lease_through_notify(api):
@@ -66,7 +66,7 @@ async def test_an_insert_on_another_queue_does_not_satisfy_a_parked_lease(api):
 async def test_a_burst_of_inserts_is_spread_over_every_parked_lease(api):
     client = await api(worker_poll_secs=NO_SAFETY_POLL)
     tasks = [asyncio.create_task(lease(client, "burst", wait_secs=30, max_jobs=1)) for _ in range(5)]
-    hub = resources_of(client).hub
+    hub = database_of(client).hub
     await eventually(lambda: hub.waiting("burst") == 5)
 
     resp = await client.post(
@@ -142,9 +142,9 @@ async def test_a_missed_notification_is_covered_by_the_safety_poll(api, db):
 
 async def test_parked_leases_hold_no_database_connection_and_share_one_listener(api, db, database_url):
     client = await api(worker_poll_secs=NO_SAFETY_POLL)
-    pool = resources_of(client).pool
+    pool = database_of(client).pool
     tasks = [asyncio.create_task(lease(client, "idle", wait_secs=30)) for _ in range(25)]
-    hub = resources_of(client).hub
+    hub = database_of(client).hub
     await eventually(lambda: hub.waiting("idle") == 25)
 
     assert pool.get_size() - pool.get_idle_size() == 0, "a parked lease is holding a pooled connection"
@@ -162,7 +162,7 @@ async def test_parked_leases_hold_no_database_connection_and_share_one_listener(
 
 async def test_parked_leases_recheck_after_the_listen_connection_drops(api, db, database_url):
     client = await api(worker_poll_secs=NO_SAFETY_POLL)
-    hub = resources_of(client).hub
+    hub = database_of(client).hub
     task = await parked_lease(client, "reconnect")
     job_id = uuid.uuid4()
     await db.execute(

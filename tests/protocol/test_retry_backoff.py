@@ -6,9 +6,18 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import msgspec
 import pytest
 
-from shared.domain import DEFAULT_CONFIG, MAX_DELAY_SECS, backoff_bounds
+from shared.domain.jobs import MAX_DELAY_SECS, JobConfig
+
+DEFAULT_CONFIG = msgspec.to_builtins(JobConfig())
+
+
+def bounds(config, attempt):
+    """The domain's bounds for a stored config (built unvalidated: the SQL clamps bad values too)."""
+    return JobConfig(**config).backoff_bounds(attempt)
+
 
 SAMPLES = 3000
 
@@ -42,7 +51,7 @@ async def test_without_jitter_each_strategy_gives_its_exact_delay(db, strategy, 
         for a in range(4)
     ]
     assert got == expected
-    assert [backoff_bounds(config, a) for a in range(4)] == [(e, e) for e in expected]
+    assert [bounds(config, a) for a in range(4)] == [(e, e) for e in expected]
 
 
 async def test_exponential_backoff_is_capped_at_retry_max_delay(db):
@@ -71,7 +80,7 @@ async def test_jitter_never_pushes_a_delay_past_the_cap(db):
     delays = {a: await sample(db, config, a) for a in range(4)}
     assert max(delays[3]) == 15
     assert all(d <= 15 for ds in delays.values() for d in ds)
-    assert backoff_bounds(config, 3) == (12, 15)
+    assert bounds(config, 3) == (12, 15)
     assert min(delays[3]) == 12
 
 
@@ -93,7 +102,7 @@ async def test_sampled_delays_stay_within_the_documented_bounds(db, strategy):
             config = cfg(
                 retry_backoff=strategy, retry_delay_secs=base, retry_max_delay_secs=cap, jitter_factor=jitter
             )
-            low, high = backoff_bounds(config, attempt)
+            low, high = bounds(config, attempt)
             got = await sample(db, config, attempt, 1500)
             case = (config, attempt, low, high, min(got), max(got))
             assert low <= min(got) and max(got) <= high, case
@@ -122,4 +131,4 @@ async def test_out_of_range_jitter_is_clamped_to_one(db):
     config = cfg(retry_backoff="fixed", retry_delay_secs=10, retry_max_delay_secs=100, jitter_factor=7.0)
     got = await sample(db, config, 0)
     assert min(got) >= 0 and max(got) <= 20
-    assert backoff_bounds(config, 0) == (0, 20)
+    assert bounds(config, 0) == (0, 20)

@@ -2,7 +2,7 @@
 
 import asyncio
 
-from tests.support.api import resources_of
+from tests.support.api import database_of
 
 TENANTS = "ka:acme,kb:globex"
 A = {"Authorization": "Bearer ka"}
@@ -103,7 +103,7 @@ async def test_resuming_wakes_a_parked_long_poll(api):
     poll = asyncio.create_task(client.post("/api/v1/queues/shared/lease", json={"wait_secs": 20}, headers=W))
 
     async def parked():
-        return resources_of(client).hub.waiting("shared") == 1
+        return database_of(client).hub.waiting("shared") == 1
 
     from tests.support.waiting import eventually
 

@@ -1,6 +1,6 @@
 """An in-process QueueFlow app driven through aiohttp's test client: fast API tests on a real
 PostgreSQL. `client = await api(mode="all", worker_token="w", api_keys="k:acme")` builds the same
-apps `queueflow serve` builds (services.serve.build_apps), so the routes, middleware and cleanup
+app `queueflow serve` builds (services.serve.build_app), so the routes, middleware and cleanup
 contexts are the real ones. Keyword arguments are Settings fields; `api_keys` may be the flag's
 string form. Defaults: mode "api" (API only: no janitor, no in-process workers), dev mode on.
 """
@@ -13,16 +13,27 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from services.serve import build_apps
+from services.janitor.loop import Janitor
+from services.serve import build_app
 from shared.config import Settings, parse_api_keys
-from shared.runtime import RESOURCES, Resources
+from shared.db.database import Database
+from shared.runtime.keys import DATABASE, SETTINGS
 
 ApiFactory = Callable[..., Awaitable[TestClient]]
 
 
-def resources_of(client: TestClient) -> Resources:
-    """The process resources behind a test client (pool, hub, settings)."""
-    return client.server.app[RESOURCES]
+def database_of(client: TestClient) -> Database:
+    """The database (pool, hub, batchers) of the app behind a test client."""
+    return client.server.app[DATABASE]
+
+
+def settings_of(client: TestClient) -> Settings:
+    return client.server.app[SETTINGS]
+
+
+def janitor_of(client: TestClient) -> Janitor:
+    """A janitor on the app's database, to run single sweeps (its loop is not started)."""
+    return Janitor(database_of(client), settings_of(client))
 
 
 @pytest.fixture
@@ -34,9 +45,7 @@ async def api(database_url: str) -> AsyncIterator[ApiFactory]:
         overrides.setdefault("dev", True)
         if isinstance(overrides.get("api_keys"), str):
             overrides["api_keys"] = parse_api_keys(overrides["api_keys"])
-        settings = Settings(database_url=database_url, **overrides)
-        _, app, _ = build_apps(settings)
-        client = TestClient(TestServer(app))
+        client = TestClient(TestServer(build_app(Settings(database_url=database_url, **overrides))))
         await client.start_server()
         clients.append(client)
         return client

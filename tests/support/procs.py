@@ -24,7 +24,7 @@ API_MODES = ("all", "api")
 
 
 class ServiceProcess:
-    """`python -m shared.cli serve --mode MODE` bound to 127.0.0.1 on two free ports.
+    """`python -m services.cli serve --mode MODE` bound to 127.0.0.1 on two free ports.
 
     Create it, then `await proc.start()`, which returns once `/ready` answers 200. Output
     (stdout and stderr) goes to `log_path`; `log_text()` reads it.
@@ -50,7 +50,7 @@ class ServiceProcess:
         self.argv = [
             sys.executable,
             "-m",
-            "shared.cli",
+            "services.cli",
             "serve",
             "--mode",
             mode,

@@ -1,4 +1,4 @@
-"""Credential parsing and classification (shared.auth): tenant keys and JWTs, the worker token, 401
+"""Credential parsing and classification (shared.web.auth): tenant keys and JWTs, the worker token, 401
 versus 403, and development mode."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import time
 import jwt
 import pytest
 
-from shared.auth import DEV_TENANT, Authenticator, Tenant, bearer_token
 from shared.config import Settings, parse_api_keys
-from shared.domain import Forbidden, Unauthorized
+from shared.domain.errors import Forbidden, Unauthorized
+from shared.web.auth import DEV_TENANT, Authenticator, Tenant, bearer_token
 
 SECRET = "jwt-secret-for-tests-0123456789abcdef"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from shared.cli import build_parser
+from services.cli import build_parser
 from shared.config import ApiKey, ConfigError, Settings, parse_api_keys, settings_from
 
 DB = "postgresql://u:p@db:5432/qf"

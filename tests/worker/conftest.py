@@ -9,11 +9,13 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from services.janitor.loop import janitor_ctx
-from services.serve import build_apps
+from services.api import app as api
+from services.janitor import app as janitor
+from services.worker import app as worker
 from services.worker.registry import Registry
-from services.worker.runtime import default_registry, worker_ctx
+from services.worker.runtime import default_registry
 from shared.config import Settings
+from shared.runtime.app import base_app
 
 WorkerAppFactory = Callable[..., Awaitable[TestClient]]
 
@@ -23,14 +25,14 @@ async def worker_app(database_url: str) -> AsyncIterator[WorkerAppFactory]:
     clients: list[TestClient] = []
 
     async def make(
-        registry: Registry | None = None, *, janitor: bool = False, **overrides: Any
+        registry: Registry | None = None, *, janitor_loop: bool = False, **overrides: Any
     ) -> TestClient:
         overrides.setdefault("dev", True)
-        settings = Settings(database_url=database_url, mode="api", **overrides)
-        res, app, _ = build_apps(settings)
-        if janitor:
-            app.cleanup_ctx.append(janitor_ctx(res))
-        app.cleanup_ctx.append(worker_ctx(res, registry or default_registry()))
+        app = base_app(Settings(database_url=database_url, mode="all", **overrides), metrics_route=False)
+        api.setup(app)
+        if janitor_loop:
+            janitor.setup(app)
+        worker.setup(app, registry or default_registry())
         client = TestClient(TestServer(app))
         await client.start_server()
         clients.append(client)

@@ -24,13 +24,13 @@ class Gate:
         self.release = asyncio.Event()
 
     async def handle(self, ctx: JobContext) -> dict:
-        self.started.append(ctx.job.id)
+        self.started.append(str(ctx.job.id))
         try:
             await self.release.wait()
         except asyncio.CancelledError:
-            self.cancelled.append(ctx.job.id)
+            self.cancelled.append(str(ctx.job.id))
             if ctx.cancelled.is_set():
-                self.saw_flag.append(ctx.job.id)
+                self.saw_flag.append(str(ctx.job.id))
             raise
         return {"released": True}
 

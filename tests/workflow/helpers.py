@@ -8,7 +8,7 @@ from typing import Any
 
 from aiohttp.test_utils import TestClient
 
-from tests.support.api import resources_of
+from tests.support.api import database_of
 from tests.support.waiting import eventually
 
 DEV = {"Authorization": "Bearer dev"}
@@ -179,7 +179,7 @@ async def job(client: TestClient, job_id: str) -> dict[str, Any]:
 
 async def step_jobs(client: TestClient, wf_id: str, step_name: str | None = None) -> list[dict[str, Any]]:
     """Every job of the workflow (of one step), oldest first."""
-    rows = await resources_of(client).pool.fetch(
+    rows = await database_of(client).pool.fetch(
         "SELECT id::text, workflow_step_id, status, queue_name, payload, result, step_index"
         " FROM queueflow.jobs WHERE workflow_id = $1 AND ($2::text IS NULL OR workflow_step_id = $2)"
         " ORDER BY created_at, step_index NULLS FIRST, id",
@@ -190,7 +190,7 @@ async def step_jobs(client: TestClient, wf_id: str, step_name: str | None = None
 
 
 async def count_rows(client: TestClient, table: str) -> int:
-    return int(await resources_of(client).pool.fetchval(f"SELECT count(*) FROM queueflow.{table}"))
+    return int(await database_of(client).pool.fetchval(f"SELECT count(*) FROM queueflow.{table}"))
 
 
 def statuses(states: dict) -> dict[str, str]:

@@ -4,7 +4,7 @@ while no advancer runs, as a crash or a lost event would leave them."""
 
 from __future__ import annotations
 
-from tests.support.api import resources_of
+from tests.support.api import database_of
 from tests.workflow.helpers import (
     create,
     lease_step,
@@ -27,7 +27,7 @@ async def _stall(pool, wf_id: str) -> None:
 
 async def test_janitor_advances_a_stalled_workflow_whose_dependents_were_never_enqueued(api):
     client = await api()  # API only: nothing advances yet
-    pool = resources_of(client).pool
+    pool = database_of(client).pool
     wf_id = await create(client, [step("a"), step("b", after=["a"]), step("c", after=["b"])])
     # As if step a completed and the process died before its dependents were enqueued.
     await pool.execute(
@@ -51,7 +51,7 @@ async def test_janitor_advances_a_stalled_workflow_whose_dependents_were_never_e
 async def test_janitor_heals_a_finished_step_job_whose_outcome_was_never_applied(api):
     client = await api()
     advancer = await api(mode="workflow")
-    pool = resources_of(client).pool
+    pool = database_of(client).pool
     wf_id = await create(client, [manual("a"), step("b", after=["a"])])
     await wait_step_job(client, wf_id, "a")
     await advancer.close()  # the advancer goes away ...
@@ -80,7 +80,7 @@ async def test_an_event_that_can_never_be_applied_fails_its_workflow_after_five_
     reading it raises RecursionError) is retried five times, then its workflow ends failed, naming
     the error; it never blocks the outbox for other workflows."""
     client = await api()  # API only: nothing advances yet
-    pool = resources_of(client).pool
+    pool = database_of(client).pool
     poisoned = await create(
         client, [step("a", when={"path": "x", "op": "exists"}), step("b", after=["a"])], name="poisoned"
     )

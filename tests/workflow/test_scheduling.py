@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from tests.support.api import resources_of
+from tests.support.api import database_of
 from tests.support.waiting import eventually
 from tests.workflow.helpers import (
     MANUAL,
@@ -177,7 +177,7 @@ async def test_fan_in_join_runs_exactly_once_when_its_dependencies_finish_togeth
         wf = await wait_status(client, wf_id, "completed")
         assert set(wf["context"]) == {*roots, "join"}
         assert len(await step_jobs(client, wf_id, "join")) == 1
-    counts = await resources_of(client).pool.fetch(
+    counts = await database_of(client).pool.fetch(
         "SELECT workflow_id, workflow_step_id, count(*) AS n FROM queueflow.jobs"
         " GROUP BY 1, 2 HAVING count(*) <> 1"
     )

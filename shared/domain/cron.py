@@ -1,4 +1,4 @@
-"""Cron expressions, parsed by croniter and always evaluated in UTC.
+"""Cron schedules: the expressions (parsed by croniter, always evaluated in UTC) and the record.
 
 The 5-field crontab (`minute hour day-of-month month day-of-week`) and the 6- and 7-field forms
 with a leading seconds field (and a trailing year) are accepted. The next occurrence is always
@@ -7,11 +7,14 @@ strictly later than the reference instant.
 
 from __future__ import annotations
 
+import uuid
 from datetime import UTC, datetime
 
 from croniter import croniter
+from msgspec import Struct
 
-from shared.domain import ValidationFailed
+from shared.domain.errors import ValidationFailed
+from shared.domain.jobs import Object, PartialJobConfig
 
 
 def next_after(expr: str, after: datetime) -> datetime | None:
@@ -35,3 +38,24 @@ def validate(expr: str) -> None:
         )
     if next_after(expr, datetime.now(UTC)) is None:
         raise ValidationFailed(f"invalid cron expression '{expr}': it never fires again")
+
+
+def new_cron_id() -> str:
+    return "c_" + uuid.uuid4().hex
+
+
+class CronSchedule(Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A schedule as stored; its JSON is the API's `CronSchedule` (config as given)."""
+
+    id: str
+    name: str
+    cron_expr: str
+    task_name: str
+    enabled: bool
+    next_run_at: datetime
+    created_at: datetime
+    payload: Object | None = None
+    queue_name: str | None = None
+    config: PartialJobConfig | None = None
+    last_enqueued_at: datetime | None = None
+    tenant_id: str | None = None

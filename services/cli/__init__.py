@@ -1,5 +1,8 @@
 """The `queueflow` command: serve, migrate, and a small JSON client for jobs, the DLQ and the system.
 
+This is the entry layer: it may import every service (through services.serve), and nothing
+imports it.
+
 Client commands read `--server-url` (QUEUEFLOW_SERVER_URL, default http://localhost:8000) and
 `--token` (QUEUEFLOW_TOKEN, default `dev`) and print JSON.
 """
@@ -11,13 +14,13 @@ import asyncio
 import json
 import os
 import sys
-import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from typing import Any
 
+from services.cli.client import Client, ClientError
+from services.serve import serve
 from shared.config import ConfigError, add_serve_arguments, settings_from
+from shared.db.migrate import apply_migrations
+from shared.logs import configure
 
 TERMINAL = {"completed", "failed", "cancelled"}
 
@@ -76,52 +79,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-class ClientError(Exception):
-    pass
+POLL_SECS = 0.5
 
 
-def _call(
-    args: argparse.Namespace,
-    method: str,
-    path: str,
-    body: Any = None,
-    query: dict[str, Any] | None = None,
-    headers: dict[str, str] | None = None,
-) -> Any:
-    url = args.server_url.rstrip("/") + path
-    if query:
-        url += "?" + urllib.parse.urlencode({k: v for k, v in query.items() if v is not None})
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(
-        url,
-        data=data,
-        method=method,
-        headers={
-            "Authorization": f"Bearer {args.token}",
-            "Content-Type": "application/json",
-            **(headers or {}),
-        },
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=60) as resp:
-            raw = resp.read()
-    except urllib.error.HTTPError as err:
-        raise ClientError(f"HTTP {err.code}: {err.read().decode(errors='replace')}") from None
-    except urllib.error.URLError as err:
-        raise ClientError(f"cannot reach {args.server_url}: {err.reason}") from None
-    return json.loads(raw) if raw else None
-
-
-def _watch(args: argparse.Namespace, job_id: str, timeout: float) -> Any:
-    deadline = time.monotonic() + timeout
+async def _watch(client: Client, job_id: str, timeout: float) -> Any:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
     while True:
-        job = _call(args, "GET", f"/api/v1/jobs/{job_id}")
-        if job["status"] in TERMINAL or time.monotonic() > deadline:
+        job = await client.call("GET", f"/api/v1/jobs/{job_id}")
+        if job["status"] in TERMINAL or loop.time() > deadline:
             return job
-        time.sleep(0.5)
+        await asyncio.sleep(POLL_SECS)
 
 
-def _job_command(args: argparse.Namespace) -> Any:
+async def _job_command(args: argparse.Namespace, client: Client) -> Any:
     if args.action == "create":
         config = {
             k: v
@@ -139,13 +110,12 @@ def _job_command(args: argparse.Namespace) -> Any:
         if args.run_at:
             body["run_at"] = args.run_at
         headers = {"Idempotency-Key": args.idempotency_key} if args.idempotency_key else None
-        created = _call(args, "POST", "/api/v1/jobs", body, headers=headers)
-        return _watch(args, created["job_id"], 600.0) if args.wait else created
+        created = await client.call("POST", "/api/v1/jobs", body, headers=headers)
+        return await _watch(client, created["job_id"], 600.0) if args.wait else created
     if args.action == "get":
-        return _call(args, "GET", f"/api/v1/jobs/{args.id}")
+        return await client.call("GET", f"/api/v1/jobs/{args.id}")
     if args.action == "list":
-        return _call(
-            args,
+        return await client.call(
             "GET",
             "/api/v1/jobs",
             query={
@@ -157,17 +127,28 @@ def _job_command(args: argparse.Namespace) -> Any:
             },
         )
     if args.action == "cancel":
-        _call(args, "POST", f"/api/v1/jobs/{args.id}/cancel")
+        await client.call("POST", f"/api/v1/jobs/{args.id}/cancel")
         return {"cancelled": args.id}
-    return _watch(args, args.id, args.timeout_secs)
+    return await _watch(client, args.id, args.timeout_secs)
 
 
-def _dlq_command(args: argparse.Namespace) -> Any:
+async def _dlq_command(args: argparse.Namespace, client: Client) -> Any:
     if args.action == "list":
-        return _call(args, "GET", "/api/v1/dlq", query={"queue": args.queue, "limit": args.limit})
+        return await client.call("GET", "/api/v1/dlq", query={"queue": args.queue, "limit": args.limit})
     if args.action == "get":
-        return _call(args, "GET", f"/api/v1/dlq/{args.id}")
-    return _call(args, "POST", f"/api/v1/dlq/{args.id}/replay")
+        return await client.call("GET", f"/api/v1/dlq/{args.id}")
+    return await client.call("POST", f"/api/v1/dlq/{args.id}/replay")
+
+
+async def _client_command(args: argparse.Namespace) -> Any:
+    client = Client(args.server_url, args.token)
+    if args.command == "job":
+        return await _job_command(args, client)
+    if args.command == "dlq":
+        return await _dlq_command(args, client)
+    if args.command == "stats":
+        return await client.call("GET", "/api/v1/stats")
+    return await client.call("GET", "/api/v1/tasks")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -176,22 +157,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "serve":
             return _serve(args)
         if args.command == "migrate":
-            from shared.db.migrate import apply_migrations
-
             url = args.database_url or os.environ.get("DATABASE_URL")
             if not url:
                 raise ConfigError("--database-url (DATABASE_URL) is required")
             applied = asyncio.run(apply_migrations(url))
             print(json.dumps({"applied": applied}))
             return 0
-        if args.command == "job":
-            out = _job_command(args)
-        elif args.command == "dlq":
-            out = _dlq_command(args)
-        elif args.command == "stats":
-            out = _call(args, "GET", "/api/v1/stats")
-        else:
-            out = _call(args, "GET", "/api/v1/tasks")
+        out = asyncio.run(_client_command(args))
     except (ConfigError, ClientError) as err:
         print(f"queueflow: {err}", file=sys.stderr)
         return 2
@@ -200,21 +172,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from shared.logs import configure
-
     settings = settings_from(args)
     settings.check_credentials()
     configure(settings.log_level)
-    from services.serve import serve
-
     try:
         import uvloop
-
-        uvloop.run(serve(settings))
     except ImportError:
         asyncio.run(serve(settings))
+    else:
+        uvloop.run(serve(settings))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

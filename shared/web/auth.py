@@ -11,11 +11,13 @@ from __future__ import annotations
 import hashlib
 import hmac
 from dataclasses import dataclass
+from typing import Literal
 
 import jwt
 
 from shared.config import Settings
-from shared.domain import Forbidden, Unauthorized, is_utf8
+from shared.domain.errors import Forbidden, Unauthorized
+from shared.web.body import is_utf8
 
 DEV_TENANT = "tenant1"
 
@@ -26,7 +28,7 @@ class Tenant:
     read_only: bool = False
 
     @property
-    def access(self) -> str:
+    def access(self) -> Literal["read_write", "read_only"]:
         return "read_only" if self.read_only else "read_write"
 
 

@@ -1,0 +1,7 @@
+"""`python -m services.cli`: the `queueflow` command."""
+
+import sys
+
+from services.cli import main
+
+sys.exit(main())

@@ -1,0 +1,74 @@
+"""The janitor's statements: reclaiming expired leases, waking queues whose delayed jobs fell due,
+and retention. Each is safe with any number of janitors running: reclaim takes rows with SKIP
+LOCKED, wake-ups are idempotent hints, and retention takes an advisory lock per round."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timedelta
+
+import asyncpg
+from msgspec import Struct
+
+from shared.db.pool import Executor
+from shared.db.queries import Q
+from shared.domain.jobs import JobStatus
+
+RETENTION_ROUND = 5000
+
+
+class Reclaimed(Struct, frozen=True):
+    """A job whose lease expired, after the retry policy: `retrying`, or `failed` (dead-lettered)."""
+
+    id: uuid.UUID
+    queue: str
+    status: JobStatus
+
+
+async def now(db: Executor) -> datetime:
+    """The database's clock: every time comparison uses it, never a process clock."""
+    value: datetime = await db.fetchval("SELECT now()")
+    return value
+
+
+async def reclaim_expired(db: Executor, batch: int) -> list[Reclaimed]:
+    """Up to `batch` expired leases, through the retry policy; their lease tokens are cleared."""
+    return [
+        Reclaimed(r["id"], r["queue_name"], JobStatus(r["status"]))
+        for r in await db.fetch(Q.reclaim_expired, batch)
+    ]
+
+
+async def wake_due_queues(db: Executor, since: datetime) -> datetime:
+    """NOTIFY each queue with a job that fell due in (since, now]; returns the database's now."""
+    row = await db.fetchrow(Q.wake_due_queues, since)
+    assert row is not None
+    value: datetime = row["now"]
+    return value
+
+
+async def seconds_until_next_due(db: Executor) -> float | None:
+    """Until the next delayed or retrying job falls due; None when nothing is waiting."""
+    row = await db.fetchrow(Q.next_due)
+    if row is None or row["at"] is None:
+        return None
+    return max(0.0, (row["at"] - row["now"]).total_seconds())
+
+
+async def prune(pool: asyncpg.Pool, older_than_hours: float) -> int:
+    """Delete terminal history older than the window, in bounded rounds: dead letters, then jobs
+    (never one a remaining dead letter points to), then workflows. One janitor at a time: a round
+    that cannot take the advisory lock ends the pruning."""
+    deleted = 0
+    cutoff = await now(pool) - timedelta(hours=older_than_hours)
+    for query in (Q.prune_dead_letters, Q.prune_jobs, Q.prune_workflows):
+        while True:
+            async with pool.acquire() as conn, conn.transaction():
+                if not await conn.fetchval(Q.retention_lock):
+                    return deleted  # another janitor is pruning
+                status = await conn.execute(query, cutoff, RETENTION_ROUND)
+            n = int(status.split()[-1])
+            deleted += n
+            if n < RETENTION_ROUND:
+                break
+    return deleted

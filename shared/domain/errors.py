@@ -1,0 +1,64 @@
+"""Domain errors: expected failures that a caller caused or can act on.
+
+The db layer and the domain raise them; nothing below the HTTP edge knows a status code. The error
+middleware (shared/web/errors.py) maps each class to the contract's status and error body, once.
+`message` is exactly what the client sees.
+"""
+
+from __future__ import annotations
+
+
+class DomainError(Exception):
+    """Base class; `message` is the client-facing text."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class ValidationFailed(DomainError):
+    """The input breaks a rule (400)."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(f"validation error: {detail}")
+
+
+class InvalidWorkflow(ValidationFailed):
+    """A workflow definition breaks a rule: no steps, a cycle, an unknown dependency (400)."""
+
+    def __init__(self, detail: str) -> None:
+        DomainError.__init__(self, f"invalid workflow: {detail}")
+
+
+class Unauthorized(DomainError):
+    """No credential, or one that names nobody (401)."""
+
+    def __init__(self) -> None:
+        super().__init__("unauthorized")
+
+
+class Forbidden(DomainError):
+    """A valid credential that may not do this (403)."""
+
+    def __init__(self, message: str = "access denied") -> None:
+        super().__init__(message)
+
+
+class NotFound(DomainError):
+    """No such resource for this caller; another tenant's resource is not found too (404)."""
+
+    def __init__(self, what: str, ident: object) -> None:
+        super().__init__(f"{what} not found: {ident}")
+
+
+class Gone(DomainError):
+    """The resource existed but what it needs was removed, e.g. purged by retention. The contract
+    answers 404, like an unknown resource, with a message that says why."""
+
+
+class Conflict(DomainError):
+    """The resource's state forbids the change; `reason` says which state (409)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"conflict: {reason}")
+        self.reason = reason

@@ -1,0 +1,286 @@
+"""Jobs: their statuses, their execution policy (config) with its defaults and bounds, and the
+records the db layer answers with.
+
+Nothing here does I/O. The types are frozen msgspec Structs: decoding one validates it, and their
+JSON encoding is the wire shape, so the API returns them as they are (shared/wire.py re-exports
+the records; only request bodies and envelopes are wire types of their own).
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Annotated, Any
+
+import msgspec
+from msgspec import Meta, Struct
+
+from shared.domain.errors import ValidationFailed
+
+Object = dict[str, Any]
+
+
+class JobStatus(enum.StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    RETRYING = "retrying"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL_JOB_STATUSES
+
+
+TERMINAL_JOB_STATUSES = frozenset({JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED})
+# Statuses a job can still leave by itself; cancel-by-filter and the claim index cover these.
+ACTIVE_JOB_STATUSES = (JobStatus.PENDING, JobStatus.RETRYING, JobStatus.RUNNING)
+
+
+class BackoffStrategy(enum.StrEnum):
+    FIXED = "fixed"
+    LINEAR = "linear"
+    EXPONENTIAL = "exponential"
+
+
+class DeadLetterReason(enum.StrEnum):
+    MAX_ATTEMPTS_EXCEEDED = "max_attempts_exceeded"
+    NON_RETRYABLE = "non_retryable"
+    HANDLER_NOT_FOUND = "handler_not_found"
+
+
+# Bounds every entry point enforces (the API through these annotations, SQL's enqueue functions
+# by the same numbers; tests/db/test_sql_defaults.py checks that they agree).
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+MAX_RETRIES = 1000
+MAX_TIMEOUT_SECS = 86_400
+MAX_DELAY_SECS = 2_592_000  # 30 days
+MAX_NAME_BYTES = 255  # queue, task and idempotency-key names
+
+Int32 = Annotated[int, Meta(ge=INT32_MIN, le=INT32_MAX)]
+MaxRetries = Annotated[int, Meta(ge=0, le=MAX_RETRIES)]
+TimeoutSecs = Annotated[int, Meta(ge=1, le=MAX_TIMEOUT_SECS)]
+DelaySecs = Annotated[int, Meta(ge=0, le=MAX_DELAY_SECS)]
+Jitter = Annotated[float, Meta(ge=0.0, le=1.0)]
+
+
+class JobConfig(Struct, frozen=True, kw_only=True):
+    """A job's execution policy, complete: every field has its default (API-NOTES section 6).
+
+    Stored as the job's `config` column and returned as it is. Build one from a partial mapping
+    with `JobConfig.of`, which validates the bounds and fills in the defaults.
+    """
+
+    priority: Int32 = 0
+    max_retries: MaxRetries = 3
+    timeout_secs: TimeoutSecs = 300
+    retry_backoff: BackoffStrategy = BackoffStrategy.EXPONENTIAL
+    retry_delay_secs: DelaySecs = 60
+    retry_max_delay_secs: DelaySecs = 3600
+    jitter_factor: Jitter = 0.1
+
+    @classmethod
+    def of(cls, partial: Object | None = None) -> JobConfig:
+        """The complete config for `partial` (stored field names; absent or null takes the default).
+        An unknown field or an out-of-range value is a ValidationFailed naming it."""
+        given = {k: v for k, v in (partial or {}).items() if v is not None}
+        try:
+            return msgspec.convert(given, cls)
+        except msgspec.ValidationError as err:
+            raise ValidationFailed(f"config: {err}") from None
+
+    def backoff_bounds(self, attempt: int) -> tuple[float, float]:
+        """The (lowest, highest) retry delay in seconds for retry number `attempt` (0-based).
+
+        The database computes the actual delay (queueflow.retry_delay_secs); tests check it
+        against these bounds. Jitter never pushes the delay past retry_max_delay_secs.
+        """
+        base, cap = float(self.retry_delay_secs), float(self.retry_max_delay_secs)
+        if self.retry_backoff == BackoffStrategy.FIXED:
+            raw = base
+        elif self.retry_backoff == BackoffStrategy.LINEAR:
+            raw = base * (attempt + 1)
+        else:
+            raw = base * 2 ** min(attempt, 62)
+        delay = min(cap, raw)
+        jitter = min(max(self.jitter_factor or 0.0, 0.0), 1.0)  # as SQL: a null stored jitter is none
+        return max(0.0, round(delay * (1 - jitter))), min(cap, round(delay * (1 + jitter)))
+
+
+# The same fields, all optional: what a workflow step or a cron schedule stores as given (echoed
+# back as given) and resolves with `resolve_partial` when it creates a job. Generated from
+# JobConfig, so the fields and their bounds are declared once; the type checker sees a Struct.
+if TYPE_CHECKING:
+    PartialJobConfig = Struct
+else:
+    PartialJobConfig = msgspec.defstruct(
+        "PartialJobConfig",
+        [(f.name, f.type | None, None) for f in msgspec.structs.fields(JobConfig)],
+        frozen=True,
+        forbid_unknown_fields=True,
+        omit_defaults=True,
+        kw_only=True,
+    )
+
+
+def resolve_partial(partial: PartialJobConfig | None) -> JobConfig:
+    """The complete config for a partial one (its absent fields take their defaults)."""
+    return JobConfig() if partial is None else JobConfig.of(msgspec.structs.asdict(partial))
+
+
+_EARLIEST = datetime(1, 1, 2, tzinfo=UTC)
+_LATEST = datetime(9999, 12, 30, tzinfo=UTC)
+
+
+def instant(name: str, value: datetime | None) -> datetime | None:
+    """A timestamp in UTC (naive means UTC), inside the range PostgreSQL stores finitely."""
+    if value is None:
+        return None
+    try:
+        value = value.astimezone(UTC) if value.tzinfo is not None else value.replace(tzinfo=UTC)
+    except OverflowError:
+        raise ValidationFailed(f"{name} is out of range") from None
+    if not _EARLIEST <= value <= _LATEST:
+        raise ValidationFailed(f"{name} is out of range")
+    return value
+
+
+def check_task_name(name: str) -> str:
+    """A task name must say something: blank is a ValidationFailed."""
+    if not name.strip():
+        raise ValidationFailed("task_name is required")
+    return name
+
+
+class NewJob(Struct, frozen=True, kw_only=True):
+    """A job to insert. The API, cron, DLQ replay and the workflow advancer all build these."""
+
+    task_name: str
+    queue: str
+    config: JobConfig = JobConfig()
+    payload: Object = msgspec.field(default_factory=dict)
+    run_at: datetime | None = None
+    metadata: Object = msgspec.field(default_factory=dict)
+    idempotency_key: str | None = None
+    workflow_id: str | None = None
+    workflow_step: str | None = None
+    step_index: int | None = None
+    step_attempt: int | None = None
+
+    def __post_init__(self) -> None:
+        check_task_name(self.task_name)
+
+
+class Job(Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A job as stored; its JSON is the API's `Job`."""
+
+    id: uuid.UUID
+    queue_name: str
+    task_name: str
+    payload: Object
+    config: JobConfig
+    status: JobStatus
+    retry_count: int
+    delivery_count: int
+    created_at: datetime
+    scheduled_at: datetime
+    metadata: Object
+    started_at: datetime | None = None
+    completed_at: datetime | None = None
+    next_retry_at: datetime | None = None
+    error_message: str | None = None
+    result: Object | None = None
+    idempotency_key: str | None = None
+    tenant_id: str | None = None
+    workflow_id: str | None = None
+    workflow_step_id: str | None = None
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in TERMINAL_JOB_STATUSES
+
+
+class Lease(Struct, frozen=True):
+    """A claimed job and the token that proves the claim; every outcome write needs the token."""
+
+    job: Job
+    token: uuid.UUID
+
+
+class DeadLetter(Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A job that failed for good; replaying it enqueues a fresh copy, at most once."""
+
+    id: int
+    job_id: uuid.UUID
+    reason: str
+    created_at: datetime
+    error_message: str | None = None
+    queue_name: str | None = None
+    task_name: str | None = None
+    replayed_at: datetime | None = None
+    replay_job_id: uuid.UUID | None = None
+    tenant_id: str | None = None
+
+
+class JobFilter(Struct, frozen=True, kw_only=True):
+    """Which of a tenant's jobs or dead letters a bulk action (cancel, replay) applies to."""
+
+    queue: str | None = None
+    task_name: str | None = None
+    statuses: tuple[JobStatus, ...] = ACTIVE_JOB_STATUSES
+    created_after: datetime | None = None
+    created_before: datetime | None = None
+    limit: int = 100
+
+
+class ReplayedDeadLetter(Struct, frozen=True, omit_defaults=True):
+    """One dead letter of a bulk replay: the new job, or why there is none."""
+
+    dead_letter_id: int
+    job_id: uuid.UUID | None = None
+    error: str | None = None
+
+
+class StatsSnapshot(Struct, frozen=True):
+    """Durable counts for one tenant, read from the tables (never from process counters)."""
+
+    jobs_created: int
+    jobs_completed: int
+    jobs_failed: int
+    jobs_retried: int
+    jobs_dead_lettered: int
+    workflows_created: int
+    workflows_completed: int
+    workflows_failed: int
+
+
+class QueueStats(Struct, frozen=True, omit_defaults=True):
+    """One tenant's backlog on one queue."""
+
+    queue: str
+    pending: int
+    scheduled: int
+    running: int
+    paused: bool
+    oldest_pending_age_secs: int | None = None
+
+
+class QueueControl(Struct, frozen=True):
+    """The state of a queue right after a pause or resume."""
+
+    queue: str
+    paused: bool
+    pending: int
+    running: int
+
+
+class QueueGauge(Struct, frozen=True):
+    """Fleet-wide backlog of one queue, for the Prometheus gauges."""
+
+    queue: str
+    pending: int
+    scheduled: int
+    running: int
+    oldest_age_secs: float

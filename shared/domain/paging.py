@@ -1,0 +1,73 @@
+"""Paging of tenant listings: what a caller asks for, what a page holds, and the keyset cursor.
+
+Pages are ordered by (created_at, id), newest first unless asked otherwise, and continued by an
+opaque cursor "<created_at as unix microseconds>:<id>" (API-NOTES section 1.1).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Generic, Literal, TypeVar
+
+from msgspec import Struct
+
+from shared.domain.errors import ValidationFailed
+
+T = TypeVar("T")
+IdKind = Literal["uuid", "bigint", "text"]
+
+DEFAULT_LIMIT = 50
+MAX_LIMIT = 100
+MAX_OFFSET = 2**62  # beyond PostgreSQL's bigint there is nothing to skip to anyway
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+class Cursor(Struct, frozen=True):
+    created_at: datetime
+    id: str
+
+    def encode(self) -> str:
+        micros = (self.created_at - _EPOCH) // timedelta(microseconds=1)
+        return f"{micros}:{self.id}"
+
+    @classmethod
+    def decode(cls, raw: str) -> Cursor:
+        micros, sep, row_id = raw.partition(":")
+        try:
+            if not sep or not row_id:
+                raise ValueError
+            at = _EPOCH + timedelta(microseconds=int(micros))
+            if not 1 < at.year < 9999:
+                raise ValueError
+        except (ValueError, OverflowError):
+            raise ValidationFailed("invalid cursor") from None
+        return cls(at, row_id)
+
+    def check_id(self, kind: IdKind) -> None:
+        """A cursor whose id cannot be of the listed table's id type is invalid (400)."""
+        try:
+            if kind == "uuid":
+                uuid.UUID(self.id)
+            elif kind == "bigint" and not -(2**63) <= int(self.id) < 2**63:
+                raise ValueError
+        except ValueError:
+            raise ValidationFailed("invalid cursor") from None
+
+
+class PageRequest(Struct, frozen=True, kw_only=True):
+    limit: int = DEFAULT_LIMIT
+    offset: int = 0  # ignored with a cursor
+    ascending: bool = False
+    include_total: bool = False
+    cursor: Cursor | None = None
+    created_after: datetime | None = None
+    created_before: datetime | None = None
+
+
+class Page(Struct, Generic[T], frozen=True, kw_only=True):
+    items: Sequence[T]
+    has_more: bool
+    total: int | None = None
+    next_cursor: str | None = None

@@ -1,0 +1,69 @@
+"""The base of every service's app: one `create_app(settings)` per service starts from
+`base_app(settings)` and adds its own routes and cleanup contexts with its `setup(app)`;
+`queueflow serve --mode all` calls several services' `setup` on one base app.
+
+What an app shares lives under typed keys (shared/runtime/keys.py), set by cleanup contexts: SETTINGS (from the start),
+DATABASE (opened first, closed last), LIFECYCLE (draining on shutdown). aiohttp's shutdown order
+does the rest: sites stop accepting, `on_shutdown` marks the app draining (parked long-polls return
+at once, /ready answers 503), in-flight requests get --shutdown-grace-secs, then the cleanup
+contexts close in reverse order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import structlog
+from aiohttp import web
+
+from shared.config import Settings
+from shared.db.database import Database
+from shared.runtime import ops
+from shared.runtime.keys import DATABASE, LIFECYCLE, PROBED, SETTINGS, Lifecycle
+from shared.web import protocol
+from shared.web.errors import error_middleware
+
+log = structlog.get_logger("queueflow.runtime")
+
+
+def base_app(settings: Settings, *, metrics_route: bool = True) -> web.Application:
+    """An app with the settings, the database as its first cleanup context, the error middleware
+    and the probes (/health, /ready, and /metrics unless `metrics_route` is false)."""
+    protocol.install()
+    app = web.Application(middlewares=[error_middleware], client_max_size=settings.max_body_bytes)
+    app[SETTINGS] = settings
+    app[LIFECYCLE] = Lifecycle()
+    app.cleanup_ctx.append(_database)
+    app.on_shutdown.append(_start_draining)
+    ops.add_routes(app, metrics_route=metrics_route)
+    return app
+
+
+def probe_app(main: web.Application) -> web.Application:
+    """The metrics port's app beside an API app: the probes, reading the main app's database."""
+    app = web.Application(middlewares=[error_middleware])
+    app[PROBED] = main
+    ops.add_routes(app, metrics_route=True)
+    return app
+
+
+async def _database(app: web.Application) -> AsyncIterator[None]:
+    s = app[SETTINGS]
+    db = await Database.open(
+        s.database_url,
+        min_connections=s.min_db_connections,
+        max_connections=s.max_db_connections,
+        migrate=s.auto_migrate,
+    )
+    app[DATABASE] = db
+    try:
+        yield
+    finally:
+        await db.close()
+
+
+async def _start_draining(app: web.Application) -> None:
+    """Stop handing out work: /ready turns 503 and parked long-polls and streams return at once."""
+    app[LIFECYCLE].draining = True
+    if DATABASE in app:
+        app[DATABASE].hub.wake_all()

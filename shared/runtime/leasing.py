@@ -1,0 +1,60 @@
+"""Claiming with a long-poll, shared by the API's lease route and the in-process workers."""
+
+from __future__ import annotations
+
+import asyncio
+
+from shared import metrics
+from shared.db import jobs as jobs_db
+from shared.db.database import Database
+from shared.domain.jobs import Lease
+from shared.runtime.keys import Lifecycle
+
+
+async def lease_jobs(
+    db: Database,
+    lifecycle: Lifecycle,
+    queue: str,
+    max_jobs: int,
+    lease_secs: int,
+    wait_secs: float,
+    poll_secs: float,
+    timeout_grace: int | None = None,
+) -> list[Lease]:
+    """Claim up to `max_jobs`; when none is due, park on the queue's signal (no connection held)
+    until a job arrives, the wait ends, or the safety poll (`poll_secs`) re-checks. Idle waiters of
+    one queue share one safety claim per poll interval instead of each asking the database."""
+    hub = db.hub
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_secs
+    while True:
+        seen = hub.epoch(queue)  # read before the claim: a notification after it is never lost
+        async with hub.gate(queue):
+            if wait_secs > 0 and hub.known_empty(queue, seen, poll_secs):
+                # A long-poll, and nothing announced since the last empty claim: asking again is
+                # waste. (A call that will not wait always asks.)
+                leases = []
+            else:
+                leases = await jobs_db.claim(
+                    db.pool, queue, max_jobs, lease_secs, timeout_grace, next(db.claim_turns)
+                )
+                hub.claimed(queue, seen, bool(leases))
+        if leases:
+            for lease in leases:
+                job = lease.job
+                if job.delivery_count == 1 and job.started_at is not None:
+                    # started_at is this claim; a redelivery has no wait to measure
+                    metrics.QUEUE_WAIT.labels(queue).observe(
+                        max(0.0, (job.started_at - job.scheduled_at).total_seconds())
+                    )
+            if len(leases) == max_jobs:
+                hub.poke(queue)  # more may be waiting: pass the wake-up on
+            return leases
+        remaining = deadline - loop.time()
+        if remaining <= 0 or lifecycle.draining:
+            return []
+        metrics.LONG_POLL_WAITERS.inc()
+        try:
+            await hub.wait(queue, seen, min(remaining, poll_secs))
+        finally:
+            metrics.LONG_POLL_WAITERS.dec()

@@ -1,0 +1,57 @@
+"""The probes every process serves: /health (the database answers), /ready (and the app is not
+draining) and /metrics (Prometheus text, with the per-queue gauges read fresh at each scrape)."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+import shared
+from shared import metrics, wire
+from shared.db import jobs as jobs_db
+from shared.runtime.keys import DATABASE, LIFECYCLE, PROBED
+from shared.web.body import json_response
+from shared.web.errors import error_response
+
+
+def _source(request: web.Request) -> web.Application:
+    return request.app.get(PROBED, request.app)
+
+
+async def health(request: web.Request) -> web.Response:
+    if not await _source(request)[DATABASE].ping():
+        return error_response(503, "database unavailable")
+    return json_response(
+        wire.HealthStatus(status="healthy", timestamp=datetime.now(UTC), version=shared.__version__)
+    )
+
+
+async def ready(request: web.Request) -> web.Response:
+    app = _source(request)
+    if app[LIFECYCLE].draining:
+        return error_response(503, "shutting down")
+    if not await app[DATABASE].ping():
+        return error_response(503, "database not ready")
+    return json_response(wire.ReadyStatus(status="ready"))
+
+
+async def metrics_endpoint(request: web.Request) -> web.Response:
+    try:
+        gauges = await asyncio.wait_for(jobs_db.queue_gauges(_source(request)[DATABASE].pool), 5)
+    except Exception:  # the counters still render; the store gauge says why
+        metrics.set_queue_gauges(None)
+    else:
+        metrics.set_queue_gauges(
+            [(g.queue, g.pending, g.scheduled, g.running, g.oldest_age_secs) for g in gauges]
+        )
+    return web.Response(body=generate_latest(metrics.REGISTRY), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+def add_routes(app: web.Application, *, metrics_route: bool) -> None:
+    app.router.add_get("/health", health)
+    app.router.add_get("/ready", ready)
+    if metrics_route:
+        app.router.add_get("/metrics", metrics_endpoint)

@@ -1,0 +1,112 @@
+"""Request bodies in, JSON out: msgspec decoders built once per type, with the contract's limits on
+what a body may hold (nesting depth, NUL characters) checked before anything else sees it."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, TypeVar
+
+import msgspec
+from aiohttp import http_exceptions, web
+
+from shared.domain.errors import DomainError, ValidationFailed
+
+T = TypeVar("T")
+
+_encoder = msgspec.json.Encoder()
+_decoders: dict[Any, msgspec.json.Decoder[Any]] = {}
+
+# Deeper JSON than this is refused: it is never needed, and every layer below (PostgreSQL's jsonb
+# encoding, the workflow engine's conditions and context merges) would otherwise have to survive
+# recursion limits.
+MAX_JSON_DEPTH = 100
+
+
+class UnreadableBody(ValidationFailed):
+    """A 400 after which the connection closes: what is left of the body cannot be parsed."""
+
+
+class PayloadTooLarge(DomainError):
+    """The body is over --max-body-bytes (413)."""
+
+
+def json_response(body: Any, status: int = 200) -> web.Response:
+    return web.Response(body=_encoder.encode(body), status=status, content_type="application/json")
+
+
+def _validation_detail(err: msgspec.MsgspecError) -> str:
+    text = str(err)
+    return text[0].lower() + text[1:] if text else "malformed body"
+
+
+async def decode(request: web.Request, typ: type[T]) -> T:
+    """The request body as `typ`: malformed JSON, wrong types, unknown fields, out-of-range values
+    and nesting deeper than MAX_JSON_DEPTH are a 400 naming the problem; an empty body counts as `{}`."""
+    decoder = _decoders.get(typ)
+    if decoder is None:
+        decoder = _decoders[typ] = msgspec.json.Decoder(typ)
+    try:
+        raw = await request.read()
+    except (http_exceptions.HttpProcessingError, web.RequestPayloadError):
+        # Typically a Content-Encoding the body does not match (a truncated or plain gzip body).
+        # The rest of it cannot be read either: aiohttp must not try to after the answer, and the
+        # connection closes with it.
+        request.content.feed_eof()
+        encoding = request.headers.get("Content-Encoding")
+        raise UnreadableBody(
+            f"the body is not valid {encoding} data" if encoding else "the body could not be read"
+        ) from None
+    if nested_deeper_than(raw, MAX_JSON_DEPTH):
+        raise ValidationFailed(f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
+    try:
+        value: T = decoder.decode(raw if raw.strip() else b"{}")
+    except msgspec.ValidationError as err:
+        raise ValidationFailed(_validation_detail(err)) from None
+    except msgspec.DecodeError as err:
+        raise ValidationFailed(f"malformed JSON: {_validation_detail(err)}") from None
+    except RecursionError:  # not valid JSON, so not measured above
+        raise ValidationFailed(f"JSON nested deeper than {MAX_JSON_DEPTH} levels") from None
+    if b"\\u0000" in raw and _has_nul(msgspec.to_builtins(value)):
+        raise ValidationFailed("NUL characters (\\u0000) cannot be stored")
+    return value
+
+
+_NOT_STRUCTURE = bytes(range(256)).translate(None, b'{}[]"')
+_INNERMOST_PAIRS = re.compile(rb"\{\}|\[\]")
+
+
+def nested_deeper_than(raw: bytes, limit: int) -> bool:
+    """Whether JSON `raw` nests objects and arrays more than `limit` deep, found without recursion
+    and before decoding: drop the escapes that involve a quote or a backslash, keep only brackets
+    and quotes, drop what lies between quotes, then peel the innermost pairs off once per level.
+    (For malformed JSON the answer is a guess, but such a body is refused either way.)"""
+    if raw.count(b"{") + raw.count(b"[") <= limit:
+        return False  # too few brackets to nest that deep
+    skeleton = raw.replace(b"\\\\", b"").replace(b'\\"', b"").translate(None, _NOT_STRUCTURE)
+    skeleton = b"".join(skeleton.split(b'"')[::2])  # the even pieces lie outside strings
+    for _ in range(limit):
+        if not skeleton:
+            return False
+        skeleton = _INNERMOST_PAIRS.sub(b"", skeleton)
+    return bool(skeleton)
+
+
+def _has_nul(value: Any) -> bool:
+    """PostgreSQL text and jsonb cannot hold U+0000: look for it anywhere in a decoded body."""
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_nul(v) for v in value)
+    return False
+
+
+def is_utf8(text: str) -> bool:
+    """False for a header value that was not UTF-8 (aiohttp hands such bytes over as surrogate
+    escapes, which neither hashing nor PostgreSQL accepts)."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True

@@ -1,0 +1,112 @@
+"""One middleware for every app: maps domain errors, msgspec-validated input and framework errors to
+the contract's {error, timestamp} body with the right status, binds the request's log context
+(request id, route, method; the auth guard adds the tenant), logs one canonical line per request
+and records the HTTP metrics. No handler catches a 4xx itself."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+
+import structlog
+from aiohttp import web
+
+from shared import metrics, wire
+from shared.domain.errors import (
+    Conflict,
+    DomainError,
+    Forbidden,
+    Gone,
+    NotFound,
+    Unauthorized,
+    ValidationFailed,
+)
+from shared.web.body import PayloadTooLarge, UnreadableBody, json_response
+
+log = structlog.get_logger("queueflow.http")
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+# The contract's status for each kind of domain error; a subclass takes its nearest ancestor's.
+STATUS_OF: dict[type[DomainError], int] = {
+    ValidationFailed: 400,
+    Unauthorized: 401,
+    Forbidden: 403,
+    NotFound: 404,
+    Gone: 404,
+    Conflict: 409,
+    PayloadTooLarge: 413,
+}
+REQUEST_ID = "X-Request-ID"
+
+
+def status_of(err: DomainError) -> int:
+    for cls in type(err).__mro__:
+        status = STATUS_OF.get(cls)
+        if status is not None:
+            return status
+    return 500
+
+
+def error_response(status: int, message: str) -> web.Response:
+    return json_response(wire.ErrorBody(error=message, timestamp=datetime.now(UTC)), status)
+
+
+def _route_label(request: web.Request) -> str:
+    resource = request.match_info.route.resource
+    return resource.canonical if resource is not None else "unmatched"
+
+
+def _request_id(request: web.Request) -> str:
+    """The caller's X-Request-ID when it is a sane one (printable ASCII, at most 128), else new."""
+    given = request.headers.get(REQUEST_ID, "")
+    if 0 < len(given) <= 128 and given.isascii() and given.isprintable():
+        return given
+    return uuid.uuid4().hex
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    started = time.perf_counter()
+    route = _route_label(request)
+    request_id = _request_id(request)
+    status = 500
+    with structlog.contextvars.bound_contextvars(request_id=request_id, route=route, method=request.method):
+        try:
+            if "\x00" in request.path or any("\x00" in v for v in request.query.values()):
+                raise ValidationFailed("NUL characters are not allowed in the path or query")
+            response = await handler(request)
+            status = response.status
+        except DomainError as err:
+            status = status_of(err)
+            response = error_response(status, err.message)
+            if isinstance(err, UnreadableBody):
+                response.force_close()
+        except web.HTTPRequestEntityTooLarge as err:
+            status = 413
+            response = error_response(413, PayloadTooLarge(f"payload too large: {err.text}").message)
+        except web.HTTPException as err:
+            status = err.status
+            if err.status < 400:
+                raise
+            message = {404: "not found", 405: "method not allowed"}.get(err.status, err.reason.lower())
+            response = error_response(err.status, message)
+        except (asyncio.CancelledError, ConnectionResetError):
+            status = 499
+            raise
+        except Exception:
+            log.exception("request_failed", path=request.path)
+            response = error_response(500, "internal server error")
+        finally:
+            elapsed = time.perf_counter() - started
+            metrics.HTTP_REQUESTS.labels(request.method, route, str(status)).inc()
+            metrics.HTTP_DURATION.labels(request.method, route).observe(elapsed)
+            # One canonical line per request: client and server errors at info, the rest at debug
+            # (the worker protocol's hot routes would otherwise dominate the log).
+            emit = log.info if status >= 400 else log.debug
+            emit("request_served", status=status, duration_ms=round(elapsed * 1000, 2))
+        if not response.prepared:
+            response.headers.setdefault(REQUEST_ID, request_id)
+        return response
