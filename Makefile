@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-sdks bench lint fmt clean
+.PHONY: install tools run test test-sdks bench lint fmt clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -21,10 +21,14 @@ run: $(STAMP)
 # The whole suite against a PostgreSQL that the tests start themselves: the server's tests, the
 # SDK conformance suite (tests/sdk builds every SDK and runs its runner against a real server),
 # then each SDK's own tests with its own toolchain.
-test: $(STAMP)
-	$(BIN)/ruff check .
+test: lint tools
 	$(BIN)/python -m pytest -n 2 --dist loadgroup -q
 	$(MAKE) test-sdks
+
+# Tools the tests run that no package manager of the venv provides: a pinned kustomize for the
+# deploy tests (built from the Go module proxy; a no-op once installed).
+tools:
+	bash deploy/tools/install-kustomize.sh
 
 test-sdks: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider sdks/python/tests
@@ -35,8 +39,13 @@ test-sdks: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m bench
 
+# Style, types and layers: ruff (lint and format), mypy over services/ and shared/ (strict on the
+# domain and db layers), and import-linter's layer contracts (pyproject.toml, docs/architecture.md).
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 fmt: $(STAMP)
 	$(BIN)/ruff format .

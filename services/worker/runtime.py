@@ -29,8 +29,8 @@ import contextvars
 import os
 import time
 import uuid
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, cast
 
 import msgspec
 import structlog
@@ -353,8 +353,8 @@ class WorkerRuntime:
             return
         try:
             await self.db.completer.complete(job_id, token, result or {})
-        except DomainError as err:  # cancelled or reclaimed meanwhile: the server owns the outcome
-            log.info("job_completion_refused", reason=err.message)
+        except DomainError as refused:  # cancelled or reclaimed meanwhile: the server owns the outcome
+            log.info("job_completion_refused", reason=refused.message)
 
     async def _fail(
         self, job_id: uuid.UUID, token: uuid.UUID, error: str, retryable: bool, reason: str | None = None
@@ -374,7 +374,8 @@ def _observed(handler: asyncio.Future[Any]) -> None:
 
 
 async def _call_async(task: Task, ctx: JobContext) -> Any:
-    return await task.handler(ctx)  # type: ignore[misc]
+    handler = cast(Callable[[JobContext], Awaitable[Any]], task.handler)  # is_async said so
+    return await handler(ctx)
 
 
 def _unstorable(result: dict[str, Any]) -> str | None:

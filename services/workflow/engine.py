@@ -130,13 +130,17 @@ class Advancement:
                     status, result, error = outcome
                     await self.job_finished(step.name, step.attempt, step.job_id, status, result, error)
 
+    def _halted(self) -> bool:
+        """Whether a `halt` policy stopped the workflow (a call: any await may have changed it)."""
+        return self.run.halted
+
     # -- scheduling -----------------------------------------------------------------------------
 
     async def evaluate(self) -> None:
         """Schedule or skip every step whose dependencies have all ended, to a fixpoint; then
         settle the workflow if nothing is left to run."""
         progressed = True
-        while progressed and not self.run.halted:
+        while progressed and not self._halted():
             progressed = False
             tasks: list[StepRun] = []  # plain task steps ready in this pass: scheduled together
             for step in self.steps.values():
@@ -160,7 +164,7 @@ class Advancement:
                 else:
                     step.status = StepStatus.RUNNING  # its job is inserted with the rest of this pass
                     tasks.append(step)
-                if self.run.halted:
+                if self._halted():
                     break
             if tasks:
                 await self._schedule_tasks(tasks)

@@ -13,9 +13,8 @@ import contextlib
 import uuid
 from typing import Generic, TypeVar
 
-import asyncpg
-
 from shared.db import jobs as jobs_db
+from shared.db.pool import Pool
 from shared.domain.jobs import NewJob, Object
 
 In = TypeVar("In")
@@ -27,7 +26,7 @@ class GroupCommit(Generic[In, Out]):
 
     name = "group-commit"
 
-    def __init__(self, pool: asyncpg.Pool, max_batch: int = 500) -> None:
+    def __init__(self, pool: Pool, max_batch: int = 500) -> None:
         self.pool = pool
         self.max_batch = max_batch
         self._pending: list[tuple[In, asyncio.Future[Out]]] = []

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import asyncpg
 import msgspec
@@ -10,7 +10,7 @@ import structlog
 
 from shared.db import jobs as jobs_db
 from shared.db.listing import fetch_page
-from shared.db.pool import Executor
+from shared.db.pool import Executor, Pool
 from shared.db.queries import Q
 from shared.domain import cron
 from shared.domain.cron import CronSchedule
@@ -92,7 +92,7 @@ async def delete(db: Executor, tenant: str, cron_id: str) -> None:
         raise NotFound("cron schedule", cron_id)
 
 
-async def resume(pool: asyncpg.Pool, tenant: str, cron_id: str) -> None:
+async def resume(pool: Pool, tenant: str, cron_id: str) -> None:
     """Resume from the next future occurrence: missed ones are not caught up."""
     async with pool.acquire() as conn, conn.transaction():
         row = await conn.fetchrow(Q.lock_tenant_cron, cron_id, tenant)
@@ -103,7 +103,7 @@ async def resume(pool: asyncpg.Pool, tenant: str, cron_id: str) -> None:
         await conn.execute(Q.resume_cron, cron_id, tenant, upcoming)
 
 
-async def fire_due(pool: asyncpg.Pool, default_queue: str, batch: int) -> int:
+async def fire_due(pool: Pool, default_queue: str, batch: int) -> int:
     """Fire every due schedule once, in one transaction: the job (with a per-occurrence
     idempotency key, so no occurrence is enqueued twice even across a crash) and the next alarm.
     Missed occurrences collapse into this one firing: the next alarm is computed from now."""
@@ -140,4 +140,5 @@ async def seconds_until_next(db: Executor) -> float | None:
     row = await db.fetchrow(Q.next_cron_due)
     if row is None or row["at"] is None:
         return None
-    return max(0.0, (row["at"] - row["now"]).total_seconds())
+    wait: timedelta = row["at"] - row["now"]
+    return max(0.0, wait.total_seconds())

@@ -7,19 +7,18 @@ from __future__ import annotations
 import asyncio
 import itertools
 
-import asyncpg
 import structlog
 
 from shared.db.batcher import CompletionBatcher, InsertBatcher
 from shared.db.listener import Hub, Listener
 from shared.db.migrate import apply_migrations
-from shared.db.pool import create_pool
+from shared.db.pool import Pool, create_pool
 
 log = structlog.get_logger("queueflow.db")
 
 
 class Database:
-    def __init__(self, pool: asyncpg.Pool, hub: Hub, listener: Listener) -> None:
+    def __init__(self, pool: Pool, hub: Hub, listener: Listener) -> None:
         self.pool = pool
         self.hub = hub
         self.listener = listener

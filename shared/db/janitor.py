@@ -7,10 +7,9 @@ from __future__ import annotations
 import uuid
 from datetime import datetime, timedelta
 
-import asyncpg
 from msgspec import Struct
 
-from shared.db.pool import Executor
+from shared.db.pool import Executor, Pool
 from shared.db.queries import Q
 from shared.domain.jobs import JobStatus
 
@@ -52,10 +51,11 @@ async def seconds_until_next_due(db: Executor) -> float | None:
     row = await db.fetchrow(Q.next_due)
     if row is None or row["at"] is None:
         return None
-    return max(0.0, (row["at"] - row["now"]).total_seconds())
+    wait: timedelta = row["at"] - row["now"]
+    return max(0.0, wait.total_seconds())
 
 
-async def prune(pool: asyncpg.Pool, older_than_hours: float) -> int:
+async def prune(pool: Pool, older_than_hours: float) -> int:
     """Delete terminal history older than the window, in bounded rounds: dead letters, then jobs
     (never one a remaining dead letter points to), then workflows. One janitor at a time: a round
     that cannot take the advisory lock ends the pruning."""

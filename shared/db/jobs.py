@@ -17,7 +17,7 @@ import msgspec
 
 from shared import metrics
 from shared.db.listing import fetch_page
-from shared.db.pool import Executor
+from shared.db.pool import Connection, Executor, Pool
 from shared.db.queries import Q
 from shared.domain.errors import Conflict, DomainError, Gone, NotFound
 from shared.domain.jobs import (
@@ -302,7 +302,7 @@ async def list_dead_letters(
     return await fetch_page(db, "dead_letters", "bigint", tenant, page, to_dead_letter, equal, conditions)
 
 
-async def _replay(conn: asyncpg.Connection, tenant: str, dl_id: int) -> uuid.UUID:
+async def _replay(conn: Connection, tenant: str, dl_id: int) -> uuid.UUID:
     """Replay one dead letter as a fresh detached job, at most once, in its own transaction."""
     new_id = uuid.uuid4()
     tx = conn.transaction()
@@ -325,12 +325,12 @@ async def _replay(conn: asyncpg.Connection, tenant: str, dl_id: int) -> uuid.UUI
     raise Conflict(f"dead letter {dl_id} was already replayed")
 
 
-async def replay_dead_letter(pool: asyncpg.Pool, tenant: str, dl_id: int) -> uuid.UUID:
+async def replay_dead_letter(pool: Pool, tenant: str, dl_id: int) -> uuid.UUID:
     async with pool.acquire() as conn:
         return await _replay(conn, tenant, dl_id)
 
 
-async def replay_matching(pool: asyncpg.Pool, tenant: str, which: JobFilter) -> list[ReplayedDeadLetter]:
+async def replay_matching(pool: Pool, tenant: str, which: JobFilter) -> list[ReplayedDeadLetter]:
     """Replay the tenant's matching dead letters, oldest first, each in its own transaction. One
     replayed or removed concurrently by another caller is left out of the answer."""
     args = (tenant, which.queue, which.task_name, which.created_after, which.created_before, which.limit)

@@ -200,12 +200,12 @@ class Listener:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
 
-    def _on_notify(self, _conn: object, _pid: int, channel: str, payload: str) -> None:
-        self.hub.dispatch(channel, payload)
+    def _on_notify(self, _conn: object, _pid: int, channel: str, payload: object) -> None:
+        self.hub.dispatch(channel, str(payload))
 
     async def _run(self) -> None:
         while True:
-            conn: asyncpg.Connection | None = None
+            conn: asyncpg.Connection[asyncpg.Record] | None = None
             try:
                 conn = await asyncpg.connect(
                     self.dsn, server_settings={"application_name": "queueflow-listener"}

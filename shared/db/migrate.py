@@ -13,7 +13,7 @@ _LOCK_KEY = 0x5146_4D49_4752  # "QFMIGR"
 def migration_files() -> list[tuple[str, str]]:
     """(version, sql) for every file in shared/db/migrations, sorted by name."""
     folder = resources.files("shared.db") / "migrations"
-    files = sorted(f for f in folder.iterdir() if f.name.endswith(".sql"))
+    files = sorted((f for f in folder.iterdir() if f.name.endswith(".sql")), key=lambda f: f.name)
     return [(f.name.removesuffix(".sql"), f.read_text(encoding="utf-8")) for f in files]
 
 

@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeAlias
 
 import asyncpg
 import msgspec
+from asyncpg.pool import PoolConnectionProxy
 
-Pool = asyncpg.Pool
-Connection = asyncpg.Connection
 Record = asyncpg.Record
+Pool: TypeAlias = "asyncpg.Pool[asyncpg.Record]"
+# A connection of its own or one borrowed from the pool: repository functions accept either.
+Connection: TypeAlias = "asyncpg.Connection[asyncpg.Record] | PoolConnectionProxy[asyncpg.Record]"
 
 _encode = msgspec.json.encode
 _decode = msgspec.json.decode
@@ -37,19 +39,19 @@ def _jsonb_decode(data: bytes) -> Any:
     return _decode(data[1:])
 
 
-async def init_connection(conn: asyncpg.Connection) -> None:
+async def init_connection(conn: Connection) -> None:
     await conn.set_type_codec(
         "jsonb", schema="pg_catalog", encoder=_jsonb_encode, decoder=_jsonb_decode, format="binary"
     )
 
 
-async def _keep_session(conn: asyncpg.Connection) -> None:
+async def _keep_session(conn: Connection) -> None:
     """Nothing to reset on release: pool connections never LISTEN, take session advisory locks or
     change settings (the listener and the migrator use connections of their own). asyncpg still
     rolls back a transaction left open; this only skips the reset query's extra round trip."""
 
 
-async def create_pool(dsn: str, min_size: int = 2, max_size: int = 50) -> asyncpg.Pool:
+async def create_pool(dsn: str, min_size: int = 2, max_size: int = 50) -> Pool:
     pool = await asyncpg.create_pool(
         dsn,
         min_size=min(min_size, max_size),
@@ -64,7 +66,7 @@ async def create_pool(dsn: str, min_size: int = 2, max_size: int = 50) -> asyncp
 
 
 @contextlib.asynccontextmanager
-async def transaction(pool: asyncpg.Pool) -> AsyncIterator[asyncpg.Connection]:
+async def transaction(pool: Pool) -> AsyncIterator[Connection]:
     """A pooled connection inside a transaction, committed when the block ends, rolled back when
     it raises."""
     async with pool.acquire() as conn, conn.transaction():

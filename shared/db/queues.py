@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import math
 
-import asyncpg
-
-from shared.db.pool import Executor
+from shared.db.pool import Executor, Pool
 from shared.db.queries import Q
 from shared.domain.jobs import QueueControl, QueueStats
 
@@ -26,7 +24,7 @@ async def tenant_queues(db: Executor, tenant: str) -> list[QueueStats]:
     ]
 
 
-async def set_paused(pool: asyncpg.Pool, tenant: str, queue: str, paused: bool) -> QueueControl:
+async def set_paused(pool: Pool, tenant: str, queue: str, paused: bool) -> QueueControl:
     """Pause or resume the tenant's claims on `queue`; a resume wakes parked workers on commit."""
     async with pool.acquire() as conn, conn.transaction():
         await conn.execute(Q.set_queue_paused, queue, tenant, paused)

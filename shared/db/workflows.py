@@ -18,7 +18,7 @@ import structlog
 
 from shared import metrics
 from shared.db.listing import fetch_page
-from shared.db.pool import Executor
+from shared.db.pool import Connection, Executor, Pool
 from shared.db.queries import Q
 from shared.domain.errors import Conflict, NotFound
 from shared.domain.jobs import JobStatus, Object
@@ -119,7 +119,7 @@ def to_step_run(r: asyncpg.Record) -> StepRun:
 
 
 async def insert_workflow(
-    conn: asyncpg.Connection,
+    conn: Connection,
     tenant: str | None,
     definition: WorkflowDefinition,
     context: Object,
@@ -150,7 +150,7 @@ async def insert_workflow(
     return wf_id
 
 
-async def create_workflow(pool: asyncpg.Pool, tenant: str, definition: WorkflowDefinition) -> str:
+async def create_workflow(pool: Pool, tenant: str, definition: WorkflowDefinition) -> str:
     """Validate, store, and hand the new workflow to the advancer (a `start` outbox row)."""
     validate(definition)
     stored = normalise(definition)
@@ -177,7 +177,7 @@ async def step_states(db: Executor, wf_id: str) -> list[WorkflowStepState]:
     return [to_step_state(r) for r in await db.fetch(Q.workflow_steps, wf_id)]
 
 
-async def cancel_workflow(pool: asyncpg.Pool, tenant: str, wf_id: str) -> None:
+async def cancel_workflow(pool: Pool, tenant: str, wf_id: str) -> None:
     """Cancel a live workflow, its unfinished steps, live jobs and sub-workflows."""
     async with pool.acquire() as conn, conn.transaction():
         row = await conn.fetchrow(Q.lock_tenant_workflow, wf_id, tenant)
@@ -189,7 +189,7 @@ async def cancel_workflow(pool: asyncpg.Pool, tenant: str, wf_id: str) -> None:
         await finish_workflow(conn, _head(row), WorkflowStatus.CANCELLED, CANCELLED_BY_USER)
 
 
-async def retry_workflow(pool: asyncpg.Pool, tenant: str, wf_id: str) -> None:
+async def retry_workflow(pool: Pool, tenant: str, wf_id: str) -> None:
     """Re-run what did not complete (the domain's `steps_to_rerun`); completed upstream steps keep
     their results."""
     async with pool.acquire() as conn, conn.transaction():
@@ -209,7 +209,7 @@ async def retry_workflow(pool: asyncpg.Pool, tenant: str, wf_id: str) -> None:
 # --- the janitor's -------------------------------------------------------------------------------
 
 
-async def time_out_expired(pool: asyncpg.Pool, batch: int) -> int:
+async def time_out_expired(pool: Pool, batch: int) -> int:
     """A live workflow past its deadline has its unfinished steps cancelled and ends failed with
     `workflow timed out after <secs>s`."""
     count = 0
@@ -219,7 +219,7 @@ async def time_out_expired(pool: asyncpg.Pool, batch: int) -> int:
     return count
 
 
-async def heal_stalled(pool: asyncpg.Pool, older_than_secs: float, batch: int) -> int:
+async def heal_stalled(pool: Pool, older_than_secs: float, batch: int) -> int:
     """Queue a re-evaluation (a `heal` outbox row) for live workflows that nothing could move
     forward any more: no outbox row, no live job, no live child."""
     return len(await pool.fetch(Q.stalled_workflows, older_than_secs, batch, OUTBOX_ATTEMPTS))
@@ -227,10 +227,10 @@ async def heal_stalled(pool: asyncpg.Pool, older_than_secs: float, batch: int) -
 
 # --- the advancer's ------------------------------------------------------------------------------
 
-Apply = Callable[[asyncpg.Connection, OutboxEvent], Awaitable[None]]
+Apply = Callable[[Connection, OutboxEvent], Awaitable[None]]
 
 
-async def consume_outbox(pool: asyncpg.Pool, apply: Apply) -> bool:
+async def consume_outbox(pool: Pool, apply: Apply) -> bool:
     """Take one outbox row (SKIP LOCKED) and `apply` it in the same transaction that deletes it;
     False when there was none. A row whose application raises is counted as a failed attempt;
     at the last attempt its workflow fails, naming the error, instead of staying live with
@@ -255,7 +255,7 @@ async def consume_outbox(pool: asyncpg.Pool, apply: Apply) -> bool:
     return True
 
 
-async def _failed_attempt(conn: asyncpg.Connection, event: OutboxEvent, err: Exception) -> None:
+async def _failed_attempt(conn: Connection, event: OutboxEvent, err: Exception) -> None:
     error = f"{type(err).__name__}: {err}"[:500]
     log.error(
         "advance_event_failed", outbox_id=event.id, workflow_id=event.workflow_id, error=error, exc_info=err
@@ -272,7 +272,7 @@ async def _failed_attempt(conn: asyncpg.Connection, event: OutboxEvent, err: Exc
         )
 
 
-async def load_run(conn: asyncpg.Connection, wf_id: str) -> WorkflowRun | None:
+async def load_run(conn: Connection, wf_id: str) -> WorkflowRun | None:
     """Lock a live workflow and read it with its steps; None when it is unknown or finished."""
     row = await conn.fetchrow(Q.lock_workflow, wf_id)
     if row is None or WorkflowStatus(row["status"]).terminal:
@@ -295,17 +295,17 @@ def _head(row: asyncpg.Record) -> WorkflowRun:
     )
 
 
-async def child_status(conn: asyncpg.Connection, child_id: str) -> tuple[WorkflowStatus, Object] | None:
+async def child_status(conn: Connection, child_id: str) -> tuple[WorkflowStatus, Object] | None:
     """A sub-workflow's status and context (locked), or None when it is gone."""
     row = await conn.fetchrow(Q.lock_workflow, child_id)
     return None if row is None else (WorkflowStatus(row["status"]), row["context"])
 
 
-async def set_running(conn: asyncpg.Connection, wf_id: str) -> None:
+async def set_running(conn: Connection, wf_id: str) -> None:
     await conn.execute(Q.set_workflow_running, wf_id)
 
 
-async def mark_scheduled(conn: asyncpg.Connection, wf_id: str, steps: Sequence[StepRun]) -> None:
+async def mark_scheduled(conn: Connection, wf_id: str, steps: Sequence[StepRun]) -> None:
     """Write back steps that were just scheduled (their attempt, job or child, fan-out size)."""
     await conn.executemany(
         Q.step_scheduled,
@@ -313,28 +313,28 @@ async def mark_scheduled(conn: asyncpg.Connection, wf_id: str, steps: Sequence[S
     )
 
 
-async def record_fan_progress(conn: asyncpg.Connection, wf_id: str, step: StepRun) -> None:
+async def record_fan_progress(conn: Connection, wf_id: str, step: StepRun) -> None:
     await conn.execute(Q.step_fan_progress, wf_id, step.name, step.fan_completed, step.fan_failed)
 
 
-async def finish_step(conn: asyncpg.Connection, wf_id: str, step: StepRun, error: str | None) -> None:
+async def finish_step(conn: Connection, wf_id: str, step: StepRun, error: str | None) -> None:
     """Write a step's terminal status (other than completed) with its skip kind and error."""
     await conn.execute(Q.step_finished, wf_id, step.name, step.status, step.skip_kind, error)
 
 
-async def complete_step(conn: asyncpg.Connection, wf_id: str, step_name: str, result: Object) -> Object:
+async def complete_step(conn: Connection, wf_id: str, step_name: str, result: Object) -> Object:
     """Merge the result into the context and mark the step completed, in one statement (no reader
     ever sees the step completed without its result); returns the new context."""
     context: Object = await conn.fetchval(Q.complete_step, wf_id, step_name, result)
     return context
 
 
-async def mark_halted(conn: asyncpg.Connection, wf_id: str, message: str) -> None:
+async def mark_halted(conn: Connection, wf_id: str, message: str) -> None:
     await conn.execute(Q.mark_halted, wf_id, message)
 
 
 async def fan_out_children(
-    conn: asyncpg.Connection, wf_id: str, step_name: str, attempt: int
+    conn: Connection, wf_id: str, step_name: str, attempt: int
 ) -> list[tuple[JobStatus, Object | None]]:
     """Each child job of a fan-out step's attempt, by index: its status and result."""
     rows = await conn.fetch(Q.fan_out_results, wf_id, step_name, attempt)
@@ -342,13 +342,13 @@ async def fan_out_children(
 
 
 async def job_outcome(
-    conn: asyncpg.Connection, job_id: uuid.UUID
+    conn: Connection, job_id: uuid.UUID
 ) -> tuple[JobStatus, Object | None, str | None] | None:
     row = await conn.fetchrow(Q.job_outcome, job_id)
     return None if row is None else (JobStatus(row["status"]), row["result"], row["error_message"])
 
 
-async def cancel_below(conn: asyncpg.Connection, wf_id: str, reason: str) -> None:
+async def cancel_below(conn: Connection, wf_id: str, reason: str) -> None:
     """Cancel this workflow's unfinished steps and live jobs, and every live sub-workflow below it.
     The workflow's own status is the caller's to set."""
     await conn.execute(Q.cancel_steps, wf_id, reason)
@@ -357,7 +357,7 @@ async def cancel_below(conn: asyncpg.Connection, wf_id: str, reason: str) -> Non
 
 
 async def finish_workflow(
-    conn: asyncpg.Connection, run: WorkflowRun, status: WorkflowStatus, error: str | None
+    conn: Connection, run: WorkflowRun, status: WorkflowStatus, error: str | None
 ) -> bool:
     """Guarded terminal write; tells the parent (a `child` outbox row) when this is a sub-workflow.
     False when the workflow was already terminal."""
@@ -374,7 +374,7 @@ async def finish_workflow(
     return True
 
 
-async def fail_workflow(conn: asyncpg.Connection, wf_id: str, reason: str) -> bool:
+async def fail_workflow(conn: Connection, wf_id: str, reason: str) -> bool:
     """End a live workflow failed with `reason`, its unfinished steps and sub-workflows cancelled.
     Reads none of its JSON, so it works on a workflow whose context cannot be processed."""
     row = await conn.fetchrow(Q.lock_workflow_head, wf_id)

@@ -13,6 +13,8 @@ replaced method's signature changes.
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
 from http import HTTPStatus
 
 import structlog
@@ -22,8 +24,17 @@ from shared.web.errors import error_response
 
 log = structlog.get_logger("queueflow.http")
 
-# The signature of the method replaced, as written against aiohttp 3.14.
+# The method replaced, and its signature as written against aiohttp 3.14.
+ORIGINAL = web_protocol.RequestHandler.handle_error
 PATCHED_SIGNATURE = "(self, request, status=500, exc=None, message=None)"
+
+
+def signature_of(fn: Callable[..., object]) -> str:
+    """Parameter names and defaults, without annotations: what the patch relies on."""
+    params = inspect.signature(fn).parameters.values()
+    return (
+        "(" + ", ".join(p.name if p.default is p.empty else f"{p.name}={p.default!r}" for p in params) + ")"
+    )
 
 
 def install() -> None:
