@@ -14,11 +14,7 @@ from tests.support.waiting import eventually
 
 
 def _lines(text: str) -> list[dict]:
-    out = []
-    for line in text.splitlines():
-        if line.startswith("{"):
-            out.append(json.loads(line))
-    return out
+    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
 
 
 async def test_request_and_job_lines_carry_their_context(database_url, service):

@@ -34,9 +34,9 @@ def sql_outside_the_db_layer() -> list[str]:
         tree = ast.parse(path.read_text(encoding="utf-8"))
         skip = _docstrings(tree)
         for node in ast.walk(tree):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip:
-                if SQL.search(node.value):
-                    found.append(f"{rel}:{node.lineno}: {node.value[:60]!r}")
+            is_text = isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip
+            if is_text and SQL.search(node.value):
+                found.append(f"{rel}:{node.lineno}: {node.value[:60]!r}")
     return found
 
 
