@@ -20,15 +20,17 @@ def _lines(text: str) -> list[dict]:
 async def test_request_and_job_lines_carry_their_context(database_url, service):
     proc = await service(database_url, mode="all", extra_args=["--log-level", "debug"])
     headers = {"Authorization": "Bearer dev", "X-Request-ID": "req-logs-1"}
-    async with aiohttp.ClientSession() as http:
-        async with http.post(
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(
             f"{proc.base_url}/api/v1/jobs",
             json={"task_name": "log", "payload": {"message": "hi"}},
             headers=headers,
-        ) as resp:
-            assert resp.status == 201
-            assert resp.headers["X-Request-ID"] == "req-logs-1"
-            job_id = (await resp.json())["job_id"]
+        ) as resp,
+    ):
+        assert resp.status == 201
+        assert resp.headers["X-Request-ID"] == "req-logs-1"
+        job_id = (await resp.json())["job_id"]
 
     def served() -> dict:
         found = [x for x in _lines(proc.log_text()) if x.get("request_id") == "req-logs-1"]
