@@ -4,12 +4,14 @@ and the lifecycle, and the auth guard each route is wrapped in."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import structlog
 from aiohttp import web
 
 from shared.config import Settings
 from shared.db.database import Database
+from shared.db.pool import Pool
 from shared.domain.errors import Forbidden
 from shared.runtime.keys import DATABASE, LIFECYCLE, SETTINGS, Lifecycle
 from shared.web.auth import Authenticator, Tenant
@@ -34,6 +36,24 @@ def db_of(request: web.Request) -> Database:
 
 def lifecycle_of(request: web.Request) -> Lifecycle:
     return request.app[LIFECYCLE]
+
+
+def path_id(request: web.Request) -> str:
+    return request.match_info["id"]
+
+
+def act_on(
+    action: Callable[[Pool, str, Any], Awaitable[object]], parse_id: Callable[[web.Request], Any] = path_id
+) -> Handler:
+    """A handler that applies `action(pool, tenant, id)` to the resource named in the path and
+    answers 204 (the action raises NotFound or Conflict itself)."""
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        await action(db_of(request).pool, tenant_of(request).id, parse_id(request))
+        return web.Response(status=204)
+
+    handler.__name__ = getattr(action, "__name__", "act_on")
+    return handler
 
 
 def guard(handler: Handler, auth: str) -> Handler:

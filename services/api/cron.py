@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from services.api.context import db_of, tenant_of
-from services.api.params import page_of
+from services.api.context import act_on, db_of, tenant_of
+from services.api.params import list_query
 from shared import wire
 from shared.db import crons
 from shared.web.body import decode, json_response
@@ -27,9 +27,9 @@ async def create_cron(request: web.Request) -> web.Response:
 
 
 async def list_crons(request: web.Request) -> web.Response:
-    page = page_of(request)
-    found = await crons.list_crons(db_of(request).pool, tenant_of(request).id, page)
-    return json_response(wire.ListCronsResponse.of(page, found))
+    query = list_query(request)
+    found = await crons.list_crons(db_of(request).pool, tenant_of(request).id, query)
+    return json_response(wire.ListCronsResponse.of(query.page, found))
 
 
 async def get_cron(request: web.Request) -> web.Response:
@@ -38,16 +38,10 @@ async def get_cron(request: web.Request) -> web.Response:
     )
 
 
-async def delete_cron(request: web.Request) -> web.Response:
-    await crons.delete(db_of(request).pool, tenant_of(request).id, request.match_info["id"])
-    return web.Response(status=204)
+delete_cron = act_on(crons.delete)
 
 
-async def pause_cron(request: web.Request) -> web.Response:
-    await crons.pause(db_of(request).pool, tenant_of(request).id, request.match_info["id"])
-    return web.Response(status=204)
+pause_cron = act_on(crons.pause)
 
 
-async def resume_cron(request: web.Request) -> web.Response:
-    await crons.resume(db_of(request).pool, tenant_of(request).id, request.match_info["id"])
-    return web.Response(status=204)
+resume_cron = act_on(crons.resume)

@@ -5,23 +5,16 @@ from __future__ import annotations
 from aiohttp import web
 
 from services.api.context import db_of, settings_of, tenant_of
-from services.api.params import bool_filter, dead_letter_id_in_path, page_of, text_filter
+from services.api.params import dead_letter_id_in_path, list_query
 from shared import wire
 from shared.db import jobs as jobs_db
 from shared.web.body import decode, json_response
 
 
 async def list_dead_letters(request: web.Request) -> web.Response:
-    page = page_of(request)
-    found = await jobs_db.list_dead_letters(
-        db_of(request).pool,
-        tenant_of(request).id,
-        page,
-        queue=text_filter(request, "queue"),
-        task_name=text_filter(request, "task_name"),
-        replayed=bool_filter(request, "replayed"),
-    )
-    return json_response(wire.ListDeadLettersResponse.of(page, found))
+    query = list_query(request, replayed=True)
+    found = await jobs_db.list_dead_letters(db_of(request).pool, tenant_of(request).id, query)
+    return json_response(wire.ListDeadLettersResponse.of(query.page, found))
 
 
 async def get_dead_letter(request: web.Request) -> web.Response:

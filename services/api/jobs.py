@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
+import functools
 
 import msgspec
 from aiohttp import web
 
-from services.api.context import db_of, lifecycle_of, settings_of, tenant_of
-from services.api.params import enum_filter, job_id_in_path, page_of, text_filter
+from services.api.context import act_on, db_of, lifecycle_of, settings_of, tenant_of
+from services.api.params import job_id_in_path, list_query
 from services.api.sse import stream_status
 from shared import wire
 from shared.db import jobs as jobs_db
@@ -60,16 +59,9 @@ async def create_batch(request: web.Request) -> web.Response:
 
 
 async def list_jobs(request: web.Request) -> web.Response:
-    page = page_of(request)
-    found = await jobs_db.list_jobs(
-        db_of(request).pool,
-        tenant_of(request).id,
-        page,
-        status=enum_filter(request, "status", JobStatus),
-        queue=text_filter(request, "queue"),
-        task_name=text_filter(request, "task_name"),
-    )
-    return json_response(wire.ListJobsResponse.of(page, found))
+    query = list_query(request, JobStatus)
+    found = await jobs_db.list_jobs(db_of(request).pool, tenant_of(request).id, query)
+    return json_response(wire.ListJobsResponse.of(query.page, found))
 
 
 async def get_job(request: web.Request) -> web.Response:
@@ -78,9 +70,7 @@ async def get_job(request: web.Request) -> web.Response:
     )
 
 
-async def cancel_job(request: web.Request) -> web.Response:
-    await jobs_db.cancel_job(db_of(request).pool, tenant_of(request).id, job_id_in_path(request))
-    return web.Response(status=204)
+cancel_job = act_on(jobs_db.cancel_job, job_id_in_path)
 
 
 async def cancel_jobs(request: web.Request) -> web.Response:
@@ -96,9 +86,6 @@ async def job_events(request: web.Request) -> web.StreamResponse:
     db = db_of(request)
     tenant = tenant_of(request).id
     job_id = (await jobs_db.get_job(db.pool, tenant, job_id_in_path(request))).id
-    changed = asyncio.Event()
-    unsubscribe = db.hub.watch_job(str(job_id), lambda _status: changed.set())
-    watcher = await watchers.watch_job(db.pool, job_id, SSE_MAX_SECS + 60)
 
     async def read() -> tuple[bytes, bool] | None:
         try:
@@ -107,9 +94,6 @@ async def job_events(request: web.Request) -> web.StreamResponse:
             return None
         return msgspec.json.encode(job), job.terminal
 
-    try:
-        return await stream_status(request, lifecycle_of(request), changed, read, SSE_MAX_SECS)
-    finally:
-        unsubscribe()
-        with contextlib.suppress(Exception):
-            await watchers.unwatch_job(db.pool, watcher)
+    async with watchers.watching_job(db.pool, job_id, SSE_MAX_SECS + 60):
+        subscribe = functools.partial(db.hub.watch_job, str(job_id))
+        return await stream_status(request, lifecycle_of(request), subscribe, read, SSE_MAX_SECS)

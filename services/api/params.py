@@ -7,15 +7,12 @@ from __future__ import annotations
 import enum
 import uuid
 from datetime import datetime
-from typing import TypeVar
 
 from aiohttp import web
 
 from shared.domain.errors import NotFound, ValidationFailed
 from shared.domain.jobs import MAX_NAME_BYTES, instant
-from shared.domain.paging import DEFAULT_LIMIT, MAX_LIMIT, MAX_OFFSET, Cursor, PageRequest
-
-E = TypeVar("E", bound=enum.StrEnum)
+from shared.domain.paging import DEFAULT_LIMIT, MAX_LIMIT, MAX_OFFSET, Cursor, ListQuery, PageRequest
 
 
 def job_id_in_path(request: web.Request) -> uuid.UUID:
@@ -100,22 +97,20 @@ def page_of(request: web.Request) -> PageRequest:
     )
 
 
-def text_filter(request: web.Request, name: str) -> str | None:
-    """An exact-match filter; empty means none (upstream ignores parameters it does not know)."""
-    return request.query.get(name) or None
-
-
-def enum_filter(request: web.Request, name: str, kind: type[E]) -> E | None:
-    raw = request.query.get(name)
-    if not raw:
-        return None
-    try:
-        return kind(raw)
-    except ValueError:
-        allowed = ", ".join(kind)
-        raise ValidationFailed(f"{name} must be one of {allowed}, not {raw!r}") from None
-
-
-def bool_filter(request: web.Request, name: str) -> bool | None:
-    raw = request.query.get(name)
-    return None if not raw else _bool(name, raw)
+def list_query(
+    request: web.Request, statuses: type[enum.StrEnum] | None = None, *, replayed: bool = False
+) -> ListQuery:
+    """A list route's page and filters. `status` is checked against `statuses` when the listing
+    has them; `replayed` is read only where it means something (dead letters). Empty values are no
+    filter, and parameters a listing does not know are ignored, as upstream ignores them."""
+    q = request.query
+    status = q.get("status") if statuses is not None else None
+    if status and statuses is not None and status not in {str(member) for member in statuses}:
+        raise ValidationFailed(f"status must be one of {', '.join(statuses)}, not {status!r}")
+    return ListQuery(
+        page=page_of(request),
+        status=status or None,
+        queue=q.get("queue") or None,
+        task_name=q.get("task_name") or None,
+        replayed=_bool("replayed", q["replayed"]) if replayed and q.get("replayed") else None,
+    )

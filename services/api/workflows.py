@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
+import functools
 
 import msgspec
 from aiohttp import web
 
-from services.api.context import db_of, lifecycle_of, tenant_of
-from services.api.params import enum_filter, page_of
+from services.api.context import act_on, db_of, lifecycle_of, tenant_of
+from services.api.params import list_query
 from services.api.sse import stream_status
 from shared import wire
 from shared.db import watchers
@@ -28,10 +27,9 @@ async def create_workflow(request: web.Request) -> web.Response:
 
 
 async def list_workflows(request: web.Request) -> web.Response:
-    page = page_of(request)
-    status = enum_filter(request, "status", WorkflowStatus)
-    found = await workflows_db.list_workflows(db_of(request).pool, tenant_of(request).id, page, status=status)
-    return json_response(wire.ListWorkflowsResponse.of(page, found))
+    query = list_query(request, WorkflowStatus)
+    found = await workflows_db.list_workflows(db_of(request).pool, tenant_of(request).id, query)
+    return json_response(wire.ListWorkflowsResponse.of(query.page, found))
 
 
 async def _workflow(request: web.Request) -> wire.Workflow:
@@ -55,14 +53,10 @@ async def get_diagram(request: web.Request) -> web.Response:
     return json_response(wire.WorkflowDiagramResponse(format="mermaid", diagram=mermaid(wf.steps)))
 
 
-async def cancel_workflow(request: web.Request) -> web.Response:
-    await workflows_db.cancel_workflow(db_of(request).pool, tenant_of(request).id, request.match_info["id"])
-    return web.Response(status=204)
+cancel_workflow = act_on(workflows_db.cancel_workflow)
 
 
-async def retry_workflow(request: web.Request) -> web.Response:
-    await workflows_db.retry_workflow(db_of(request).pool, tenant_of(request).id, request.match_info["id"])
-    return web.Response(status=204)
+retry_workflow = act_on(workflows_db.retry_workflow)
 
 
 async def workflow_events(request: web.Request) -> web.StreamResponse:
@@ -70,9 +64,6 @@ async def workflow_events(request: web.Request) -> web.StreamResponse:
     db = db_of(request)
     tenant = tenant_of(request).id
     wf_id = (await _workflow(request)).id
-    changed = asyncio.Event()
-    unsubscribe = db.hub.watch_workflow(wf_id, lambda _payload: changed.set())
-    watcher = await watchers.watch_workflow(db.pool, wf_id, SSE_MAX_SECS + 60)
 
     async def read() -> tuple[bytes, bool] | None:
         try:
@@ -85,9 +76,6 @@ async def workflow_events(request: web.Request) -> web.StreamResponse:
         )
         return msgspec.json.encode(event), wf.status.terminal
 
-    try:
-        return await stream_status(request, lifecycle_of(request), changed, read, SSE_MAX_SECS)
-    finally:
-        unsubscribe()
-        with contextlib.suppress(Exception):
-            await watchers.unwatch_workflow(db.pool, watcher)
+    async with watchers.watching_workflow(db.pool, wf_id, SSE_MAX_SECS + 60):
+        subscribe = functools.partial(db.hub.watch_workflow, wf_id)
+        return await stream_status(request, lifecycle_of(request), subscribe, read, SSE_MAX_SECS)

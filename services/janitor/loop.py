@@ -35,9 +35,12 @@ class Janitor:
         self._stopping = False
         self._unwatch = lambda: None
 
-    def start(self) -> None:
+    async def start(self) -> None:
         self._unwatch = self.db.hub.watch_delayed(lambda _queue: self._poke.set())
         self._task = asyncio.create_task(self._run(), name="queueflow-janitor")
+
+    def describe(self) -> dict[str, object]:
+        return {"interval_secs": self.settings.janitor_interval_secs}
 
     async def stop(self) -> None:
         self._stopping = True
@@ -91,18 +94,6 @@ class Janitor:
             log.info("retention_pruned", rows=deleted, older_than_hours=older_than_hours)
         return deleted
 
-    async def seconds_until_next_due(self) -> float | None:
-        """Until the next delayed job or cron occurrence falls due; None when nothing is waiting."""
-        waits = [
-            w
-            for w in (
-                await janitor.seconds_until_next_due(self.db.pool),
-                await crons.seconds_until_next(self.db.pool),
-            )
-            if w is not None
-        ]
-        return min(waits) if waits else None
-
     # -- the loop -------------------------------------------------------------------------------
 
     async def _run(self) -> None:
@@ -127,7 +118,7 @@ class Janitor:
                 if s.retention_hours is not None and loop.time() >= next_retention:
                     next_retention = loop.time() + s.retention_interval_secs
                     await self.prune(s.retention_hours)
-                due_in = await self.seconds_until_next_due()
+                due_in = await janitor.seconds_until_next_due(self.db.pool)
             except asyncio.CancelledError:
                 raise
             except Exception:  # a failed sweep must never end lease recovery

@@ -4,18 +4,13 @@ unimportable --handlers module fails start-up before anything opens."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
-import structlog
 from aiohttp import web
 
 from services.worker.registry import Registry
 from services.worker.runtime import WorkerRuntime, build_registry
 from shared.config import Settings
-from shared.runtime.app import base_app
+from shared.runtime.app import background, base_app
 from shared.runtime.keys import DATABASE, LIFECYCLE, SETTINGS
-
-log = structlog.get_logger("queueflow.worker")
 
 RUNTIME = web.AppKey("worker_runtime", WorkerRuntime)
 
@@ -25,23 +20,10 @@ def setup(app: web.Application, registry: Registry | None = None) -> None:
     settings = app[SETTINGS]
     tasks = registry if registry is not None else build_registry(settings.handlers)
 
-    async def runtime_ctx(app: web.Application) -> AsyncIterator[None]:
-        runtime = WorkerRuntime(app[DATABASE], settings, app[LIFECYCLE], tasks)
-        app[RUNTIME] = runtime
-        await runtime.start()
-        log.info(
-            "worker_started",
-            queues=list(settings.worker_queues),
-            workers=settings.workers,
-            tasks=tasks.names(),
-            handler_modules=list(settings.handlers),
-        )
-        try:
-            yield
-        finally:
-            await runtime.stop()
+    def runtime(app: web.Application) -> WorkerRuntime:
+        return WorkerRuntime(app[DATABASE], settings, app[LIFECYCLE], tasks)
 
-    app.cleanup_ctx.append(runtime_ctx)
+    app.cleanup_ctx.append(background(RUNTIME, runtime, "worker_started"))
 
 
 def create_app(settings: Settings, registry: Registry | None = None) -> web.Application:

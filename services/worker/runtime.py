@@ -84,6 +84,15 @@ class WorkerRuntime:
         ]
         self._loops.append(asyncio.create_task(self._task_heartbeat(), name="queueflow-task-heartbeat"))
 
+    def describe(self) -> dict[str, object]:
+        s = self.settings
+        return {
+            "queues": list(s.worker_queues),
+            "workers": s.workers,
+            "tasks": self.registry.names(),
+            "handler_modules": list(s.handlers),
+        }
+
     async def stop(self) -> None:
         """Stop leasing; give back the jobs waiting for a task slot; drain running handlers for up
         to the grace period, then cancel and give back the rest."""

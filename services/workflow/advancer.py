@@ -38,7 +38,10 @@ class Advancer:
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
 
-    def start(self) -> None:
+    def describe(self) -> dict[str, object]:
+        return {"consumers": self.consumers}
+
+    async def start(self) -> None:
         self._tasks = [
             asyncio.create_task(self._consume(), name=f"queueflow-advancer-{i}")
             for i in range(self.consumers)

@@ -30,6 +30,9 @@ class GroupCommit(Generic[In, Out]):
         self.pool = pool
         self.max_batch = max_batch
         self._pending: list[tuple[In, asyncio.Future[Out]]] = []
+        self._flushing: list[tuple[In, asyncio.Future[Out]]] = []
+        self._idle = asyncio.Event()
+        self._idle.set()
         self._wakeup = asyncio.Event()
         self._task = asyncio.create_task(self._run(), name=f"queueflow-{self.name}")
 
@@ -47,9 +50,13 @@ class GroupCommit(Generic[In, Out]):
         while True:
             await self._wakeup.wait()
             self._wakeup.clear()
+            self._idle.clear()
             while self._pending:
                 batch, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch :]
+                self._flushing = batch
                 await self._flush(batch)
+                self._flushing = []
+            self._idle.set()
 
     async def _flush(self, batch: list[tuple[In, asyncio.Future[Out]]]) -> None:
         try:
@@ -69,15 +76,20 @@ class GroupCommit(Generic[In, Out]):
             else:
                 fut.set_result(answer)
 
-    async def close(self) -> None:
-        # Let queued writes finish before the pool goes away.
-        for _ in range(100):
-            if not self._pending:
-                break
-            await asyncio.sleep(0.01)
+    async def close(self, timeout: float = 5.0) -> None:
+        """Let queued writes finish (up to `timeout` seconds) before the pool goes away; any caller
+        still waiting after that gets an error rather than no answer at all."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                while self._pending or not self._idle.is_set():
+                    await self._idle.wait()
+                    await asyncio.sleep(0)  # a write queued by a woken caller starts its flush
         self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
+        for _, fut in [*self._flushing, *self._pending]:
+            if not fut.done():
+                fut.set_exception(ConnectionError(f"{self.name}: shut down before the write was confirmed"))
 
 
 class CompletionBatcher(GroupCommit[jobs_db.Completion, None]):

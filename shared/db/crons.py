@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 import asyncpg
 import msgspec
@@ -10,32 +10,19 @@ import structlog
 
 from shared.db import jobs as jobs_db
 from shared.db.listing import fetch_page
-from shared.db.pool import Executor, Pool
+from shared.db.pool import Executor, Pool, record
 from shared.db.queries import Q
 from shared.domain import cron
 from shared.domain.cron import CronSchedule
 from shared.domain.errors import Conflict, NotFound
 from shared.domain.jobs import NewJob, Object, PartialJobConfig, check_task_name, resolve_partial
-from shared.domain.paging import Page, PageRequest
+from shared.domain.paging import ListQuery, Page
 
 log = structlog.get_logger("queueflow.cron")
 
 
 def to_cron(r: asyncpg.Record) -> CronSchedule:
-    return CronSchedule(
-        id=r["id"],
-        name=r["name"],
-        cron_expr=r["cron_expr"],
-        task_name=r["task_name"],
-        enabled=r["enabled"],
-        next_run_at=r["next_run_at"],
-        created_at=r["created_at"],
-        payload=r["payload"],
-        queue_name=r["queue_name"],
-        config=None if r["config"] is None else msgspec.convert(r["config"], PartialJobConfig),
-        last_enqueued_at=r["last_enqueued_at"],
-        tenant_id=r["tenant_id"],
-    )
+    return record(CronSchedule, r)
 
 
 async def create(
@@ -78,8 +65,8 @@ async def get(db: Executor, tenant: str, cron_id: str) -> CronSchedule:
     return to_cron(row)
 
 
-async def list_crons(db: Executor, tenant: str, page: PageRequest) -> Page[CronSchedule]:
-    return await fetch_page(db, "cron_schedules", "text", tenant, page, to_cron)
+async def list_crons(db: Executor, tenant: str, query: ListQuery) -> Page[CronSchedule]:
+    return await fetch_page(db, "cron_schedules", "text", tenant, query.page, to_cron)
 
 
 async def pause(db: Executor, tenant: str, cron_id: str) -> None:
@@ -133,12 +120,3 @@ async def fire_due(pool: Pool, default_queue: str, batch: int) -> int:
             log.info("cron_fired", cron_id=row["id"], due_at=due.isoformat())
             fired += 1
     return fired
-
-
-async def seconds_until_next(db: Executor) -> float | None:
-    """Until the next enabled schedule falls due; None when there is none."""
-    row = await db.fetchrow(Q.next_cron_due)
-    if row is None or row["at"] is None:
-        return None
-    wait: timedelta = row["at"] - row["now"]
-    return max(0.0, wait.total_seconds())

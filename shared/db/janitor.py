@@ -47,12 +47,15 @@ async def wake_due_queues(db: Executor, since: datetime) -> datetime:
 
 
 async def seconds_until_next_due(db: Executor) -> float | None:
-    """Until the next delayed or retrying job falls due; None when nothing is waiting."""
-    row = await db.fetchrow(Q.next_due)
-    if row is None or row["at"] is None:
-        return None
-    wait: timedelta = row["at"] - row["now"]
-    return max(0.0, wait.total_seconds())
+    """Until the next delayed or retrying job, or the next cron occurrence, falls due; None when
+    nothing is waiting."""
+    waits = []
+    for query in (Q.next_due, Q.next_cron_due):
+        row = await db.fetchrow(query)
+        if row is not None and row["at"] is not None:
+            wait: timedelta = row["at"] - row["now"]
+            waits.append(max(0.0, wait.total_seconds()))
+    return min(waits) if waits else None
 
 
 async def prune(pool: Pool, older_than_hours: float) -> int:

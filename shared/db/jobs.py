@@ -13,17 +13,15 @@ import uuid
 from collections.abc import Sequence
 
 import asyncpg
-import msgspec
 
 from shared import metrics
 from shared.db.listing import fetch_page
-from shared.db.pool import Connection, Executor, Pool
+from shared.db.pool import Connection, Executor, Pool, record
 from shared.db.queries import Q
 from shared.domain.errors import Conflict, DomainError, Gone, NotFound
 from shared.domain.jobs import (
     DeadLetter,
     Job,
-    JobConfig,
     JobFilter,
     JobStatus,
     Lease,
@@ -33,49 +31,17 @@ from shared.domain.jobs import (
     ReplayedDeadLetter,
     StatsSnapshot,
 )
-from shared.domain.paging import Page, PageRequest
+from shared.domain.paging import ListQuery, Page
 
 LEASE_LOST = "lease is no longer held; the job was reclaimed"
 
 
 def to_job(r: asyncpg.Record) -> Job:
-    return Job(
-        id=r["id"],
-        queue_name=r["queue_name"],
-        task_name=r["task_name"],
-        payload=r["payload"],
-        config=msgspec.convert(r["config"], JobConfig),
-        status=JobStatus(r["status"]),
-        retry_count=r["retry_count"],
-        delivery_count=r["delivery_count"],
-        created_at=r["created_at"],
-        scheduled_at=r["scheduled_at"],
-        metadata=r["metadata"],
-        started_at=r["started_at"],
-        completed_at=r["completed_at"],
-        next_retry_at=r["next_retry_at"],
-        error_message=r["error_message"],
-        result=r["result"],
-        idempotency_key=r["idempotency_key"],
-        tenant_id=r["tenant_id"],
-        workflow_id=r["workflow_id"],
-        workflow_step_id=r["workflow_step_id"],
-    )
+    return record(Job, r)
 
 
 def to_dead_letter(r: asyncpg.Record) -> DeadLetter:
-    return DeadLetter(
-        id=r["id"],
-        job_id=r["job_id"],
-        reason=r["reason"],
-        created_at=r["created_at"],
-        error_message=r["error_message"],
-        queue_name=r["queue_name"],
-        task_name=r["task_name"],
-        replayed_at=r["replayed_at"],
-        replay_job_id=r["replay_job_id"],
-        tenant_id=r["tenant_id"],
-    )
+    return record(DeadLetter, r)
 
 
 # --- enqueue -------------------------------------------------------------------------------------
@@ -124,17 +90,9 @@ async def get_job(db: Executor, tenant: str, job_id: uuid.UUID) -> Job:
     return to_job(row)
 
 
-async def list_jobs(
-    db: Executor,
-    tenant: str,
-    page: PageRequest,
-    *,
-    status: JobStatus | None = None,
-    queue: str | None = None,
-    task_name: str | None = None,
-) -> Page[Job]:
-    equal = {"status": status, "queue_name": queue, "task_name": task_name}
-    return await fetch_page(db, "jobs", "uuid", tenant, page, to_job, equal)
+async def list_jobs(db: Executor, tenant: str, query: ListQuery) -> Page[Job]:
+    equal = {"status": query.status, "queue_name": query.queue, "task_name": query.task_name}
+    return await fetch_page(db, "jobs", "uuid", tenant, query.page, to_job, equal)
 
 
 async def cancel_job(db: Executor, tenant: str, job_id: uuid.UUID) -> None:
@@ -286,20 +244,10 @@ async def get_dead_letter(db: Executor, tenant: str, dl_id: int) -> DeadLetter:
     return to_dead_letter(row)
 
 
-async def list_dead_letters(
-    db: Executor,
-    tenant: str,
-    page: PageRequest,
-    *,
-    queue: str | None = None,
-    task_name: str | None = None,
-    replayed: bool | None = None,
-) -> Page[DeadLetter]:
-    conditions = (
-        () if replayed is None else ("replayed_at IS NOT NULL" if replayed else "replayed_at IS NULL",)
-    )
-    equal = {"queue_name": queue, "task_name": task_name}
-    return await fetch_page(db, "dead_letters", "bigint", tenant, page, to_dead_letter, equal, conditions)
+async def list_dead_letters(db: Executor, tenant: str, query: ListQuery) -> Page[DeadLetter]:
+    replayed = {True: ("replayed_at IS NOT NULL",), False: ("replayed_at IS NULL",), None: ()}[query.replayed]
+    equal = {"queue_name": query.queue, "task_name": query.task_name}
+    return await fetch_page(db, "dead_letters", "bigint", tenant, query.page, to_dead_letter, equal, replayed)
 
 
 async def _replay(conn: Connection, tenant: str, dl_id: int) -> uuid.UUID:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
-from typing import Any, Protocol, TypeAlias
+from typing import Any, Protocol, TypeAlias, TypeVar
 
 import asyncpg
 import msgspec
@@ -29,6 +29,15 @@ class Executor(Protocol):
     async def fetchrow(self, query: str, *args: Any) -> asyncpg.Record | None: ...
     async def fetchval(self, query: str, *args: Any) -> Any: ...
     async def execute(self, query: str, *args: Any) -> str: ...
+
+
+T = TypeVar("T")
+
+
+def record(cls: type[T], row: asyncpg.Record) -> T:
+    """A domain record from a row: columns fill the fields of the same name (validated and typed
+    by msgspec: text to StrEnums, jsonb to nested structs); columns the record lacks are ignored."""
+    return msgspec.convert(dict(row.items()), cls)
 
 
 def _jsonb_encode(value: Any) -> bytes:

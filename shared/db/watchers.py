@@ -4,26 +4,34 @@ stream dies without removing it; the janitor prunes expired rows."""
 
 from __future__ import annotations
 
+import contextlib
 import uuid
+from collections.abc import AsyncIterator
 
 from shared.db.pool import Executor
 from shared.db.queries import Q
 
 
-async def watch_job(db: Executor, job_id: uuid.UUID, for_secs: float) -> uuid.UUID:
-    return uuid.UUID(str(await db.fetchval(Q.watch_job, job_id, for_secs)))
+@contextlib.asynccontextmanager
+async def watching_job(db: Executor, job_id: uuid.UUID, for_secs: float) -> AsyncIterator[None]:
+    """Announce the job's status changes while the block runs (at most `for_secs`)."""
+    watcher = await db.fetchval(Q.watch_job, job_id, for_secs)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(Exception):  # it expires on its own
+            await db.execute(Q.unwatch_job, watcher)
 
 
-async def unwatch_job(db: Executor, watcher: uuid.UUID) -> None:
-    await db.execute(Q.unwatch_job, watcher)
-
-
-async def watch_workflow(db: Executor, workflow_id: str, for_secs: float) -> uuid.UUID:
-    return uuid.UUID(str(await db.fetchval(Q.watch_workflow, workflow_id, for_secs)))
-
-
-async def unwatch_workflow(db: Executor, watcher: uuid.UUID) -> None:
-    await db.execute(Q.unwatch_workflow, watcher)
+@contextlib.asynccontextmanager
+async def watching_workflow(db: Executor, workflow_id: str, for_secs: float) -> AsyncIterator[None]:
+    """Announce changes of the workflow and its steps while the block runs (at most `for_secs`)."""
+    watcher = await db.fetchval(Q.watch_workflow, workflow_id, for_secs)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(Exception):
+            await db.execute(Q.unwatch_workflow, watcher)
 
 
 async def prune_expired(db: Executor) -> None:

@@ -18,18 +18,16 @@ import structlog
 
 from shared import metrics
 from shared.db.listing import fetch_page
-from shared.db.pool import Connection, Executor, Pool
+from shared.db.pool import Connection, Executor, Pool, record
 from shared.db.queries import Q
 from shared.domain.errors import Conflict, NotFound
 from shared.domain.jobs import JobStatus, Object
-from shared.domain.paging import Page, PageRequest
+from shared.domain.paging import ListQuery, Page
 from shared.domain.workflows import (
     CANCELLED_BY_USER,
-    FailurePolicy,
     FanOutProgress,
     OutboxEvent,
     OutboxKind,
-    SkipKind,
     StepRun,
     StepStatus,
     Workflow,
@@ -62,24 +60,7 @@ _steps_type = list[WorkflowStep]
 
 
 def to_workflow(r: asyncpg.Record) -> Workflow:
-    return Workflow(
-        id=r["id"],
-        name=r["name"],
-        status=WorkflowStatus(r["status"]),
-        steps=msgspec.convert(r["steps"], _steps_type),
-        created_at=r["created_at"],
-        context=r["context"],
-        metadata=r["metadata"],
-        retry_count=r["retry_count"],
-        started_at=r["started_at"],
-        completed_at=r["completed_at"],
-        tenant_id=r["tenant_id"],
-        timeout_secs=r["timeout_secs"],
-        deadline_at=r["deadline_at"],
-        error_message=r["error_message"],
-        parent_workflow_id=r["parent_workflow_id"],
-        parent_step_name=r["parent_step_name"],
-    )
+    return record(Workflow, r)
 
 
 def to_step_state(r: asyncpg.Record) -> WorkflowStepState:
@@ -99,20 +80,7 @@ def to_step_state(r: asyncpg.Record) -> WorkflowStepState:
 
 
 def to_step_run(r: asyncpg.Record) -> StepRun:
-    return StepRun(
-        name=r["name"],
-        definition=msgspec.convert(r["definition"], WorkflowStep),
-        depends_on=list(r["depends_on"]),
-        on_failure=FailurePolicy(r["on_failure"]),
-        status=StepStatus(r["status"]),
-        skip_kind=None if r["skip_kind"] is None else SkipKind(r["skip_kind"]),
-        attempt=r["attempt"],
-        job_id=r["job_id"],
-        child_workflow_id=r["child_workflow_id"],
-        fan_total=r["fan_total"],
-        fan_completed=r["fan_completed"],
-        fan_failed=r["fan_failed"],
-    )
+    return record(StepRun, r)
 
 
 # --- the API's operations ------------------------------------------------------------------------
@@ -167,10 +135,10 @@ async def get_workflow(db: Executor, tenant: str, wf_id: str) -> Workflow:
     return to_workflow(row)
 
 
-async def list_workflows(
-    db: Executor, tenant: str, page: PageRequest, *, status: WorkflowStatus | None = None
-) -> Page[Workflow]:
-    return await fetch_page(db, "workflows", "text", tenant, page, to_workflow, {"status": status})
+async def list_workflows(db: Executor, tenant: str, query: ListQuery) -> Page[Workflow]:
+    return await fetch_page(
+        db, "workflows", "text", tenant, query.page, to_workflow, {"status": query.status}
+    )
 
 
 async def step_states(db: Executor, wf_id: str) -> list[WorkflowStepState]:
@@ -283,16 +251,7 @@ async def load_run(conn: Connection, wf_id: str) -> WorkflowRun | None:
 
 
 def _head(row: asyncpg.Record) -> WorkflowRun:
-    return WorkflowRun(
-        id=row["id"],
-        tenant_id=row["tenant_id"],
-        status=WorkflowStatus(row["status"]),
-        context=dict(row["context"]),
-        halted=row["halted"],
-        depth=row["depth"],
-        parent_workflow_id=row["parent_workflow_id"],
-        parent_step_name=row["parent_step_name"],
-    )
+    return record(WorkflowRun, row)
 
 
 async def child_status(conn: Connection, child_id: str) -> tuple[WorkflowStatus, Object] | None:
@@ -381,14 +340,4 @@ async def fail_workflow(conn: Connection, wf_id: str, reason: str) -> bool:
     if row is None or WorkflowStatus(row["status"]).terminal:
         return False
     await cancel_below(conn, wf_id, reason)
-    head = WorkflowRun(
-        id=row["id"],
-        tenant_id=None,
-        status=WorkflowStatus(row["status"]),
-        context={},
-        halted=False,
-        depth=0,
-        parent_workflow_id=row["parent_workflow_id"],
-        parent_step_name=row["parent_step_name"],
-    )
-    return await finish_workflow(conn, head, WorkflowStatus.FAILED, reason)
+    return await finish_workflow(conn, _head(row), WorkflowStatus.FAILED, reason)

@@ -105,7 +105,7 @@ class JobConfig(Struct, frozen=True, kw_only=True):
         else:
             raw = base * 2 ** min(attempt, 62)
         delay = min(cap, raw)
-        jitter = min(max(self.jitter_factor or 0.0, 0.0), 1.0)  # as SQL: a null stored jitter is none
+        jitter = min(max(self.jitter_factor or 0.0, 0.0), 1.0)  # clamped, as SQL clamps it
         return max(0.0, round(delay * (1 - jitter))), min(cap, round(delay * (1 + jitter)))
 
 

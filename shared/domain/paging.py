@@ -66,6 +66,17 @@ class PageRequest(Struct, frozen=True, kw_only=True):
     created_before: datetime | None = None
 
 
+class ListQuery(Struct, frozen=True, kw_only=True):
+    """A page of one of a tenant's listings, and its exact-match filters (None matches all; a
+    listing uses the filters that apply to it)."""
+
+    page: PageRequest = PageRequest()
+    status: str | None = None
+    queue: str | None = None
+    task_name: str | None = None
+    replayed: bool | None = None
+
+
 class Page(Struct, Generic[T], frozen=True, kw_only=True):
     items: Sequence[T]
     has_more: bool

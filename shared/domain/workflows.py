@@ -465,9 +465,9 @@ class WorkflowRun:
     id: str
     tenant_id: str | None
     status: WorkflowStatus
-    context: Object
-    halted: bool
-    depth: int
+    context: Object = field(default_factory=dict)
+    halted: bool = False
+    depth: int = 0
     parent_workflow_id: str | None = None
     parent_step_name: str | None = None
     steps: dict[str, StepRun] = field(default_factory=dict)

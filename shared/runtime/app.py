@@ -11,7 +11,8 @@ contexts close in reverse order.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from typing import Protocol, TypeVar
 
 import structlog
 from aiohttp import web
@@ -45,6 +46,41 @@ def probe_app(main: web.Application) -> web.Application:
     app[PROBED] = main
     ops.add_routes(app, metrics_route=True)
     return app
+
+
+class Background(Protocol):
+    """A service's background work (the janitor loop, the advancer, the worker runtime)."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    def describe(self) -> dict[str, object]:
+        """What the service's `..._started` log line says about it."""
+        ...
+
+
+B = TypeVar("B", bound=Background)
+
+
+def background(
+    key: web.AppKey[B], build: Callable[[web.Application], B], started: str
+) -> Callable[[web.Application], AsyncIterator[None]]:
+    """A cleanup context that builds the service's background work from the started app (its
+    database is open by then), keeps it under `key`, starts it, logs the `started` event, and stops
+    it when the app shuts down."""
+
+    async def ctx(app: web.Application) -> AsyncIterator[None]:
+        work = build(app)
+        app[key] = work
+        await work.start()
+        log.info(started, **work.describe())
+        try:
+            yield
+        finally:
+            await work.stop()
+
+    return ctx
 
 
 async def _database(app: web.Application) -> AsyncIterator[None]:

@@ -4,7 +4,10 @@ gets its own answer, idempotency keys hold within a group, and tenants stay apar
 import asyncio
 import uuid
 
+import pytest
+
 from shared.db import jobs as jobs_db
+from shared.db.batcher import GroupCommit
 from shared.domain.jobs import NewJob
 from tests.support.api import database_of
 
@@ -52,3 +55,37 @@ async def test_a_failing_job_in_a_group_fails_alone(api):
     )
     assert isinstance(results[0], uuid.UUID) and isinstance(results[2], uuid.UUID)
     assert isinstance(results[1], Exception)
+
+
+class _Slow(GroupCommit[int, int]):
+    """Writes take as long as the test says; no database involved."""
+
+    def __init__(self) -> None:
+        super().__init__(pool=None)  # type: ignore[arg-type]  # _write_many never touches it
+        self.release = asyncio.Event()
+
+    async def _write_many(self, items: list[int]) -> list[int | BaseException]:
+        await self.release.wait()
+        return [i * 10 for i in items]
+
+
+async def test_close_lets_a_write_in_flight_finish():
+    batcher = _Slow()
+    write = asyncio.ensure_future(batcher.submit(1))
+    await asyncio.sleep(0)
+    closing = asyncio.ensure_future(batcher.close(timeout=5))
+    await asyncio.sleep(0.05)
+    assert not closing.done()
+    batcher.release.set()
+    assert await write == 10
+    await closing
+
+
+async def test_close_answers_every_caller_it_could_not_write_for():
+    batcher = _Slow()
+    writes = [asyncio.ensure_future(batcher.submit(i)) for i in range(3)]
+    await asyncio.sleep(0)
+    await batcher.close(timeout=0.05)
+    for write in writes:
+        with pytest.raises(ConnectionError, match="shut down before the write was confirmed"):
+            await write

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
+from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from services.janitor.loop import Janitor
@@ -36,20 +37,37 @@ def janitor_of(client: TestClient) -> Janitor:
     return Janitor(database_of(client), settings_of(client))
 
 
-@pytest.fixture
-async def api(database_url: str) -> AsyncIterator[ApiFactory]:
-    clients: list[TestClient] = []
+class Clients:
+    """Test clients started for one test, closed (their apps shut down) in reverse order."""
 
+    def __init__(self) -> None:
+        self._started: list[TestClient] = []
+
+    async def start(self, app: web.Application) -> TestClient:
+        client = TestClient(TestServer(app))
+        await client.start_server()
+        self._started.append(client)
+        return client
+
+    async def close(self) -> None:
+        for client in reversed(self._started):
+            await client.close()
+
+
+@pytest.fixture
+async def clients() -> AsyncIterator[Clients]:
+    started = Clients()
+    yield started
+    await started.close()
+
+
+@pytest.fixture
+async def api(database_url: str, clients: Clients) -> ApiFactory:
     async def make(**overrides: Any) -> TestClient:
         overrides.setdefault("mode", "api")
         overrides.setdefault("dev", True)
         if isinstance(overrides.get("api_keys"), str):
             overrides["api_keys"] = parse_api_keys(overrides["api_keys"])
-        client = TestClient(TestServer(build_app(Settings(database_url=database_url, **overrides))))
-        await client.start_server()
-        clients.append(client)
-        return client
+        return await clients.start(build_app(Settings(database_url=database_url, **overrides)))
 
-    yield make
-    for client in reversed(clients):
-        await client.close()
+    return make

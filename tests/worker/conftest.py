@@ -3,11 +3,11 @@ own handlers (the built-ins included unless a bare Registry is passed)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestClient
 
 from services.api import app as api
 from services.janitor import app as janitor
@@ -16,14 +16,13 @@ from services.worker.registry import Registry
 from services.worker.runtime import default_registry
 from shared.config import Settings
 from shared.runtime.app import base_app
+from tests.support.api import Clients
 
 WorkerAppFactory = Callable[..., Awaitable[TestClient]]
 
 
 @pytest.fixture
-async def worker_app(database_url: str) -> AsyncIterator[WorkerAppFactory]:
-    clients: list[TestClient] = []
-
+async def worker_app(database_url: str, clients: Clients) -> WorkerAppFactory:
     async def make(
         registry: Registry | None = None, *, janitor_loop: bool = False, **overrides: Any
     ) -> TestClient:
@@ -33,11 +32,6 @@ async def worker_app(database_url: str) -> AsyncIterator[WorkerAppFactory]:
         if janitor_loop:
             janitor.setup(app)
         worker.setup(app, registry or default_registry())
-        client = TestClient(TestServer(app))
-        await client.start_server()
-        clients.append(client)
-        return client
+        return await clients.start(app)
 
-    yield make
-    for client in reversed(clients):
-        await client.close()
+    return make

@@ -1,25 +1,22 @@
 -- QueueFlow schema, version 5: one set of job-config defaults.
 --
--- retry_delay_secs fell back to a jitter of 0 for a config without one, while every other place
--- (the API, resolve_job_config, the domain's JobConfig) defaults it to 0.1. Stored configs are
--- always complete, so no delay changes; the fallback now agrees, and tests/db/test_sql_defaults.py
--- checks every fallback in the schema and the named queries against shared/domain/jobs.py.
+-- The function queueflow.retry_delay_secs used a jitter of 0 for a config without a
+-- jitter_factor, while the API, queueflow.resolve_job_config and the domain's JobConfig default
+-- it to 0.1. Stored configs are always complete, so no delay changes; the fallback now agrees.
+-- tests/db/test_sql_defaults.py checks every config fallback in the schema and the named queries
+-- against shared/domain/jobs.py. The arithmetic is unchanged: a base delay by strategy, capped,
+-- jittered, and capped again so jitter never passes the cap.
 CREATE OR REPLACE FUNCTION queueflow.retry_delay_secs(config jsonb, attempt integer) RETURNS double precision
 LANGUAGE sql VOLATILE AS $$
-    WITH c AS (
-        SELECT COALESCE((config->>'retry_delay_secs')::double precision, 60) AS base,
-               COALESCE((config->>'retry_max_delay_secs')::double precision, 3600) AS cap,
-               LEAST(GREATEST(COALESCE((config->>'jitter_factor')::double precision, 0.1), 0), 1) AS jitter,
-               COALESCE(config->>'retry_backoff', 'exponential') AS strategy
-    ), raw AS (
-        SELECT cap, jitter,
-               LEAST(cap, CASE strategy
-                   WHEN 'fixed' THEN base
-                   WHEN 'linear' THEN base * (attempt + 1)
-                   ELSE base * power(2::double precision, LEAST(attempt, 62))
-               END) AS delay
-        FROM c
-    )
-    SELECT GREATEST(0, LEAST(cap, round(delay * (1 - jitter + 2 * jitter * random()))))
-    FROM raw
+    SELECT GREATEST(0, LEAST(c.cap, round(
+               LEAST(c.cap, c.base * CASE c.strategy
+                                         WHEN 'fixed' THEN 1
+                                         WHEN 'linear' THEN attempt + 1
+                                         ELSE power(2::double precision, LEAST(attempt, 62)) END)
+               * (1 - c.jitter + 2 * c.jitter * random()))))
+    FROM (VALUES (COALESCE((config->>'retry_delay_secs')::double precision, 60),
+                  COALESCE((config->>'retry_max_delay_secs')::double precision, 3600),
+                  LEAST(GREATEST(COALESCE((config->>'jitter_factor')::double precision, 0.1), 0), 1),
+                  COALESCE(config->>'retry_backoff', 'exponential')))
+         AS c(base, cap, jitter, strategy)
 $$;

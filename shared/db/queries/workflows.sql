@@ -42,7 +42,8 @@ RETURNING attempts;
 
 -- name: lock_workflow_head
 -- The columns a terminal write needs, and nothing that has to be decoded (context, steps).
-SELECT id, status, parent_workflow_id, parent_step_name FROM queueflow.workflows WHERE id = $1 FOR UPDATE;
+SELECT id, tenant_id, status, halted, depth, parent_workflow_id, parent_step_name
+FROM queueflow.workflows WHERE id = $1 FOR UPDATE;
 
 -- name: delete_outbox
 DELETE FROM queueflow.workflow_outbox WHERE id = $1;
