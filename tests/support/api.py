@@ -7,10 +7,12 @@ string form. Defaults: mode "api" (API only: no janitor, no in-process workers),
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
+from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from services.serve import build_apps
@@ -25,22 +27,34 @@ def resources_of(client: TestClient) -> Resources:
     return client.server.app[RESOURCES]
 
 
-@pytest.fixture
-async def api(database_url: str) -> AsyncIterator[ApiFactory]:
+@contextlib.asynccontextmanager
+async def app_clients() -> AsyncIterator[Callable[[web.Application], Awaitable[TestClient]]]:
+    """`serve(app)` starts a test client for `app`; every client is closed, newest first, on exit."""
     clients: list[TestClient] = []
 
-    async def make(**overrides: Any) -> TestClient:
-        overrides.setdefault("mode", "api")
-        overrides.setdefault("dev", True)
-        if isinstance(overrides.get("api_keys"), str):
-            overrides["api_keys"] = parse_api_keys(overrides["api_keys"])
-        settings = Settings(database_url=database_url, **overrides)
-        _, app, _ = build_apps(settings)
+    async def serve(app: web.Application) -> TestClient:
         client = TestClient(TestServer(app))
         await client.start_server()
         clients.append(client)
         return client
 
-    yield make
-    for client in reversed(clients):
-        await client.close()
+    try:
+        yield serve
+    finally:
+        for client in reversed(clients):
+            await client.close()
+
+
+@pytest.fixture
+async def api(database_url: str) -> AsyncIterator[ApiFactory]:
+    async with app_clients() as serve:
+
+        async def make(**overrides: Any) -> TestClient:
+            overrides.setdefault("mode", "api")
+            overrides.setdefault("dev", True)
+            if isinstance(overrides.get("api_keys"), str):
+                overrides["api_keys"] = parse_api_keys(overrides["api_keys"])
+            _, app, _ = build_apps(Settings(database_url=database_url, **overrides))
+            return await serve(app)
+
+        yield make
