@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         pg_settings, results = measure(args, log_dir, out_dir)
     except KeyboardInterrupt:
-        print("\n[bench] interrupted; stopping every process this harness started", file=sys.stderr)
+        print("\n[bench] interrupted; every process this harness started has been stopped", file=sys.stderr)
         return 130
 
     meta = {
