@@ -16,7 +16,7 @@ install: $(STAMP)
 
 # QueueFlow with an embedded PostgreSQL in dev mode (or DATABASE_URL when set).
 run: $(STAMP)
-	$(BIN)/python -m shared.devrun
+	$(BIN)/python -m devkit.devrun
 
 # The whole suite against a PostgreSQL that the tests start themselves: the server's tests, the
 # SDK conformance suite (tests/sdk builds every SDK and runs its runner against a real server),

@@ -16,16 +16,17 @@ import platform
 import shutil
 import signal
 import sys
-import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import infra
+from bench import harness
 from bench.context import Context, Scenario
 from bench.report import ScenarioResult, load_results, markdown, reference_lookup, table, write_results
 from bench.scenarios import ALIASES, SCENARIOS
+from devkit.pg import PgServer, throwaway_cluster
+from devkit.procs import stop_all
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -40,7 +41,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--quick", action="store_true", help="smoke check: smaller N and one run")
     p.add_argument("--runs", type=int, default=None, help="runs per scenario (default 3; 1 with --quick)")
-    p.add_argument("--out", type=Path, default=infra.OUT_DIR / "results.json", help="results JSON path")
+    p.add_argument("--out", type=Path, default=harness.OUT_DIR / "results.json", help="results JSON path")
     p.add_argument("--drain-workers", default="4,16", help="W1b: comma-separated --workers values")
     p.add_argument("--remote-loops", type=int, default=8, help="W1a: concurrent remote worker loops")
     p.add_argument("--remote-batch", type=int, default=50, help="W1a: max_jobs per lease (1..100)")
@@ -79,7 +80,7 @@ async def run_all(ctx: Context, scenarios: list[Scenario], runs: int) -> list[Sc
         per_run = []
         digests = []
         for run_no in range(1, runs + 1):
-            digests.append(infra.source_digest())
+            digests.append(harness.source_digest())
             started = time.monotonic()
             print(f"[bench] {sc.name} run {run_no}/{runs} ...", file=sys.stderr, flush=True)
             values = await sc.run(ctx, run_no)
@@ -114,38 +115,18 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     signal.signal(signal.SIGTERM, _on_sigterm)
     signal.signal(signal.SIGINT, signal.default_int_handler)  # even when started with SIGINT ignored
-    nofile = infra.raise_nofile_limit()
+    nofile = harness.raise_nofile_limit()
     out_dir: Path = args.out.parent
     log_dir = out_dir / "logs"
     shutil.rmtree(log_dir, ignore_errors=True)
     log_dir.mkdir(parents=True, exist_ok=True)
-    digest_at_start = infra.source_digest()
-    pg_dir = Path(tempfile.mkdtemp(prefix="qfbench-pg-"))
-    cluster = infra.Cluster(pg_dir / "data")
+    digest_at_start = harness.source_digest()
     started = time.monotonic()
     try:
-        print(f"[bench] starting embedded PostgreSQL in {pg_dir} (fsync on) ...", file=sys.stderr, flush=True)
-        cluster.start()
-        ctx = Context(
-            cluster=cluster,
-            quick=args.quick,
-            log_dir=log_dir,
-            out_dir=out_dir,
-            profile_dir=(out_dir / "profiles") if args.profile else None,
-            drain_workers=tuple(int(x) for x in args.drain_workers.split(",") if x.strip()),
-            remote_loops=args.remote_loops,
-            remote_batch=args.remote_batch,
-        )
-        pg_settings = asyncio.run(_pg_settings(cluster))
-        results = asyncio.run(run_all(ctx, [SCENARIOS[s] for s in args.selected], args.runs))
+        pg_settings, results = measure(args, log_dir, out_dir)
     except KeyboardInterrupt:
-        print("\n[bench] interrupted; stopping every process this harness started", file=sys.stderr)
+        print("\n[bench] interrupted; every process this harness started has been stopped", file=sys.stderr)
         return 130
-    finally:
-        infra.kill_children()
-        with contextlib.suppress(Exception):
-            cluster.stop()
-        shutil.rmtree(pg_dir, ignore_errors=True)
 
     meta = {
         "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -161,8 +142,8 @@ def main(argv: list[str] | None = None) -> int:
         },
         "postgres": pg_settings,
         "client_nofile_limit": nofile,
-        "server_source_digest": {"start": digest_at_start, "end": infra.source_digest()},
-        "servers_killed_after_ignoring_sigterm": infra.UNCLEAN_EXITS,
+        "server_source_digest": {"start": digest_at_start, "end": harness.source_digest()},
+        "servers_killed_after_ignoring_sigterm": harness.UNCLEAN_EXITS,
         "notes": "client, server and PostgreSQL share the same cores; figures are medians of the runs",
     }
     if args.profile:
@@ -188,13 +169,36 @@ def main(argv: list[str] | None = None) -> int:
             "\n[bench] WARNING: the server's source changed while the harness ran; later runs measured "
             "different code (see server_source_digest in the results)"
         )
-    if infra.UNCLEAN_EXITS:
+    if harness.UNCLEAN_EXITS:
         print(
             f"\n[bench] server processes that ignored SIGTERM for 5 s and were killed: "
-            f"{len(infra.UNCLEAN_EXITS)} ({', '.join(sorted(set(infra.UNCLEAN_EXITS)))})"
+            f"{len(harness.UNCLEAN_EXITS)} ({', '.join(sorted(set(harness.UNCLEAN_EXITS)))})"
         )
     print(f"\n[bench] {time.monotonic() - started:.0f}s total; results in {args.out}; logs in {log_dir}")
     return 0
+
+
+def measure(
+    args: argparse.Namespace, log_dir: Path, out_dir: Path
+) -> tuple[dict[str, str], list[ScenarioResult]]:
+    """Run the selected scenarios on one embedded cluster; every server is stopped on the way out."""
+    print("[bench] starting an embedded PostgreSQL (fsync on) ...", file=sys.stderr, flush=True)
+    with throwaway_cluster("qfbench-pg-", fsync=True, application_name=harness.BENCH_APP) as pg:
+        try:
+            ctx = Context(
+                pg=pg,
+                quick=args.quick,
+                log_dir=log_dir,
+                out_dir=out_dir,
+                profile_dir=(out_dir / "profiles") if args.profile else None,
+                drain_workers=tuple(int(x) for x in args.drain_workers.split(",") if x.strip()),
+                remote_loops=args.remote_loops,
+                remote_batch=args.remote_batch,
+            )
+            pg_settings = asyncio.run(_pg_settings(pg))
+            return pg_settings, asyncio.run(run_all(ctx, [SCENARIOS[s] for s in args.selected], args.runs))
+        finally:
+            stop_all()
 
 
 def summarize_profiles(directory: Path, top: int = 30) -> None:
@@ -211,7 +215,7 @@ def summarize_profiles(directory: Path, top: int = 30) -> None:
         print(f"[bench] profile summary: {prof.with_suffix('.txt')}", file=sys.stderr)
 
 
-async def _pg_settings(cluster: infra.Cluster) -> dict[str, str]:
+async def _pg_settings(pg: PgServer) -> dict[str, str]:
     names = (
         "server_version",
         "fsync",
@@ -221,7 +225,7 @@ async def _pg_settings(cluster: infra.Cluster) -> dict[str, str]:
         "max_connections",
         "max_wal_size",
     )
-    return {n: await cluster.setting(n) for n in names}
+    return {n: str(await pg.fetchval("SELECT current_setting($1)", n)) for n in names}
 
 
 def _cpu_model() -> str:

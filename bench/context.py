@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.infra import Cluster, Server, commit_probe
+from bench import harness
+from bench.probes import commit_probe
 from bench.report import Figure
+from devkit.pg import EmbeddedPostgres, PgServer
+from devkit.procs import ServiceProcess
 
 
 @dataclass
 class Context:
-    cluster: Cluster
+    pg: PgServer  # the harness's embedded cluster (pg.embedded is set)
     quick: bool
     log_dir: Path
     out_dir: Path
@@ -25,8 +29,17 @@ class Context:
     def n(self, full: int, quick: int) -> int:
         return quick if self.quick else full
 
-    def server(self, dsn: str, mode: str, *extra: str) -> Server:
-        return Server(dsn, mode, self.log_dir, extra, self.profile_dir)
+    def server(self, dsn: str, mode: str, *extra: str) -> ServiceProcess:
+        return harness.server(dsn, mode, self.log_dir, extra, self.profile_dir)
+
+    def database(self, tag: str) -> AbstractAsyncContextManager[str]:
+        """A brand-new database for one run (see harness.database); yields its DSN."""
+        return harness.database(self.pg, tag)
+
+    @property
+    def cluster(self) -> EmbeddedPostgres:
+        assert self.pg.embedded is not None, "the harness always runs its own cluster"
+        return self.pg.embedded
 
     @property
     def postmaster(self) -> int | None:

@@ -8,8 +8,6 @@ each test that asks for `database_url` (or `db`) gets a fresh copy of it, droppe
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -17,9 +15,8 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from shared.pgembed import EmbeddedPostgres
-from tests.support.pg import PgServer
-from tests.support.procs import ServiceProcess
+from devkit.pg import PgServer, throwaway_cluster
+from devkit.procs import ServiceProcess
 
 # Read before the environment is scrubbed: the one QUEUEFLOW_* variable meant for the tests.
 EXTERNAL_DSN = os.environ.get("QUEUEFLOW_TEST_DATABASE_URL") or None
@@ -46,15 +43,8 @@ def pg_cluster() -> Iterator[PgServer]:
     if EXTERNAL_DSN:
         yield PgServer(EXTERNAL_DSN)
         return
-    # Not under pytest's basetemp: pytest keeps that private to root, and the server runs as
-    # `postgres` when the tests run as root.
-    base = Path(tempfile.mkdtemp(prefix="qf-test-pg-"))
-    cluster = EmbeddedPostgres(base / "data", fsync=False)
-    try:
-        yield PgServer(cluster.start(), embedded=cluster)
-    finally:
-        cluster.stop()
-        shutil.rmtree(base, ignore_errors=True)
+    with throwaway_cluster("qf-test-pg-", fsync=False) as server:
+        yield server
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,8 @@ import time
 
 from bench import client
 from bench.context import PROBE_FIGURES, Context, Scenario, cpu_figures, cpu_values, probe_commits
-from bench.infra import CpuMeter, servers
+from bench.harness import servers
+from bench.probes import CpuMeter
 from bench.report import Figure, percentile
 
 QUEUE = "bench-e"
@@ -48,7 +49,7 @@ async def run(ctx: Context, run_no: int) -> dict[str, float]:
     total = ctx.n(5_000, 1_000)
     batches = ctx.n(20, 5)
     latencies: list[float] = []
-    async with ctx.cluster.database("e") as dsn:
+    async with ctx.database("e") as dsn:
         api = ctx.server(dsn, "api")
         async with servers(api), client.session() as http:
             probe = await probe_commits(dsn)

@@ -15,7 +15,7 @@ import aiohttp
 
 from bench import client
 from bench.context import Context, Scenario
-from bench.infra import connect, servers
+from bench.harness import connect, servers
 from bench.report import Figure, percentile
 
 KEYS = "--api-keys", "fair-acme:acme,fair-globex:globex"
@@ -62,7 +62,7 @@ async def run(ctx: Context, run_no: int) -> dict[str, float]:
     backlog = ctx.n(100_000, 10_000)
     latencies: list[float] = []
     async with (
-        ctx.cluster.database("fair") as dsn,
+        ctx.database("fair") as dsn,
         servers(ctx.server(dsn, "api", *KEYS), ctx.server(dsn, "janitor")) as (api, _),
         client.session() as http,
     ):

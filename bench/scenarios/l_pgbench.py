@@ -26,13 +26,14 @@ from __future__ import annotations
 
 import asyncio
 import re
-import sys
 
 import msgspec
 
 from bench.context import PROBE_FIGURES, Context, Scenario, probe_commits
-from bench.infra import REPO, connect
+from bench.harness import connect
 from bench.report import Figure
+from devkit import REPO
+from devkit.procs import CLI_ARGV
 from shared.db import jobs as jobs_db
 from shared.db.pool import init_connection
 from shared.db.queries import Q
@@ -148,9 +149,7 @@ async def insert_script(dsn: str, rows: int) -> str:
 
 async def _migrate(dsn: str) -> None:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "services.cli",
+        *CLI_ARGV,
         "migrate",
         "--database-url",
         dsn,
@@ -232,7 +231,7 @@ async def _cycle(ctx: Context, rows: int, secs: int, simple: bool = False) -> tu
     # 20,000 rows like W1 for single-row cycles; twice that for 10-row cycles, so the backlog lasts
     # the whole run even at 8,000 rows/s (pgbench's latency would count empty cycles otherwise).
     seed = ctx.n(20_000, 4_000) * (2 if rows > 1 else 1)
-    async with ctx.cluster.database(f"l_cycle{rows}") as dsn:
+    async with ctx.database(f"l_cycle{rows}") as dsn:
         await _migrate(dsn)
         if simple:
             conn = await connect(dsn)
@@ -241,7 +240,7 @@ async def _cycle(ctx: Context, rows: int, secs: int, simple: bool = False) -> tu
             finally:
                 await conn.close()
         await _seed(dsn, seed)
-        await ctx.cluster.admin("CHECKPOINT")
+        await ctx.pg.execute("CHECKPOINT")
         name = f"cycle{rows}{'_simple' if simple else ''}"
         script = cycle_script(rows, SIMPLE_CLAIM if simple else None)
         _, lat = await _pgbench(ctx, dsn.rsplit("/", 1)[1], script, name, secs)
@@ -256,7 +255,7 @@ async def _cycle(ctx: Context, rows: int, secs: int, simple: bool = False) -> tu
 
 
 async def _insert(ctx: Context, rows: int, secs: int) -> tuple[float, float]:
-    async with ctx.cluster.database(f"l_insert{rows}") as dsn:
+    async with ctx.database(f"l_insert{rows}") as dsn:
         await _migrate(dsn)
         tps, lat = await _pgbench(
             ctx, dsn.rsplit("/", 1)[1], await insert_script(dsn, rows), f"insert{rows}", secs
@@ -265,7 +264,7 @@ async def _insert(ctx: Context, rows: int, secs: int) -> tuple[float, float]:
 
 
 async def run(ctx: Context, run_no: int) -> dict[str, float]:
-    async with ctx.cluster.database("l_probe") as dsn:
+    async with ctx.database("l_probe") as dsn:
         probe = await probe_commits(dsn)
     short, long = ctx.n(5, 3), ctx.n(8, 3)
     c1, c1_lat = await _cycle(ctx, 1, long)

@@ -24,7 +24,8 @@ import aiohttp
 
 from bench import client
 from bench.context import Context, Scenario, cpu_figures, cpu_values
-from bench.infra import BENCH_APP, CpuMeter, connect, established_sockets, prometheus_value, servers, vm_kib
+from bench.harness import BENCH_APP, connect, servers
+from bench.probes import CpuMeter, established_sockets, prometheus_value, vm_kib
 from bench.report import Figure
 
 QUEUE = "m-idle"
@@ -63,7 +64,7 @@ async def _gauge(http: aiohttp.ClientSession, url: str) -> float:
 async def run(ctx: Context, run_no: int) -> dict[str, float]:
     n = ctx.n(2_000, 200)
     window = ctx.n(12, 6)
-    async with ctx.cluster.database("m") as dsn:
+    async with ctx.database("m") as dsn:
         api = ctx.server(dsn, "api", "--min-db-connections", str(POOL_FLOOR))
         async with servers(api), client.session() as http, aiohttp.ClientSession() as probe:
             rss_base = vm_kib(api.pid, "VmRSS") / 1024

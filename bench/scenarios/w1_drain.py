@@ -23,7 +23,8 @@ import time
 
 from bench import client
 from bench.context import PROBE_FIGURES, Context, Scenario, cpu_figures, cpu_values, probe_commits
-from bench.infra import CpuMeter, connect, servers, wait_for_count
+from bench.harness import connect, servers, wait_for_count
+from bench.probes import CpuMeter
 from bench.report import Figure
 
 QUEUE = "default"  # the in-process workers' queue; the remote loops use it too
@@ -57,7 +58,7 @@ def remote_figures(ctx: Context) -> list[Figure]:
 
 async def run_remote(ctx: Context, run_no: int) -> dict[str, float]:
     total = ctx.n(20_000, 2_000)
-    async with ctx.cluster.database("w1a") as dsn:
+    async with ctx.database("w1a") as dsn:
         api, janitor = ctx.server(dsn, "api"), ctx.server(dsn, "janitor")
         async with servers(api, janitor), client.session() as http:
             conn = await connect(dsn)
@@ -112,7 +113,7 @@ async def run_inprocess(ctx: Context, run_no: int) -> dict[str, float]:
     total = ctx.n(20_000, 2_000)
     out: dict[str, float] = {}
     for n in ctx.drain_workers:
-        async with ctx.cluster.database(f"w1b_w{n}") as dsn:
+        async with ctx.database(f"w1b_w{n}") as dsn:
             api = ctx.server(dsn, "api")
             async with servers(api), client.session() as http:
                 await client.enqueue_backlog(http, api.base_url, total, QUEUE)

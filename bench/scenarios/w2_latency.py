@@ -25,8 +25,10 @@ import aiohttp
 
 from bench import client
 from bench.context import PROBE_FIGURES, Context, Scenario, cpu_figures, cpu_values, probe_commits
-from bench.infra import CpuMeter, Server, connect, prometheus_value, servers, wait_for_count
+from bench.harness import connect, servers, wait_for_count
+from bench.probes import CpuMeter, prometheus_value
 from bench.report import Figure, percentile
+from devkit.procs import ServiceProcess
 
 LOOPS = 4
 DB_LATENCY = """SELECT percentile_cont(ARRAY[0.5, 0.95, 0.99]) WITHIN GROUP (ORDER BY
@@ -65,7 +67,7 @@ async def _wait_parked(
 
 async def _phase(
     ctx: Context,
-    api: Server,
+    api: ServiceProcess,
     pids: list[int],
     http: aiohttp.ClientSession,
     dsn: str,
@@ -123,7 +125,7 @@ async def _phase(
 
 async def run(ctx: Context, run_no: int) -> dict[str, float]:
     out: dict[str, float] = {}
-    async with ctx.cluster.database("w2") as dsn:
+    async with ctx.database("w2") as dsn:
         api, janitor = ctx.server(dsn, "api"), ctx.server(dsn, "janitor")
         async with servers(api, janitor), client.session() as http:
             out.update(await probe_commits(dsn))

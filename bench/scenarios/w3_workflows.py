@@ -21,7 +21,7 @@ import aiohttp
 
 from bench import client
 from bench.context import PROBE_FIGURES, Context, Scenario, probe_commits
-from bench.infra import connect, servers, wait_for_count
+from bench.harness import connect, servers, wait_for_count
 from bench.report import Figure, percentile
 
 DIAMOND = {
@@ -71,7 +71,7 @@ async def run(ctx: Context, run_no: int) -> dict[str, float]:
     out: dict[str, float] = {}
     total = ctx.n(1000, 100)
     paced = ctx.n(200, 40)
-    async with ctx.cluster.database("w3") as dsn:
+    async with ctx.database("w3") as dsn:
         procs = (
             ctx.server(dsn, "api"),
             ctx.server(dsn, "workflow"),

@@ -3,9 +3,8 @@
 import asyncio
 import json
 import subprocess
-import sys
 
-CLI = [sys.executable, "-m", "services.cli"]
+from devkit.procs import CLI_ARGV as CLI
 
 
 def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

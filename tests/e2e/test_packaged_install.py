@@ -20,6 +20,7 @@ import aiohttp
 import asyncpg
 import pytest
 
+from devkit.procs import SERVER_ARGV
 from tests.support.waiting import eventually
 
 REPO = Path(__file__).resolve().parents[2]
@@ -87,8 +88,8 @@ async def test_the_installed_package_migrates_an_empty_database_and_runs_jobs(
     database_url = empty_database
     env = {"PYTHONPATH": str(installed)}
     proc = await service(database_url, mode="all", env=env, start=False)
-    assert proc.argv[1:3] == ["-m", "services.cli"]
-    proc.argv[:3] = [str(installed / "bin" / "queueflow")]  # the image's ENTRYPOINT
+    assert proc.argv[: len(SERVER_ARGV)] == list(SERVER_ARGV)
+    proc.argv[: len(SERVER_ARGV)] = [str(installed / "bin" / "queueflow"), "serve"]  # the image's ENTRYPOINT
     proc.cwd = tmp_path
     await proc.start()
 

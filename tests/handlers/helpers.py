@@ -8,7 +8,8 @@ from typing import Any
 
 import aiohttp
 
-from tests.support.procs import REPO, ServiceProcess
+from devkit import REPO
+from devkit.procs import ServiceProcess
 from tests.support.waiting import eventually
 
 TEST_TASKS = "tests.handlers.qf_handler_tasks"

@@ -11,9 +11,9 @@ import asyncpg
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from devkit.procs import ServiceProcess
 from shared.db.pool import init_connection
 from tests.observability.catalog import documented_metrics
-from tests.support.procs import ServiceProcess
 from tests.support.waiting import eventually
 
 DEV = {"Authorization": "Bearer dev"}

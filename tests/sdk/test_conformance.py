@@ -15,8 +15,8 @@ from typing import Any
 import aiohttp
 import pytest
 
+from devkit.procs import ServiceProcess
 from tests.sdk.builds import LANGUAGES, build, runner_command
-from tests.support.procs import ServiceProcess
 from tests.support.waiting import eventually
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,1 +1,2 @@
-"""Helpers shared by the test suite: PostgreSQL databases, real QueueFlow processes, polling."""
+"""Helpers only the test suite needs: the in-process API fixture and polling. PostgreSQL and
+real QueueFlow processes come from devkit, which the benchmark shares."""

@@ -37,7 +37,7 @@ import asyncpg
 import pytest
 import yaml
 
-from tests.support.procs import ServiceProcess
+from devkit.procs import ServiceProcess
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.timeout(180)

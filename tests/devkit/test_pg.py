@@ -1,4 +1,4 @@
-"""shared.pgembed: the embedded PostgreSQL behind `make run` and the test suite."""
+"""devkit.pg: the embedded PostgreSQL behind `make run`, the test suite and the benchmark."""
 
 from __future__ import annotations
 
@@ -13,13 +13,13 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from shared.pgembed import EmbeddedPostgres, PgEmbedError
+from devkit.pg import EmbeddedPostgres, PgEmbedError
 
 
 @pytest.fixture
 def data_dir() -> Iterator[Path]:
     # Not pytest's tmp_path: that tree is private to root, and the server may run as `postgres`.
-    base = Path(tempfile.mkdtemp(prefix="qf-pgembed-"))
+    base = Path(tempfile.mkdtemp(prefix="qf-devkit-pg-"))
     yield base / "data"
     shutil.rmtree(base, ignore_errors=True)
 

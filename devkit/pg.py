@@ -1,7 +1,10 @@
-"""Run a throwaway or persistent PostgreSQL cluster from the server binaries already on the machine.
+"""PostgreSQL for development, tests and benchmarks, from the server binaries already on the machine.
 
-Used by `make run` (a persistent dev cluster under `.qfdata/pg`) and by the test suite (a throwaway
-cluster per test worker). Standard library only, so it works before any dependency is installed.
+`EmbeddedPostgres` runs a cluster: a persistent one for `make run` (under `.qfdata/pg`, durable
+settings), a throwaway one per test worker (fsync off) or per benchmark invocation (durable).
+`throwaway_cluster()` is that throwaway cluster as a context manager. `PgServer` is an admin
+connection string (an embedded cluster's, or a server named by the developer) with the statements
+the tests and the benchmark run on it: create a database (optionally from a template) and drop it.
 
 PostgreSQL refuses to run as root. When this process is root, every server program runs as the
 `postgres` user through `runuser`, and the data and socket directories are handed to that user.
@@ -9,6 +12,7 @@ PostgreSQL refuses to run as root. When this process is root, every server progr
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import importlib
 import importlib.util
@@ -18,14 +22,20 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import stat
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+
+from devkit.ports import free_port
 
 SERVICE_USER = "postgres"
 SUPERUSER = "postgres"
@@ -99,22 +109,6 @@ def _bindir_from_python_package() -> Path | None:
     return None
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago (the kernel picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def port_is_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
-
-
 def _service_account() -> pwd.struct_passwd | None:
     """The account the server programs run as when we are root; None when we are not root."""
     if os.geteuid() != 0:
@@ -156,7 +150,7 @@ def _grant_traverse(path: Path, account: pwd.struct_passwd) -> None:
             bit = stat.S_IXOTH
         if not st.st_mode & bit:
             os.chmod(directory, stat.S_IMODE(st.st_mode) | bit)
-            print(f"pgembed: allowed user {account.pw_name!r} to traverse {directory}", file=sys.stderr)
+            print(f"devkit.pg: allowed user {account.pw_name!r} to traverse {directory}", file=sys.stderr)
 
 
 def _chown_tree(top: Path, account: pwd.struct_passwd) -> None:
@@ -241,7 +235,7 @@ class EmbeddedPostgres:
         for attempt in range(1, attempts + 1):
             port = self._requested_port or free_port()
             log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
-            pid_before = self._postmaster_pid()
+            pid_before = self.postmaster_pid()
             self._socket_dir = self._make_socket_dir()
             result = self._run_pg_ctl(
                 "-w", "-l", str(self.log_path), "-o", self._server_options(port), "start"
@@ -251,7 +245,7 @@ class EmbeddedPostgres:
                 return self.dsn()
             log_tail = self._read_log(log_offset)
             # `-w` can give up while the postmaster it launched still starts up: leave none behind.
-            if self._postmaster_pid() not in (None, pid_before):
+            if self.postmaster_pid() not in (None, pid_before):
                 self._run_pg_ctl("-m", "immediate", "-w", "stop")
             self._remove_socket_dir()
             if attempt < attempts and ("could not bind" in log_tail or "already in use" in log_tail):
@@ -268,13 +262,22 @@ class EmbeddedPostgres:
             return
         try:
             result = self._run_pg_ctl("-m", "fast", "-w", "stop")
-            if result.returncode != 0 and self._postmaster_pid() is not None:
+            if result.returncode != 0 and self.postmaster_pid() is not None:
                 result = self._run_pg_ctl("-m", "immediate", "-w", "stop")
                 if result.returncode != 0:
                     raise PgEmbedError(f"could not stop PostgreSQL in {self.data_dir}: {result.stdout}")
         finally:
             self._port = None
             self._remove_socket_dir()
+
+    def postmaster_pid(self) -> int | None:
+        """The PID recorded in postmaster.pid if that process is alive, else None."""
+        try:
+            first_line = (self.data_dir / "postmaster.pid").read_text().split("\n", 1)[0]
+            pid = int(first_line)
+        except (OSError, ValueError):
+            return None
+        return pid if _live_pid(pid) else None
 
     def psql(self, sql: str, dbname: str = "postgres") -> str:
         """Run `sql` with psql (unaligned, tuples only) and return its output; errors raise."""
@@ -395,15 +398,6 @@ class EmbeddedPostgres:
         except OSError:
             return ""
 
-    def _postmaster_pid(self) -> int | None:
-        """The PID recorded in postmaster.pid if that process is alive, else None."""
-        try:
-            first_line = (self.data_dir / "postmaster.pid").read_text().split("\n", 1)[0]
-            pid = int(first_line)
-        except (OSError, ValueError):
-            return None
-        return pid if _live_pid(pid) else None
-
     def _clear_stale_pid(self) -> None:
         """Deal with a postmaster.pid left behind by a run that was killed.
 
@@ -415,7 +409,7 @@ class EmbeddedPostgres:
         pid_file = self.data_dir / "postmaster.pid"
         if not pid_file.exists() or not Path("/proc/self/cwd").exists():
             return  # nothing to do, or no /proc to tell with: PostgreSQL's own checks decide
-        pid = self._postmaster_pid()
+        pid = self.postmaster_pid()
         if pid is not None and pid in self._server_processes():
             os.kill(pid, signal.SIGINT)
         deadline = time.monotonic() + _TIMEOUT_SECS
@@ -450,3 +444,72 @@ class EmbeddedPostgres:
             if _live_pid(int(entry.name)):
                 found.add(int(entry.name))
         return found
+
+
+def with_database(dsn: str, dbname: str) -> str:
+    """`dsn` pointing at database `dbname` instead (user, host, port and query kept)."""
+    return urlunsplit(urlsplit(dsn)._replace(path=f"/{dbname}"))
+
+
+@dataclass(frozen=True)
+class PgServer:
+    """A server on which databases may be created and dropped.
+
+    `dsn` is an admin connection (a superuser, or a role with CREATEDB); `embedded` is the cluster
+    this process started, or None for a server named by the developer. `application_name` labels
+    the admin connections (the benchmark tells its own connections from the server's by it).
+    """
+
+    dsn: str
+    embedded: EmbeddedPostgres | None = None
+    application_name: str | None = None
+
+    def dsn_for(self, dbname: str) -> str:
+        return with_database(self.dsn, dbname)
+
+    @contextlib.asynccontextmanager
+    async def _admin(self) -> AsyncIterator[asyncpg.Connection]:
+        settings = {"application_name": self.application_name} if self.application_name else None
+        conn = await asyncpg.connect(self.dsn, server_settings=settings)
+        try:
+            yield conn
+        finally:
+            await conn.close()
+
+    async def execute(self, sql: str) -> None:
+        """Run one admin statement (CREATE/DROP DATABASE cannot run inside a transaction)."""
+        async with self._admin() as conn:
+            await conn.execute(sql)
+
+    async def fetchval(self, sql: str, *args: object) -> object:
+        """The first value of the first row of `sql` on the admin connection."""
+        async with self._admin() as conn:
+            return await conn.fetchval(sql, *args)
+
+    async def create_database(self, name: str, template: str | None = None) -> str:
+        """Create database `name` (a copy of `template` when given); return its DSN."""
+        clause = f' TEMPLATE "{template}"' if template else ""
+        await self.execute(f'CREATE DATABASE "{name}"{clause}')
+        return self.dsn_for(name)
+
+    async def drop_database(self, name: str) -> None:
+        # FORCE ends the sessions a test or a benchmark run (or a process it started) left open.
+        await self.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@contextlib.contextmanager
+def throwaway_cluster(
+    prefix: str, fsync: bool = False, application_name: str | None = None
+) -> Iterator[PgServer]:
+    """A new cluster in a new temporary directory, started; stopped and removed afterwards.
+
+    The directory is made under /tmp and not in a caller's temporary tree (pytest keeps that
+    private to root), because the server runs as `postgres` when this process is root.
+    """
+    base = Path(tempfile.mkdtemp(prefix=prefix))
+    cluster = EmbeddedPostgres(base / "data", fsync=fsync)
+    try:
+        yield PgServer(cluster.start(), embedded=cluster, application_name=application_name)
+    finally:
+        cluster.stop()
+        shutil.rmtree(base, ignore_errors=True)

@@ -11,12 +11,13 @@ import os
 import signal
 import subprocess
 import sys
-from pathlib import Path
 from types import FrameType
 
-from shared.pgembed import EmbeddedPostgres, PgEmbedError, port_is_free
+from devkit import REPO
+from devkit.pg import EmbeddedPostgres, PgEmbedError
+from devkit.ports import port_is_free
+from devkit.procs import SERVER_ARGV
 
-REPO = Path(__file__).resolve().parent.parent
 DATA_DIR = REPO / ".qfdata" / "pg"
 DEV_PG_PORT = 55432
 DATABASE = "queueflow"
@@ -62,7 +63,7 @@ def run_server(env: dict[str, str]) -> int:
         # Its own process group: a terminal Ctrl-C reaches only us and we forward it exactly once,
         # so the server sees one SIGINT (a second one would cut its graceful shutdown short).
         child = subprocess.Popen(
-            [sys.executable, "-m", "shared.cli", "serve", "--mode", "all", "--dev"],
+            [*SERVER_ARGV, "--mode", "all", "--dev"],
             env=env,
             cwd=REPO,
             process_group=0,

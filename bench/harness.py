@@ -1,0 +1,143 @@
+"""What the benchmark adds to devkit's PostgreSQL and server processes.
+
+devkit starts the cluster and the `queueflow serve` processes for the tests and the harness alike;
+this module holds the harness's own rules on top: servers run in a session of their own (a
+terminal's Ctrl-C reaches only the harness, which stops them), get 5 s to exit on SIGTERM and are
+recorded when they ignore it, can run under cProfile; each measured run gets a brand-new database
+with a CHECKPOINT before it; the harness's connections are labelled `BENCH_APP`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import itertools
+import os
+import re
+import resource
+import sys
+import time
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+
+from devkit import REPO
+from devkit.pg import PgServer
+from devkit.procs import IgnoredSigterm, ServiceProcess
+
+OUT_DIR = REPO / "bench" / "out"
+BENCH_APP = "queueflow-bench"  # application_name of the harness's own connections
+STOP_GRACE_SECS = 5.0
+READY_WITHIN_SECS = 60.0
+
+UNCLEAN_EXITS: list[str] = []  # servers that ignored SIGTERM and were killed (reported in the results)
+_DATABASE_NUMBERS = itertools.count(1)
+
+
+def server(
+    dsn: str, mode: str, log_dir: Path, extra: Sequence[str] = (), profile_dir: Path | None = None
+) -> ServiceProcess:
+    """`queueflow serve --mode MODE --dev` on free ports, logging under `log_dir`.
+
+    With `profile_dir` set, the process runs under cProfile and writes `<mode>-<port>.prof` there
+    when it exits (only the event-loop thread is profiled).
+    """
+    proc = ServiceProcess(dsn, mode, extra_args=extra, log_dir=log_dir, own_session=True)
+    if profile_dir is not None:
+        profile_dir.mkdir(parents=True, exist_ok=True)
+        profile = profile_dir / f"{mode}-{proc.api_port}.prof"
+        # argv[0] is the interpreter: its own options go right after it.
+        proc.argv[1:1] = ["-m", "cProfile", "-o", str(profile)]
+    return proc
+
+
+async def stop(proc: ServiceProcess) -> None:
+    """SIGTERM, then SIGKILL after STOP_GRACE_SECS; a server that needed the SIGKILL is recorded."""
+    name = f"queueflow serve --mode {proc.mode}"
+    try:
+        await proc.terminate(grace=STOP_GRACE_SECS)
+    except IgnoredSigterm:
+        UNCLEAN_EXITS.append(name)
+        print(f"[bench] {name} ignored SIGTERM for {STOP_GRACE_SECS:.0f}s; killed", file=sys.stderr)
+
+
+@contextlib.asynccontextmanager
+async def servers(*procs: ServiceProcess) -> AsyncIterator[tuple[ServiceProcess, ...]]:
+    """Start the servers in order (the first one migrates the database); stop them in reverse."""
+    started: list[ServiceProcess] = []
+    try:
+        for proc in procs:
+            await proc.start(ready_within=READY_WITHIN_SECS)
+            started.append(proc)
+        yield procs
+    finally:
+        for proc in reversed(started):
+            await stop(proc)
+
+
+@contextlib.asynccontextmanager
+async def database(pg: PgServer, tag: str) -> AsyncIterator[str]:
+    """A brand-new empty database for one run, dropped afterwards; yields its DSN.
+
+    A CHECKPOINT right before the run makes a timed checkpoint inside the measurement less likely.
+    """
+    name = f"bench_{re.sub(r'[^a-z0-9]', '_', tag.lower())}_{os.getpid()}_{next(_DATABASE_NUMBERS)}"
+    dsn = await pg.create_database(name)
+    try:
+        await pg.execute("CHECKPOINT")
+        yield dsn
+    finally:
+        with contextlib.suppress(Exception):
+            await pg.drop_database(name)
+
+
+async def connect(dsn: str) -> asyncpg.Connection:
+    return await asyncpg.connect(dsn, server_settings={"application_name": BENCH_APP})
+
+
+async def wait_for_count(
+    conn: asyncpg.Connection,
+    sql: str,
+    target: int,
+    timeout: float,
+    interval: float = 0.2,
+    watch: Sequence[asyncio.Task[Any]] = (),
+) -> float:
+    """Poll `sql` (a count) until it reaches `target`; returns the monotonic time it was seen.
+    A task in `watch` that fails ends the wait with its exception (a client loop that broke)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        for task in watch:
+            if task.done() and not task.cancelled() and task.exception() is not None:
+                raise task.exception()  # type: ignore[misc]
+        n = await conn.fetchval(sql)
+        if n >= target:
+            return time.monotonic()
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"only {n} of {target} after {timeout:.0f}s: {sql}")
+        await asyncio.sleep(interval)
+
+
+def source_digest() -> str:
+    """A short digest of the server's source (services/, shared/: .py and .sql). The working tree
+    can change while a long run goes on; comparing the digest at start and end tells."""
+    h = hashlib.sha256()
+    for top in ("services", "shared"):
+        for path in sorted((REPO / top).rglob("*")):
+            if path.suffix in (".py", ".sql") and "__pycache__" not in path.parts:
+                h.update(str(path.relative_to(REPO)).encode())
+                with contextlib.suppress(OSError):
+                    h.update(path.read_bytes())
+    return h.hexdigest()[:12]
+
+
+def raise_nofile_limit() -> int:
+    """Lift the soft open-files limit to the hard one (2,000 client sockets need it); returns it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]

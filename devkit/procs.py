@@ -1,0 +1,247 @@
+"""Real QueueFlow processes for the tests and the benchmark: `queueflow serve` on free ports.
+
+A `ServiceProcess` is one `serve --mode MODE` child bound to 127.0.0.1 on two free ports, its
+output appended to a log file. `start()` returns once /ready answers 200; `terminate()` is SIGTERM
+and then SIGKILL past a grace period; `kill()` is a crash. Every started process is remembered until
+it is known to be dead, and `stop_all()`, which also runs at interpreter exit, stops whatever is
+left, so an interrupted test run or benchmark leaves no server behind.
+
+The children are `subprocess.Popen` objects waited on by polling rather than asyncio subprocesses,
+so that they belong to no particular event loop (the benchmark runs more than one) and can still be
+stopped from atexit.
+
+`CLI_ARGV` is the one place that says how the `queueflow` command is run from the source tree.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import aiohttp
+
+from devkit import REPO
+from devkit.ports import free_port
+
+# The `queueflow` console script's equivalent from the source tree, and its server subcommand.
+CLI_ARGV: tuple[str, ...] = (sys.executable, "-m", "shared.cli")
+SERVER_ARGV: tuple[str, ...] = (*CLI_ARGV, "serve")
+# Modes whose process serves the REST API; the others answer /ready on the metrics port only.
+API_MODES = ("all", "api")
+_POLL_SECS = 0.02
+
+_LIVE: list[subprocess.Popen[bytes]] = []  # started and not yet seen dead
+
+
+class IgnoredSigterm(AssertionError):
+    """A process did not exit within its grace period after SIGTERM and was killed."""
+
+
+class ServiceProcess:
+    """`queueflow serve --mode MODE` bound to 127.0.0.1 on two free ports.
+
+    Create it, then `await proc.start()`, which returns once `/ready` answers 200. Output (stdout
+    and stderr) goes to `log_path`; `log_text()` reads it. `argv` may be edited before the start
+    (a later flag overrides an earlier one). With `own_session`, the child runs in a session of its
+    own, so a terminal's Ctrl-C reaches only this process, which then stops the child itself.
+    """
+
+    def __init__(
+        self,
+        database_url: str,
+        mode: str = "all",
+        dev: bool = True,
+        extra_args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+        log_dir: str | os.PathLike[str] | None = None,
+        cwd: str | os.PathLike[str] = REPO,
+        own_session: bool = False,
+    ) -> None:
+        self.mode = mode
+        self.cwd = Path(cwd)
+        self.own_session = own_session
+        self.api_port = free_port()
+        self.metrics_port = free_port()
+        while self.metrics_port == self.api_port:
+            self.metrics_port = free_port()
+        # extra_args come last so that a caller can override any flag set here (argparse: last wins).
+        self.argv = [
+            *SERVER_ARGV,
+            "--mode",
+            mode,
+            "--database-url",
+            database_url,
+            "--api-port",
+            str(self.api_port),
+            "--metrics-port",
+            str(self.metrics_port),
+            "--host",
+            "127.0.0.1",
+            *(["--dev"] if dev else []),
+            *extra_args,
+        ]
+        self.env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+        directory = Path(log_dir) if log_dir is not None else Path(tempfile.mkdtemp(prefix="qf-proc-"))
+        self.log_path = directory / f"queueflow-{mode}-{self.api_port}.log"
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.api_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}"
+
+    @property
+    def ready_url(self) -> str:
+        return f"{self.base_url if self.mode in API_MODES else self.metrics_url}/ready"
+
+    @property
+    def started(self) -> bool:
+        return self._proc is not None
+
+    @property
+    def pid(self) -> int:
+        return self._process.pid
+
+    @property
+    def returncode(self) -> int | None:
+        """The exit status once the process has exited, else None (also before the start)."""
+        return None if self._proc is None else _poll(self._proc)
+
+    @property
+    def _process(self) -> subprocess.Popen[bytes]:
+        if self._proc is None:
+            raise RuntimeError("the process has not been started")
+        return self._proc
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def describe(self, tail_chars: int = 4000) -> str:
+        """The command line and the end of the log, for failure messages."""
+        return f"$ {' '.join(self.argv)}\n--- {self.log_path} (tail) ---\n{self.log_text()[-tail_chars:]}"
+
+    async def start(self, ready_within: float = 30.0) -> ServiceProcess:
+        """Launch the process and return once its /ready endpoint answers 200."""
+        if self._proc is not None:
+            raise RuntimeError("the process was already started")
+        self._proc = self._launch()
+        deadline = time.monotonic() + ready_within
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as http:
+            while not await self._is_ready(http):
+                if time.monotonic() > deadline:
+                    await self.kill()
+                    raise RuntimeError(
+                        f"QueueFlow ({self.mode}) was not ready within {ready_within}s at {self.ready_url}\n"
+                        + self.describe()
+                    )
+                await asyncio.sleep(0.05)
+        return self
+
+    async def wait(self, within: float = 30.0) -> int:
+        """Wait for the process to exit on its own; return its exit status."""
+        async with asyncio.timeout(within):
+            return await _reaped(self._process)
+
+    async def terminate(self, grace: float = 30.0) -> int:
+        """SIGTERM, then wait for a graceful exit; past `grace`, SIGKILL and raise IgnoredSigterm."""
+        proc = self._process
+        if _poll(proc) is None:
+            with contextlib.suppress(ProcessLookupError):  # exited, not yet reaped
+                proc.send_signal(signal.SIGTERM)
+            try:
+                async with asyncio.timeout(grace):
+                    await _reaped(proc)
+            except TimeoutError:
+                await self.kill()
+                raise IgnoredSigterm(
+                    f"QueueFlow ({self.mode}) ignored SIGTERM for {grace}s and was killed\n" + self.describe()
+                ) from None
+        return proc.returncode
+
+    async def kill(self) -> int:
+        """SIGKILL (no graceful shutdown, like a crash); return the exit status once reaped."""
+        proc = self._process
+        if _poll(proc) is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+        return await _reaped(proc)
+
+    def _launch(self) -> subprocess.Popen[bytes]:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:  # the child keeps its own copy of the descriptor
+            proc = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+                cwd=self.cwd,
+                start_new_session=self.own_session,
+            )
+        _LIVE.append(proc)
+        return proc
+
+    async def _is_ready(self, http: aiohttp.ClientSession) -> bool:
+        """Whether /ready answers 200; raises RuntimeError when the process has exited instead."""
+        code = _poll(self._process)
+        if code is not None:
+            raise RuntimeError(
+                f"QueueFlow ({self.mode}) exited with {code} before it was ready\n" + self.describe()
+            )
+        with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+            async with http.get(self.ready_url) as response:
+                return response.status == 200
+        return False
+
+
+def _poll(proc: subprocess.Popen[bytes]) -> int | None:
+    """`proc.poll()`; a process seen dead leaves the registry of live children."""
+    code = proc.poll()
+    if code is not None:
+        with contextlib.suppress(ValueError):
+            _LIVE.remove(proc)
+    return code
+
+
+async def _reaped(proc: subprocess.Popen[bytes]) -> int:
+    """Wait, without blocking the event loop, until `proc` has exited; return its exit status."""
+    # A Popen's exit is not an awaitable event (and SIGCHLD belongs to asyncio's child watcher): poll.
+    while (code := _poll(proc)) is None:  # noqa: ASYNC110
+        await asyncio.sleep(_POLL_SECS)
+    return code
+
+
+def stop_all(grace: float = 5.0) -> None:
+    """Last resort (interpreter exit, Ctrl-C): SIGTERM every child still running, SIGKILL past `grace`."""
+    live = [proc for proc in _LIVE if _poll(proc) is None]
+    for proc in live:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    for proc in live:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(max(0.0, deadline - time.monotonic()))
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(5)
+        _poll(proc)
+
+
+atexit.register(stop_all)
