@@ -33,7 +33,7 @@ from devkit import REPO
 from devkit.ports import free_port
 
 # The `queueflow` console script's equivalent from the source tree, and its server subcommand.
-CLI_ARGV: tuple[str, ...] = (sys.executable, "-m", "shared.cli")
+CLI_ARGV: tuple[str, ...] = (sys.executable, "-m", "services.cli")
 SERVER_ARGV: tuple[str, ...] = (*CLI_ARGV, "serve")
 # Modes whose process serves the REST API; the others answer /ready on the metrics port only.
 API_MODES = ("all", "api")

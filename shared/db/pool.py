@@ -34,10 +34,14 @@ class Executor(Protocol):
 T = TypeVar("T")
 
 
-def record(cls: type[T], row: asyncpg.Record) -> T:
+def record(cls: type[T], row: asyncpg.Record, without: tuple[str, ...] = ()) -> T:
     """A domain record from a row: columns fill the fields of the same name (validated and typed
-    by msgspec: text to StrEnums, jsonb to nested structs); columns the record lacks are ignored."""
-    return msgspec.convert(dict(row.items()), cls)
+    by msgspec: text to StrEnums, jsonb to nested structs); columns the record lacks, and those
+    named in `without`, are ignored."""
+    columns = dict(row.items())
+    for name in without:
+        columns.pop(name, None)
+    return msgspec.convert(columns, cls)
 
 
 def _jsonb_encode(value: Any) -> bytes:

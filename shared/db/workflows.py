@@ -251,7 +251,8 @@ async def load_run(conn: Connection, wf_id: str) -> WorkflowRun | None:
 
 
 def _head(row: asyncpg.Record) -> WorkflowRun:
-    return record(WorkflowRun, row)
+    # The row's `steps` column holds the definitions; the run's `steps` are the step rows.
+    return record(WorkflowRun, row, without=("steps",))
 
 
 async def child_status(conn: Connection, child_id: str) -> tuple[WorkflowStatus, Object] | None:

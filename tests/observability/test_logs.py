@@ -8,6 +8,8 @@ import json
 import logging
 
 import aiohttp
+import pytest
+import structlog
 
 from shared.logs import configure
 from tests.support.waiting import eventually
@@ -56,7 +58,18 @@ async def test_request_and_job_lines_carry_their_context(database_url, service):
     assert "request_id" not in line  # the job's context, not the enqueuing request's
 
 
-def test_standard_library_loggers_render_as_json(capsys):
+@pytest.fixture
+def restored_logging():
+    """structlog and the root logger as they were, put back after a test that configures them
+    (their streams would be its captured stdout, closed when it ends)."""
+    root = logging.getLogger()
+    saved = (structlog.get_config(), list(root.handlers), root.level)
+    yield
+    structlog.configure(**saved[0])
+    root.handlers, root.level = saved[1], saved[2]
+
+
+def test_standard_library_loggers_render_as_json(restored_logging, capsys):
     configure("info")
     logging.getLogger("asyncpg").warning("pool %s closed", "p1")
     [line] = _lines(capsys.readouterr().out)
