@@ -11,6 +11,7 @@ from typing import Any
 from aiohttp import web
 
 from services.api import cron, dlq, jobs, protocol, queues, system, workflows
+from services.api.console import add_console_routes
 from services.api.context import AUTH, Handler, guard
 from services.api.openapi import openapi_handler
 from shared import wire
@@ -440,4 +441,5 @@ def create_app(res: Resources) -> web.Application:
         app.router.add_route(route.method, route.path, guard(route.handler, route.auth))
     add_ops_routes(app, with_metrics=False)
     app.router.add_get("/openapi.json", openapi_handler)
+    add_console_routes(app)
     return app
