@@ -98,6 +98,7 @@ class PageWatch:
     origin: str
     problems: list[str] = field(default_factory=list)
     allowed: list[tuple[int, str]] = field(default_factory=list)
+    requests: list[str] = field(default_factory=list)
     api_requests: list[str] = field(default_factory=list)
     authorizations: set[str] = field(default_factory=set)
 
@@ -124,6 +125,7 @@ class PageWatch:
         url = request.url
         if url.startswith(("data:", "about:", "blob:")):
             return
+        self.requests.append(url)
         if not url.startswith(self.origin + "/"):
             self.problems.append(f"request to another host: {request.method} {url}")
         if "/api/v1/" in url:

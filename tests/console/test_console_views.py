@@ -575,6 +575,7 @@ async def test_keyboard_shortcuts_move_between_views(console):
     await console.page.keyboard.press("g")
     await console.page.keyboard.press("j")
     await console.heading("Jobs")
+    await expect(console.page.locator("#view .empty")).to_have_text("No jobs match.")
     await console.page.keyboard.press("/")
     await expect(console.page.get_by_label("Status", exact=True)).to_be_focused()
     await console.page.evaluate("document.activeElement.blur()")

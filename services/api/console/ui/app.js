@@ -67,7 +67,8 @@
   }
 
   async function apiFetch(path, { method = "GET", query, body, signal, accept = "application/json" } = {}) {
-    const headers = { Authorization: `Bearer ${state.token}`, Accept: accept };
+    const token = state.token;
+    const headers = { Authorization: `Bearer ${token}`, Accept: accept };
     const init = { method, headers, signal, cache: "no-store" };
     if (body !== undefined) {
       headers["Content-Type"] = "application/json";
@@ -81,7 +82,9 @@
       throw new ApiError(0, `the server could not be reached (${error.message})`);
     }
     if (response.status === 401) {
-      signOut(`The server did not accept the token: ${await errorMessage(response)}. Sign in again.`);
+      const reason = await errorMessage(response);
+      // Several requests can be refused at once: the first one signs out and says why.
+      if (state.token === token) signOut(`The server did not accept the token: ${reason}. Sign in again.`);
       throw new SignedOut("signed out");
     }
     if (!response.ok) throw new ApiError(response.status, await errorMessage(response));
@@ -209,6 +212,7 @@
   // A confirmation for destructive actions: resolves true when the operator confirms.
   function confirmAction({ title, text, confirm }) {
     const dialog = $("confirm");
+    if (dialog.open) return Promise.resolve(false); // one question at a time
     $("confirm-title").textContent = title;
     $("confirm-text").replaceChildren(...[text].flat().map((t) => (t instanceof Node ? t : h("p", {}, t))));
     $("confirm-yes").textContent = confirm;
@@ -259,12 +263,14 @@
     }
     wait(ms) {
       return new Promise((resolve) => {
+        const onAbort = () => resolve();
         const timer = setTimeout(() => {
           this.timers.delete(timer);
+          this.signal.removeEventListener("abort", onAbort);
           resolve();
         }, ms);
         this.timers.add(timer);
-        this.signal.addEventListener("abort", () => resolve(), { once: true });
+        this.signal.addEventListener("abort", onAbort, { once: true });
       });
     }
     // Runs `load` now (a failure is the caller's, shown in place of the view), then every `ms`
@@ -410,7 +416,11 @@
         root.append(errorPanel(error, () => route()));
       })
       .finally(() => {
-        if (moveFocus && ctx.alive) root.querySelector("h1")?.focus({ preventScroll: false });
+        // After a navigation, focus goes to the new view's heading, unless the operator has
+        // already moved it into the view while it loaded.
+        const active = document.activeElement;
+        const untouched = !active || active === document.body || !root.contains(active);
+        if (moveFocus && ctx.alive && untouched) root.querySelector("h1")?.focus({ preventScroll: false });
       });
   }
 
@@ -437,7 +447,7 @@
     $("view").hidden = false;
   }
 
-  function signOut(message = "") {
+  function signOut(message = "", kind = "error") {
     state.token = null;
     state.view?.dispose();
     state.view = null;
@@ -448,6 +458,7 @@
     $("identity").hidden = true;
     clearBanner();
     $("signin-message").textContent = message;
+    $("signin-message").className = `signin-message ${kind}`;
     $("signin").hidden = false;
     $("signin-token").value = "";
     document.title = "Sign in · QueueFlow";
@@ -481,7 +492,7 @@
         button.disabled = false;
       }
     });
-    $("sign-out").addEventListener("click", () => signOut("Signed out."));
+    $("sign-out").addEventListener("click", () => signOut("Signed out: the token is forgotten.", "info"));
   }
 
   // --- overview -------------------------------------------------------------------------------
@@ -1287,12 +1298,14 @@
         y += node.h + GAP_Y;
       }
     });
+    // An edge leaves its step on the right, crosses each column it spans straight through its
+    // placeholder, and enters the next step on the left; it bends only between columns.
     const points = (chain) =>
-      chain.map((id, i) => {
+      chain.flatMap((id, i) => {
         const n = nodes.get(id);
         const cy = n.y + n.h / 2;
-        if (n.dummy) return [n.x + NODE_W / 2, cy];
-        return i === 0 ? [n.x + NODE_W, cy] : [n.x, cy];
+        if (n.dummy) return [[n.x, cy], [n.x + NODE_W, cy]];
+        return [i === 0 ? [n.x + NODE_W, cy] : [n.x, cy]];
       });
     return {
       width: columns.length * (NODE_W + GAP_X) - GAP_X,
@@ -1949,8 +1962,8 @@
     document.addEventListener("keydown", (event) => {
       if (event.ctrlKey || event.metaKey || event.altKey || !state.token) return;
       const target = event.target;
-      if (target.closest && target.closest("input, textarea, select, [contenteditable], dialog")) return;
-      if (document.querySelector("dialog[open]")) return;
+      if (target.closest && target.closest("input, textarea, select, [contenteditable]")) return;
+      if (document.querySelector("dialog[open]")) return; // a dialog has the keyboard
       if (pendingG && Date.now() - pendingG < 1500 && GO_KEYS[event.key]) {
         event.preventDefault();
         pendingG = 0;
