@@ -136,8 +136,9 @@ class PageWatch:
 
     def on_request_failed(self, request: Request) -> None:
         failure = request.failure or ""
-        # The console aborts its own fetches (and SSE streams) when the operator leaves a view.
-        if "ERR_ABORTED" in failure and "/api/v1/" in request.url:
+        # A cancellation, not a failure: the console aborts its fetches (and SSE streams) when the
+        # operator leaves a view, and a reload or navigation aborts what the page was loading.
+        if failure == "net::ERR_ABORTED" and request.url.startswith(self.origin + "/"):
             return
         self.problems.append(f"request failed: {request.method} {request.url}: {failure}")
 

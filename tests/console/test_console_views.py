@@ -531,25 +531,27 @@ async def test_every_deep_link_shows_its_view_and_a_reload_shows_it_again(client
     job_id = await failed_job(client, client, "emails")
     entry = (await dead_letters(client))[0]["id"]
     wf_id = (await call(client, "POST", "/api/v1/workflows", WORKFLOW))["workflow_id"]
-    links = {
-        "#/": "Overview",
-        "#/queues": "Queues",
-        "#/jobs": "Jobs",
-        "#/jobs?status=failed&queue=emails": "Jobs",
-        f"#/jobs/{job_id}": f"Job {job_id}",
-        "#/workflows": "Workflows",
-        f"#/workflows/{wf_id}": "Workflow nightly-etl",
-        "#/dlq": "Dead letters",
-        f"#/dlq/{entry}": f"Dead letter #{entry}",
-        "#/cron": "Cron schedules",
-        "#/tasks": "Tasks",
+    links = {  # link: (heading, screenshot)
+        "#/": ("Overview", "view-overview"),
+        "#/queues": ("Queues", "view-queues"),
+        "#/jobs": ("Jobs", "view-jobs"),
+        "#/jobs?status=failed&queue=emails": ("Jobs", "view-jobs-failed"),
+        f"#/jobs/{job_id}": (f"Job {job_id}", "view-job"),
+        "#/workflows": ("Workflows", "view-workflows"),
+        f"#/workflows/{wf_id}": ("Workflow nightly-etl", "view-workflow"),
+        "#/dlq": ("Dead letters", "view-dead-letters"),
+        f"#/dlq/{entry}": (f"Dead letter #{entry}", "view-dead-letter"),
+        "#/cron": ("Cron schedules", "view-cron"),
+        "#/tasks": ("Tasks", "view-tasks"),
     }
     await console.sign_in("dev")
-    for link, title in links.items():
+    for link, (title, screenshot) in links.items():
         await console.open(link)
         await console.heading(title)
         await console.page.reload()
         await console.heading(title)
+        await expect(console.page.locator("#view table, #view .empty, #view dl.facts").first).to_be_visible()
+        await console.screenshot(screenshot)
     # The filters of a link are the view's filters.
     await console.open("#/jobs?status=failed&queue=emails")
     await expect(console.page.get_by_label("Status", exact=True)).to_have_value("failed")
