@@ -1,11 +1,12 @@
-"""The API service's app factory: the route table behind the auth guards, /openapi.json, and the
-base app's database and probes. `setup(app)` adds the API to any base app (serve --mode all uses
+"""The API service's app factory: the route table behind the auth guards, /openapi.json, the
+console (/ui/) and Swagger UI (/docs), and the base app's database and probes. `setup(app)` adds the API to any base app (serve --mode all uses
 it); `create_app(settings)` is the API on its own."""
 
 from __future__ import annotations
 
 from aiohttp import web
 
+from services.api.console import add_console_routes
 from services.api.context import AUTH, guard
 from services.api.openapi import openapi_handler
 from services.api.routes import ROUTES
@@ -20,6 +21,7 @@ def setup(app: web.Application) -> None:
     for route in ROUTES:
         app.router.add_route(route.method, route.path, guard(route.handler, route.auth))
     app.router.add_get("/openapi.json", openapi_handler)
+    add_console_routes(app)
 
 
 def create_app(settings: Settings) -> web.Application:

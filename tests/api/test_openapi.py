@@ -26,7 +26,11 @@ EXPECTED_MISSING_FROM_OLD_SPEC: set[tuple[str, str]] = set()
 # Routes the 0.5 client calls that this server does not serve (same rule).
 EXPECTED_MISSING_FROM_CLIENT: set[tuple[str, str]] = set()
 # Served but deliberately undocumented: the document itself.
-UNDOCUMENTED = {("GET", "/openapi.json")}
+# Served but not API operations: the document itself, and the console's and Swagger UI's pages.
+UNDOCUMENTED = {
+    ("GET", "/openapi.json"),
+    *(("GET", page) for page in ("/ui", "/ui/", "/ui/{path}", "/docs", "/docs/", "/docs/{path}")),
+}
 
 
 def _ops(spec: dict) -> set[tuple[str, str]]:

@@ -120,6 +120,10 @@ async def test_the_installed_package_migrates_an_empty_database_and_runs_jobs(
         await eventually(finished, timeout=30)
         async with http.get("/openapi.json") as resp:
             assert resp.status == 200
+        # The console's files and the vendored Swagger UI were packaged too.
+        for path in ("/ui/", "/ui/app.js", "/docs", "/docs/swagger-ui-bundle.js", "/docs/LICENSE"):
+            async with http.get(path) as resp:
+                assert resp.status == 200, path
 
     # Every migration file of the source tree was packaged and applied.
     db = await asyncpg.connect(database_url)

@@ -1,0 +1,2013 @@
+// QueueFlow operator console: plain JavaScript, no framework, nothing loaded from another host.
+//
+// The page is one hash-routed document (#/jobs?status=failed, #/workflows/<id>, ...), so every view
+// has a link that reloads to the same view. The operator's tenant token lives in sessionStorage
+// under "queueflow.token" only (never localStorage or a cookie) and goes to the API as
+// `Authorization: Bearer`; a 401 anywhere brings the sign-in back. Lists page by keyset
+// (`next_cursor`) and never ask for an exact total unless the operator clicks "Count", so views
+// stay fast on tenants with millions of jobs. Live views poll, or read the server's SSE streams
+// with fetch() (EventSource cannot send an Authorization header). Actions that change something
+// exist only for a read-write credential: with a read-only one they are not built at all.
+"use strict";
+
+(() => {
+  const TOKEN_KEY = "queueflow.token";
+  const API = new URL("../api/v1/", document.baseURI); // "/api/v1/" when the page is "/ui/"
+  const REFRESH_MS = 5000;
+  const SLOW_REFRESH_MS = 15000;
+  const RECONNECT_MS = 3000;
+  const PAGE_SIZE = 50;
+  const DEFAULT_BULK_LIMIT = 100;
+  // The SVG namespace, as the HTML parser knows it (no namespace literal in this file).
+  const SVG_NS = (() => {
+    const template = document.createElement("template");
+    template.innerHTML = "<svg></svg>";
+    return template.content.firstElementChild.namespaceURI;
+  })();
+
+  const JOB_STATUSES = ["pending", "running", "retrying", "completed", "failed", "cancelled"];
+  const ACTIVE_JOB = new Set(["pending", "running", "retrying"]);
+  const TERMINAL_JOB = new Set(["completed", "failed", "cancelled"]);
+  const RETRYABLE_JOB = new Set(["failed", "cancelled"]);
+  const WORKFLOW_STATUSES = ["created", "running", "completed", "failed", "partially_failed", "cancelled"];
+  const TERMINAL_WORKFLOW = new Set(["completed", "failed", "partially_failed", "cancelled"]);
+  const RETRYABLE_WORKFLOW = new Set(["failed", "partially_failed", "cancelled"]);
+
+  const state = { token: null, tenant: null, canWrite: false, view: null, routed: false };
+  const $ = (id) => document.getElementById(id);
+
+  // --- errors and the API ---------------------------------------------------------------------
+
+  class ApiError extends Error {
+    constructor(status, message) {
+      super(message);
+      this.status = status;
+    }
+  }
+  class SignedOut extends Error {}
+
+  const isAbort = (error) => error && error.name === "AbortError";
+
+  async function errorMessage(response) {
+    try {
+      const body = await response.json();
+      if (body && typeof body.error === "string") return body.error;
+    } catch {
+      // not the error body: fall through to the status line
+    }
+    return `${response.status} ${response.statusText || "error"}`.trim();
+  }
+
+  function apiUrl(path, query) {
+    const url = new URL(path, API);
+    for (const [key, value] of Object.entries(query || {})) {
+      if (value !== undefined && value !== null && value !== "") url.searchParams.set(key, value);
+    }
+    return url;
+  }
+
+  async function apiFetch(path, { method = "GET", query, body, signal, accept = "application/json" } = {}) {
+    const token = state.token;
+    const headers = { Authorization: `Bearer ${token}`, Accept: accept };
+    const init = { method, headers, signal, cache: "no-store" };
+    if (body !== undefined) {
+      headers["Content-Type"] = "application/json";
+      init.body = JSON.stringify(body);
+    }
+    let response;
+    try {
+      response = await fetch(apiUrl(path, query), init);
+    } catch (error) {
+      if (isAbort(error)) throw error;
+      throw new ApiError(0, `the server could not be reached (${error.message})`);
+    }
+    if (response.status === 401) {
+      const reason = await errorMessage(response);
+      // Several requests can be refused at once: the first one signs out and says why.
+      if (state.token === token) signOut(`The server did not accept the token: ${reason}. Sign in again.`);
+      throw new SignedOut("signed out");
+    }
+    if (!response.ok) throw new ApiError(response.status, await errorMessage(response));
+    return response;
+  }
+
+  async function api(method, path, options = {}) {
+    const response = await apiFetch(path, { ...options, method });
+    if (response.status === 204) return null;
+    const text = await response.text();
+    return text ? JSON.parse(text) : null;
+  }
+
+  const enc = encodeURIComponent;
+
+  // --- DOM helpers ----------------------------------------------------------------------------
+
+  function append(parent, children) {
+    for (const child of children.flat(Infinity)) {
+      if (child === null || child === undefined || child === false) continue;
+      parent.append(child instanceof Node ? child : String(child));
+    }
+    return parent;
+  }
+
+  function build(element, props, children) {
+    for (const [key, value] of Object.entries(props || {})) {
+      if (value === undefined || value === null || value === false) continue;
+      if (key === "class") element.setAttribute("class", value);
+      else if (key.startsWith("on") && typeof value === "function") element.addEventListener(key.slice(2), value);
+      else element.setAttribute(key, value === true ? "" : String(value));
+    }
+    return append(element, children);
+  }
+
+  const h = (tag, props, ...children) => build(document.createElement(tag), props, children);
+  const svg = (tag, props, ...children) => build(document.createElementNS(SVG_NS, tag), props, children);
+  const hidden = (text) => h("span", { class: "visually-hidden" }, text);
+
+  function pretty(value) {
+    return h("pre", { class: "json", tabindex: "0" }, JSON.stringify(value ?? null, null, 2));
+  }
+
+  function shortId(id) {
+    return String(id).length > 12 ? String(id).slice(0, 8) : String(id);
+  }
+
+  function badge(status, label) {
+    return h("span", { class: `badge st-${status}` }, label ?? String(status).replace(/_/g, " "));
+  }
+
+  // --- time -----------------------------------------------------------------------------------
+
+  function relTime(iso, now = Date.now()) {
+    const at = Date.parse(iso);
+    if (Number.isNaN(at)) return String(iso);
+    const diff = Math.round((at - now) / 1000);
+    const abs = Math.abs(diff);
+    if (abs < 5) return "just now";
+    let text;
+    if (abs < 60) text = `${abs} s`;
+    else if (abs < 3600) text = `${Math.floor(abs / 60)} min`;
+    else if (abs < 86400) text = `${Math.floor(abs / 3600)} h`;
+    else text = `${Math.floor(abs / 86400)} d`;
+    return diff < 0 ? `${text} ago` : `in ${text}`;
+  }
+
+  function absTime(iso) {
+    const at = new Date(iso);
+    if (Number.isNaN(at.getTime())) return String(iso);
+    return `${at.toLocaleString(undefined, { dateStyle: "medium", timeStyle: "medium" })} (${at.toISOString()})`;
+  }
+
+  function timeEl(iso) {
+    if (!iso) return h("span", { class: "muted" }, "—");
+    return h("time", { datetime: iso, title: absTime(iso), "data-rel": "" }, relTime(iso));
+  }
+
+  function duration(secs) {
+    if (secs === null || secs === undefined) return "—";
+    if (secs < 60) return `${secs} s`;
+    if (secs < 3600) return `${Math.floor(secs / 60)} min`;
+    if (secs < 86400) return `${Math.floor(secs / 3600)} h ${Math.floor((secs % 3600) / 60)} min`;
+    return `${Math.floor(secs / 86400)} d ${Math.floor((secs % 86400) / 3600)} h`;
+  }
+
+  function refreshTimes() {
+    const now = Date.now();
+    for (const el of document.querySelectorAll("time[data-rel]")) el.textContent = relTime(el.dateTime, now);
+  }
+
+  // --- notices --------------------------------------------------------------------------------
+
+  function toast(message, kind = "ok") {
+    const el = h("div", { class: `toast ${kind === "error" ? "error" : ""}`, role: kind === "error" ? "alert" : null }, message);
+    $("toasts").append(el);
+    setTimeout(() => el.remove(), kind === "error" ? 12000 : 6000);
+  }
+
+  function reportError(error) {
+    if (error instanceof SignedOut || isAbort(error)) return;
+    toast(error.message || String(error), "error");
+  }
+
+  function showBanner(message) {
+    const banner = $("banner");
+    banner.textContent = message;
+    banner.hidden = false;
+  }
+
+  function clearBanner() {
+    $("banner").hidden = true;
+  }
+
+  function errorPanel(error, retry) {
+    return h(
+      "div",
+      { class: "error-panel", role: "alert" },
+      h("strong", {}, error instanceof ApiError && error.status ? `Error ${error.status}: ` : "Error: "),
+      error.message || String(error),
+      retry ? [" ", h("button", { type: "button", class: "small", onclick: retry }, "Try again")] : null,
+    );
+  }
+
+  // A confirmation for destructive actions: resolves true when the operator confirms.
+  function confirmAction({ title, text, confirm }) {
+    const dialog = $("confirm");
+    if (dialog.open) return Promise.resolve(false); // one question at a time
+    $("confirm-title").textContent = title;
+    $("confirm-text").replaceChildren(...[text].flat().map((t) => (t instanceof Node ? t : h("p", {}, t))));
+    $("confirm-yes").textContent = confirm;
+    dialog.returnValue = "";
+    return new Promise((resolve) => {
+      dialog.addEventListener("close", () => resolve(dialog.returnValue === "ok"), { once: true });
+      dialog.showModal();
+      $("confirm-no").focus();
+    });
+  }
+
+  // A button that runs an action; only built for read-write credentials (callers check canWrite).
+  function actionButton(label, run, { confirm, cls, srLabel, after } = {}) {
+    const button = h("button", { type: "button", class: cls }, label, srLabel ? hidden(` ${srLabel}`) : null);
+    button.addEventListener("click", async () => {
+      if (confirm && !(await confirmAction(confirm))) return;
+      button.disabled = true;
+      try {
+        const message = await run();
+        if (message) toast(message);
+        if (after) await after();
+      } catch (error) {
+        reportError(error);
+      } finally {
+        button.disabled = false;
+      }
+    });
+    return button;
+  }
+
+  // --- view lifecycle -------------------------------------------------------------------------
+
+  // Each view gets a context: its fetches abort and its timers stop when the operator leaves it.
+  class ViewContext {
+    constructor() {
+      this.controller = new AbortController();
+      this.timers = new Set();
+      this.refresh = null;
+    }
+    get signal() {
+      return this.controller.signal;
+    }
+    get alive() {
+      return !this.controller.signal.aborted;
+    }
+    api(method, path, options = {}) {
+      return api(method, path, { ...options, signal: this.signal });
+    }
+    wait(ms) {
+      return new Promise((resolve) => {
+        const onAbort = () => resolve();
+        const timer = setTimeout(() => {
+          this.timers.delete(timer);
+          this.signal.removeEventListener("abort", onAbort);
+          resolve();
+        }, ms);
+        this.timers.add(timer);
+        this.signal.addEventListener("abort", onAbort, { once: true });
+      });
+    }
+    // Runs `load` now (a failure is the caller's, shown in place of the view), then every `ms`
+    // while the view is open and the tab visible; a later failure shows a banner (the view keeps
+    // its last data) until a run succeeds.
+    async poll(load, ms = REFRESH_MS) {
+      this.refresh = async () => {
+        try {
+          await load();
+          clearBanner();
+        } catch (error) {
+          if (error instanceof SignedOut || isAbort(error) || !this.alive) return;
+          showBanner(`Could not refresh: ${error.message}. Retrying.`);
+        }
+      };
+      await load();
+      const loop = async () => {
+        await this.wait(ms);
+        if (!this.alive) return;
+        if (!document.hidden) await this.refresh();
+        loop();
+      };
+      loop();
+    }
+    dispose() {
+      this.controller.abort();
+      for (const timer of this.timers) clearTimeout(timer);
+      this.timers.clear();
+    }
+  }
+
+  function pageHead(title, { badges = [], actions = [], extra = [] } = {}) {
+    return h(
+      "div",
+      { class: "page-head" },
+      h("h1", { tabindex: "-1" }, title),
+      badges,
+      extra,
+      actions.length ? h("div", { class: "actions" }, actions) : null,
+    );
+  }
+
+  function updatedNote() {
+    const el = h("span", { class: "updated", "aria-live": "off" });
+    el.touch = () => {
+      el.replaceChildren("Updated ", timeEl(new Date().toISOString()));
+    };
+    return el;
+  }
+
+  // Replaces `container`'s content only when the data changed, keeping keyboard focus on the
+  // element with the same data-fk (focus key) when there is one.
+  function renderIfChanged(container, data, render) {
+    const signature = JSON.stringify(data);
+    if (container.signature === signature) return;
+    container.signature = signature;
+    const focused = document.activeElement;
+    const key = focused && container.contains(focused) ? focused.getAttribute("data-fk") : null;
+    container.replaceChildren(...[render()].flat().filter(Boolean));
+    if (key) container.querySelector(`[data-fk="${CSS.escape(key)}"]`)?.focus();
+  }
+
+  function table(headers, rows, empty) {
+    if (!rows.length) return h("div", { class: "empty" }, empty);
+    return h(
+      "div",
+      { class: "table-wrap" },
+      h(
+        "table",
+        {},
+        h("thead", {}, h("tr", {}, headers.map(([label, cls]) => h("th", { scope: "col", class: cls }, label)))),
+        h("tbody", {}, rows),
+      ),
+    );
+  }
+
+  // --- routing --------------------------------------------------------------------------------
+
+  function parseHash() {
+    const raw = location.hash.replace(/^#/, "") || "/";
+    const cut = raw.indexOf("?");
+    const path = cut < 0 ? raw : raw.slice(0, cut);
+    const params = new URLSearchParams(cut < 0 ? "" : raw.slice(cut + 1));
+    let parts;
+    try {
+      parts = path.split("/").filter(Boolean).map(decodeURIComponent);
+    } catch {
+      parts = ["?"];
+    }
+    return { parts, params };
+  }
+
+  function hashFor(view, params) {
+    const query = new URLSearchParams();
+    for (const [key, value] of Object.entries(params || {})) if (value) query.set(key, value);
+    const text = query.toString();
+    return `#/${view}${text ? `?${text}` : ""}`;
+  }
+
+  function go(hash) {
+    if (location.hash === hash) state.view?.refresh?.();
+    else location.hash = hash;
+  }
+
+  const VIEWS = {
+    "": { title: "Overview", list: overviewView },
+    queues: { title: "Queues", list: queuesView },
+    jobs: { title: "Jobs", list: jobsView, detail: jobView },
+    workflows: { title: "Workflows", list: workflowsView, detail: workflowView },
+    dlq: { title: "Dead letters", list: deadLettersView, detail: deadLetterView },
+    cron: { title: "Cron", list: cronView },
+    tasks: { title: "Tasks", list: tasksView },
+  };
+
+  function route() {
+    if (!state.token) return;
+    const { parts, params } = parseHash();
+    const [name = "", id] = parts;
+    const entry = VIEWS[name];
+    state.view?.dispose();
+    clearBanner();
+    const ctx = new ViewContext();
+    state.view = ctx;
+    const root = $("view");
+    root.replaceChildren();
+    for (const link of document.querySelectorAll("#nav a")) {
+      if (link.dataset.view === (name || "overview")) link.setAttribute("aria-current", "page");
+      else link.removeAttribute("aria-current");
+    }
+    let render;
+    if (!entry || parts.length > 2 || (id !== undefined && !entry.detail)) {
+      document.title = "Not found · QueueFlow";
+      render = notFoundView;
+    } else {
+      document.title = `${id !== undefined ? `${entry.title} ${shortId(id)}` : entry.title} · QueueFlow`;
+      render = id !== undefined ? entry.detail : entry.list;
+    }
+    const moveFocus = state.routed;
+    state.routed = true;
+    Promise.resolve(render(ctx, root, id, params))
+      .catch((error) => {
+        if (error instanceof SignedOut || isAbort(error) || !ctx.alive) return;
+        root.append(errorPanel(error, () => route()));
+      })
+      .finally(() => {
+        // After a navigation, focus goes to the new view's heading, unless the operator has
+        // already moved it into the view while it loaded.
+        const active = document.activeElement;
+        const untouched = !active || active === document.body || !root.contains(active);
+        if (moveFocus && ctx.alive && untouched) root.querySelector("h1")?.focus({ preventScroll: false });
+      });
+  }
+
+  function notFoundView(ctx, root) {
+    root.append(
+      pageHead("Nothing here"),
+      h("p", {}, "This link names no view of the console. ", h("a", { href: "#/" }, "Go to the overview"), "."),
+    );
+  }
+
+  // --- sign-in --------------------------------------------------------------------------------
+
+  function showSignedIn(who) {
+    state.tenant = who.tenant;
+    state.canWrite = who.access === "read_write";
+    $("identity-tenant").textContent = `Tenant ${who.tenant}`;
+    const access = $("identity-access");
+    access.textContent = state.canWrite ? "read-write" : "read-only";
+    access.className = `access ${state.canWrite ? "" : "read-only"}`;
+    access.title = state.canWrite ? "This token may change things." : "This token can only look: actions are hidden.";
+    $("signin").hidden = true;
+    $("nav").hidden = false;
+    $("identity").hidden = false;
+    $("view").hidden = false;
+  }
+
+  function signOut(message = "", kind = "error") {
+    state.token = null;
+    state.view?.dispose();
+    state.view = null;
+    sessionStorage.removeItem(TOKEN_KEY);
+    $("view").replaceChildren();
+    $("view").hidden = true;
+    $("nav").hidden = true;
+    $("identity").hidden = true;
+    clearBanner();
+    $("signin-message").textContent = message;
+    $("signin-message").className = `signin-message ${kind}`;
+    $("signin").hidden = false;
+    $("signin-token").value = "";
+    document.title = "Sign in · QueueFlow";
+    $("signin-token").focus();
+  }
+
+  async function signIn(token) {
+    state.token = token;
+    const who = await api("GET", "whoami"); // a 401 signs out again, with the message
+    sessionStorage.setItem(TOKEN_KEY, token);
+    showSignedIn(who);
+    route();
+  }
+
+  function setUpSignIn() {
+    $("signin-form").addEventListener("submit", async (event) => {
+      event.preventDefault();
+      const token = $("signin-token").value.trim();
+      if (!token) return;
+      const button = event.submitter || $("signin-form").querySelector("button");
+      button.disabled = true;
+      $("signin-message").textContent = "";
+      try {
+        await signIn(token);
+      } catch (error) {
+        if (!(error instanceof SignedOut)) {
+          state.token = null;
+          $("signin-message").textContent = `Could not sign in: ${error.message}`;
+        }
+      } finally {
+        button.disabled = false;
+      }
+    });
+    $("sign-out").addEventListener("click", () => signOut("Signed out: the token is forgotten.", "info"));
+  }
+
+  // --- overview -------------------------------------------------------------------------------
+
+  const STAT_CARDS = [
+    ["jobs_created", "Jobs stored", "#/jobs", ""],
+    ["jobs_completed", "Completed", "#/jobs?status=completed", "completed"],
+    ["jobs_failed", "Failed", "#/jobs?status=failed", "failed"],
+    ["jobs_retried", "Retries", null, "retrying"],
+    ["jobs_dead_lettered", "Dead letters", "#/dlq", "failed"],
+    ["workflows_created", "Workflows", "#/workflows", ""],
+    ["workflows_completed", "Workflows completed", "#/workflows?status=completed", "completed"],
+    ["workflows_failed", "Workflows failed", "#/workflows?status=failed", "failed"],
+  ];
+
+  function backlogLegend() {
+    return h(
+      "div",
+      { class: "legend", "aria-hidden": "true" },
+      ["pending", "scheduled", "running"].map((s) => h("span", {}, h("span", { class: `swatch st-${s}` }), s)),
+    );
+  }
+
+  function backlogRows(queues) {
+    if (!queues.length) return h("div", { class: "empty" }, "No queue has jobs waiting or running.");
+    const max = Math.max(1, ...queues.map((q) => q.pending + q.scheduled + q.running));
+    return queues.map((q) => {
+      const total = q.pending + q.scheduled + q.running;
+      const bar = h("div", {
+        class: "bar",
+        role: "img",
+        "aria-label": `${q.queue}: ${q.pending} pending, ${q.scheduled} scheduled, ${q.running} running`,
+      });
+      for (const key of ["pending", "scheduled", "running"]) {
+        if (!q[key]) continue;
+        const segment = h("span", { class: `st-${key}`, title: `${q[key]} ${key}` });
+        segment.style.width = `${(q[key] / max) * 100}%`;
+        bar.append(segment);
+      }
+      return h(
+        "div",
+        { class: "backlog-row", "data-queue": q.queue },
+        h(
+          "div",
+          { class: "queue-name" },
+          h("a", { href: hashFor("jobs", { queue: q.queue }), "data-fk": `q:${q.queue}` }, q.queue),
+          q.paused ? badge("paused") : null,
+        ),
+        bar,
+        h(
+          "div",
+          { class: "counts" },
+          `${total} · ${q.pending} pending · ${q.scheduled} scheduled · ${q.running} running`,
+          q.oldest_pending_age_secs != null ? ` · oldest waiting ${duration(q.oldest_pending_age_secs)}` : "",
+        ),
+      );
+    });
+  }
+
+  async function overviewView(ctx, root) {
+    const updated = updatedNote();
+    const cards = h("div", { class: "cards" });
+    const backlog = h("div", { class: "backlog panel" });
+    const failures = h("div");
+    root.append(
+      pageHead("Overview", {
+        extra: [updated],
+        actions: [h("button", { type: "button", class: "quiet", onclick: () => ctx.refresh() }, "Refresh")],
+      }),
+      h("p", { class: "subtitle" }, `Tenant ${state.tenant}. Refreshes every ${REFRESH_MS / 1000} seconds.`),
+      h("section", { "aria-labelledby": "totals-h" }, h("h2", { id: "totals-h" }, "Totals"), cards),
+      h(
+        "section",
+        { "aria-labelledby": "backlog-h" },
+        h("h2", { id: "backlog-h" }, "Backlog by queue"),
+        backlogLegend(),
+        backlog,
+      ),
+      h(
+        "section",
+        { "aria-labelledby": "failures-h" },
+        h("h2", { id: "failures-h" }, "Latest failures"),
+        failures,
+      ),
+    );
+    await ctx.poll(async () => {
+      const [stats, queues, failed] = await Promise.all([
+        ctx.api("GET", "stats"),
+        ctx.api("GET", "queues"),
+        ctx.api("GET", "jobs", { query: { status: "failed", limit: 5 } }),
+      ]);
+      const pending = queues.queues.reduce((n, q) => n + q.pending, 0);
+      const running = queues.queues.reduce((n, q) => n + q.running, 0);
+      const scheduled = queues.queues.reduce((n, q) => n + q.scheduled, 0);
+      renderIfChanged(cards, { stats, pending, running, scheduled }, () => [
+        ...[
+          ["Pending now", pending, "#/jobs?status=pending", ""],
+          ["Running now", running, "#/jobs?status=running", ""],
+          ["Scheduled", scheduled, null, ""],
+        ].map(([name, value, href, cls]) => statCard(name, value, href, cls)),
+        ...STAT_CARDS.map(([key, name, href, cls]) => statCard(name, stats[key], href, cls)),
+      ]);
+      renderIfChanged(backlog, queues.queues, () => backlogRows(queues.queues));
+      renderIfChanged(failures, failed.jobs, () => jobTable(failed.jobs, "No failed jobs."));
+      updated.touch();
+    });
+  }
+
+  function statCard(name, value, href, cls) {
+    const body = [h("div", { class: "value" }, Number(value).toLocaleString()), h("div", { class: "name" }, name)];
+    return h(
+      "div",
+      { class: `card ${cls}` },
+      href ? h("a", { href, class: "card-link", "aria-label": `${name}: ${value}`, "data-fk": `c:${name}` }, body) : body,
+    );
+  }
+
+  // --- queues ---------------------------------------------------------------------------------
+
+  async function setQueuePaused(queue, paused) {
+    await api("POST", `queues/${enc(queue)}/${paused ? "pause" : "resume"}`);
+    return paused ? `Queue ${queue} paused.` : `Queue ${queue} resumed.`;
+  }
+
+  function pauseConfirm(queue) {
+    return {
+      title: `Pause queue ${queue}?`,
+      text: "Workers stop claiming this tenant's jobs on the queue until it is resumed. Jobs already running finish.",
+      confirm: "Pause queue",
+    };
+  }
+
+  async function queuesView(ctx, root) {
+    const updated = updatedNote();
+    const body = h("div");
+    root.append(
+      pageHead("Queues", { extra: [updated] }),
+      h(
+        "p",
+        { class: "subtitle" },
+        "The backlog of each queue this tenant has used. Pausing a queue stops claims of this tenant's jobs on it; other tenants are not affected.",
+      ),
+      body,
+    );
+    if (state.canWrite) {
+      const input = h("input", { id: "pause-other", name: "queue", required: true, spellcheck: "false" });
+      const form = h(
+        "form",
+        { class: "toolbar" },
+        h("div", { class: "field" }, h("label", { for: "pause-other" }, "Pause a queue by name"), input),
+        h("button", { type: "submit" }, "Pause queue"),
+      );
+      form.addEventListener("submit", async (event) => {
+        event.preventDefault();
+        const queue = input.value.trim();
+        if (!queue || !(await confirmAction(pauseConfirm(queue)))) return;
+        try {
+          toast(await setQueuePaused(queue, true));
+          input.value = "";
+          await ctx.refresh();
+        } catch (error) {
+          reportError(error);
+        }
+      });
+      root.append(h("h2", {}, "Pause another queue"), form);
+    }
+    await ctx.poll(async () => {
+      const { queues } = await ctx.api("GET", "queues");
+      renderIfChanged(body, queues, () =>
+        table(
+          [
+            ["Queue"],
+            ["State"],
+            ["Pending", "num"],
+            ["Scheduled", "num"],
+            ["Running", "num"],
+            ["Oldest waiting", "num"],
+            state.canWrite ? ["Actions"] : null,
+          ].filter(Boolean),
+          queues.map((q) =>
+            h(
+              "tr",
+              { "data-queue": q.queue },
+              h("td", {}, h("a", { href: hashFor("jobs", { queue: q.queue }), "data-fk": `q:${q.queue}` }, q.queue)),
+              h("td", {}, q.paused ? badge("paused") : badge("active")),
+              h("td", { class: "num" }, q.pending.toLocaleString()),
+              h("td", { class: "num" }, q.scheduled.toLocaleString()),
+              h("td", { class: "num" }, q.running.toLocaleString()),
+              h("td", { class: "num" }, duration(q.oldest_pending_age_secs)),
+              state.canWrite
+                ? h(
+                    "td",
+                    {},
+                    q.paused
+                      ? actionButton("Resume queue", () => setQueuePaused(q.queue, false), {
+                          cls: "small",
+                          srLabel: q.queue,
+                          after: () => ctx.refresh(),
+                        })
+                      : actionButton("Pause queue", () => setQueuePaused(q.queue, true), {
+                          cls: "small danger-outline",
+                          srLabel: q.queue,
+                          confirm: pauseConfirm(q.queue),
+                          after: () => ctx.refresh(),
+                        }),
+                  )
+                : null,
+            ),
+          ),
+          "No queues yet: a queue appears once a job is enqueued on it.",
+        ),
+      );
+      updated.touch();
+    });
+  }
+
+  // --- keyset paging shared by the lists -------------------------------------------------------
+
+  // Cursors of the pages before the current one, for "Previous page" within this tab.
+  const trail = { key: null, cursors: [] };
+
+  function pager(view, filters, cursor, page, noun, counter) {
+    const key = `${view}?${new URLSearchParams(filters)}`;
+    if (trail.key !== key || !cursor) {
+      trail.key = key;
+      trail.cursors = [];
+    }
+    const controls = h("nav", { class: "pager", "aria-label": `${noun} pages` });
+    if (cursor) {
+      controls.append(h("a", { href: hashFor(view, filters), class: "button-link" }, "Newest"));
+      if (trail.cursors.length) {
+        controls.append(
+          h(
+            "button",
+            {
+              type: "button",
+              onclick: () => go(hashFor(view, { ...filters, cursor: trail.cursors.pop() || "" })),
+            },
+            "Previous page",
+          ),
+        );
+      }
+    }
+    if (page.has_more && page.next_cursor) {
+      controls.append(
+        h(
+          "button",
+          {
+            type: "button",
+            onclick: () => {
+              trail.cursors.push(cursor || "");
+              go(hashFor(view, { ...filters, cursor: page.next_cursor }));
+            },
+          },
+          "Next page",
+        ),
+      );
+    }
+    const info = h(
+      "span",
+      { class: "info" },
+      `${page.items.length} ${noun} on this page${cursor ? "" : ", newest first"}${page.has_more ? "; more on later pages" : ""}.`,
+    );
+    controls.append(info);
+    if (counter) {
+      controls.append(
+        h(
+          "button",
+          {
+            type: "button",
+            class: "quiet small",
+            title: "An exact count of every matching row: can be slow on a very large tenant.",
+            onclick: async (event) => {
+              event.currentTarget.disabled = true;
+              try {
+                info.textContent = `${(await counter()).toLocaleString()} ${noun} match in all.`;
+              } catch (error) {
+                reportError(error);
+              }
+            },
+          },
+          "Count all",
+        ),
+      );
+    }
+    return controls;
+  }
+
+  function filterForm(fields, onApply, clearHash) {
+    const form = h("form", { class: "filters", role: "search" });
+    fields.forEach((field, index) => {
+      const id = `filter-${field.name}`;
+      let control;
+      if (field.options) {
+        control = h(
+          "select",
+          { id, name: field.name },
+          field.options.map(([value, label]) => h("option", { value, selected: value === field.value }, label)),
+        );
+      } else {
+        control = h("input", {
+          id,
+          name: field.name,
+          value: field.value || "",
+          list: field.list,
+          spellcheck: "false",
+          autocomplete: "off",
+          placeholder: field.placeholder,
+        });
+      }
+      if (index === 0) control.setAttribute("data-filter-first", "");
+      form.append(h("div", { class: "field" }, h("label", { for: id }, field.label), control));
+    });
+    form.append(
+      h("button", { type: "submit", class: "primary" }, "Apply filters"),
+      h("a", { href: clearHash }, "Clear filters"),
+    );
+    form.addEventListener("submit", (event) => {
+      event.preventDefault();
+      const values = {};
+      for (const field of fields) values[field.name] = form.elements[field.name].value.trim();
+      onApply(values);
+    });
+    return form;
+  }
+
+  function datalist(id, values) {
+    return h("datalist", { id }, values.map((v) => h("option", { value: v })));
+  }
+
+  async function loadSuggestions(ctx) {
+    // Filter suggestions; the views work without them.
+    const [queues, tasks] = await Promise.all([
+      ctx.api("GET", "queues").catch(() => ({ queues: [] })),
+      ctx.api("GET", "tasks").catch(() => ({ tasks: [] })),
+    ]);
+    return { queues: queues.queues.map((q) => q.queue), tasks: tasks.tasks };
+  }
+
+  function bulkLimitField(id) {
+    const input = h("input", { id, type: "number", min: "1", max: "1000", value: String(DEFAULT_BULK_LIMIT), inputmode: "numeric" });
+    return { input, field: h("div", { class: "field" }, h("label", { for: id }, "Bulk action limit"), input) };
+  }
+
+  function describeFilter(filters) {
+    const parts = Object.entries(filters)
+      .filter(([, v]) => v)
+      .map(([k, v]) => `${k.replace("_name", "")} = ${v}`);
+    return parts.length ? parts.join(", ") : "no filter (every job of this tenant)";
+  }
+
+  // --- jobs -----------------------------------------------------------------------------------
+
+  function jobTable(jobs, empty) {
+    return table(
+      [["Job"], ["Task"], ["Queue"], ["Status"], ["Retries", "num"], ["Created"], ["Finished", "hide-narrow"]],
+      jobs.map((job) =>
+        h(
+          "tr",
+          { "data-job": job.id },
+          h("td", {}, h("a", { href: `#/jobs/${enc(job.id)}`, class: "mono", title: job.id, "data-fk": `j:${job.id}` }, shortId(job.id))),
+          h("td", {}, job.task_name),
+          h("td", {}, job.queue_name),
+          h("td", {}, badge(job.status)),
+          h("td", { class: "num" }, job.retry_count),
+          h("td", {}, timeEl(job.created_at)),
+          h("td", { class: "hide-narrow" }, timeEl(job.completed_at)),
+        ),
+      ),
+      empty,
+    );
+  }
+
+  async function jobsView(ctx, root, _id, params) {
+    const filters = {
+      status: params.get("status") || "",
+      queue: params.get("queue") || "",
+      task_name: params.get("task_name") || "",
+    };
+    const cursor = params.get("cursor") || "";
+    const updated = updatedNote();
+    const suggestions = await loadSuggestions(ctx);
+    const listBody = h("div");
+    const pagerSlot = h("div");
+    root.append(
+      pageHead("Jobs", { extra: [updated] }),
+      filterForm(
+        [
+          {
+            name: "status",
+            label: "Status",
+            value: filters.status,
+            options: [["", "Any status"], ...JOB_STATUSES.map((s) => [s, s])],
+          },
+          { name: "queue", label: "Queue", value: filters.queue, list: "queue-names", placeholder: "any queue" },
+          { name: "task_name", label: "Task", value: filters.task_name, list: "task-names", placeholder: "any task" },
+        ],
+        (values) => go(hashFor("jobs", values)),
+        "#/jobs",
+      ),
+      datalist("queue-names", suggestions.queues),
+      datalist("task-names", suggestions.tasks),
+    );
+    if (state.canWrite) root.append(jobBulkActions(ctx, filters));
+    root.append(listBody, pagerSlot);
+    const query = { ...filters, limit: PAGE_SIZE, cursor };
+    await ctx.poll(async () => {
+      const page = await ctx.api("GET", "jobs", { query });
+      renderIfChanged(listBody, page.jobs, () => jobTable(page.jobs, "No jobs match."));
+      renderIfChanged(pagerSlot, [page.has_more, page.next_cursor, page.jobs.length], () =>
+        pager("jobs", filters, cursor, { ...page, items: page.jobs }, "jobs", async () => {
+          const counted = await ctx.api("GET", "jobs", { query: { ...filters, limit: 1, include_total: "true" } });
+          return counted.total;
+        }),
+      );
+      updated.touch();
+    });
+  }
+
+  function jobBulkActions(ctx, filters) {
+    const { input, field } = bulkLimitField("bulk-limit");
+    const limit = () => Math.max(1, Math.min(1000, Number.parseInt(input.value, 10) || DEFAULT_BULK_LIMIT));
+    const bar = h("div", { class: "toolbar", role: "group", "aria-label": "Bulk actions on matching jobs" }, field);
+    const body = (extra) => {
+      const out = { limit: limit() };
+      if (filters.queue) out.queue = filters.queue;
+      if (filters.task_name) out.task_name = filters.task_name;
+      return { ...out, ...extra };
+    };
+    if (!filters.status || ACTIVE_JOB.has(filters.status)) {
+      bar.append(
+        actionButton(
+          "Cancel matching jobs",
+          async () => {
+            const result = await api("POST", "jobs/cancel", { body: body(filters.status ? { status: filters.status } : {}) });
+            return `Cancelled ${result.cancelled} job${result.cancelled === 1 ? "" : "s"}.`;
+          },
+          {
+            cls: "danger-outline",
+            after: () => ctx.refresh(),
+            confirm: {
+              title: "Cancel matching jobs?",
+              text: [
+                `Cancels up to ${limit()} jobs that match: ${describeFilter(filters)}, among those pending, retrying or running.`,
+                "Cancelled jobs do not run again unless retried; running ones stop at their next heartbeat.",
+              ],
+              confirm: "Cancel matching jobs",
+            },
+          },
+        ),
+      );
+    }
+    if (!filters.status || RETRYABLE_JOB.has(filters.status)) {
+      bar.append(
+        actionButton(
+          "Retry matching jobs",
+          async () => {
+            const result = await api("POST", "jobs/retry", { body: body(filters.status ? { status: filters.status } : {}) });
+            const n = result && typeof result.retried === "number" ? result.retried : 0;
+            return `Queued ${n} job${n === 1 ? "" : "s"} to run again.`;
+          },
+          {
+            after: () => ctx.refresh(),
+            confirm: {
+              title: "Retry matching jobs?",
+              text: [`Runs up to ${limit()} failed or cancelled jobs that match ${describeFilter(filters)} again, in place.`],
+              confirm: "Retry matching jobs",
+            },
+          },
+        ),
+      );
+    }
+    return bar;
+  }
+
+  function fact(label, value) {
+    return h("div", {}, h("dt", {}, label), h("dd", {}, value ?? h("span", { class: "muted" }, "—")));
+  }
+
+  function liveIndicator() {
+    const el = h("span", { class: "live", role: "status" }, "Connecting");
+    el.set = (on, text) => {
+      el.classList.toggle("on", on);
+      el.textContent = text;
+    };
+    return el;
+  }
+
+  // Reads an SSE stream with fetch() and calls onEvent(name, data) per event; returns at its end.
+  async function readEvents(ctx, path, onEvent) {
+    const response = await apiFetch(path, { signal: ctx.signal, accept: "text/event-stream" });
+    const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+    let buffer = "";
+    let name = "message";
+    let data = [];
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) return;
+      buffer += value;
+      for (;;) {
+        const match = /\r\n|\r|\n/.exec(buffer);
+        if (!match) break;
+        if (match[0] === "\r" && match.index === buffer.length - 1) break; // maybe "\r\n" split in two
+        const line = buffer.slice(0, match.index);
+        buffer = buffer.slice(match.index + match[0].length);
+        if (line === "") {
+          if (data.length) onEvent(name, data.join("\n"));
+          name = "message";
+          data = [];
+        } else if (!line.startsWith(":")) {
+          const colon = line.indexOf(":");
+          const field = colon < 0 ? line : line.slice(0, colon);
+          let text = colon < 0 ? "" : line.slice(colon + 1);
+          if (text.startsWith(" ")) text = text.slice(1);
+          if (field === "event") name = text;
+          else if (field === "data") data.push(text);
+        }
+      }
+    }
+  }
+
+  // Follows a status stream until its resource is terminal, reconnecting when the server ends it
+  // early (its lifetime, a restart). `live` shows whether the page is following.
+  async function follow(ctx, path, onData, isTerminal, live) {
+    while (ctx.alive) {
+      let finished = false;
+      try {
+        live.set(true, "Live");
+        await readEvents(ctx, path, (name, data) => {
+          if (name !== "status") return;
+          const value = JSON.parse(data);
+          onData(value);
+          if (isTerminal(value)) finished = true;
+        });
+      } catch (error) {
+        if (error instanceof SignedOut || isAbort(error) || !ctx.alive) return;
+        live.set(false, "Disconnected");
+        if (error instanceof ApiError && error.status >= 400 && error.status < 500) {
+          reportError(error);
+          return;
+        }
+      }
+      if (finished) {
+        live.set(false, "Finished: no more updates");
+        return;
+      }
+      if (!ctx.alive) return;
+      live.set(false, "Reconnecting");
+      await ctx.wait(RECONNECT_MS);
+    }
+  }
+
+  async function jobView(ctx, root, id) {
+    const live = liveIndicator();
+    const head = h("div");
+    const facts = h("dl", { class: "facts" });
+    const blocks = h("div");
+    root.append(head, h("section", { "aria-label": "Job facts" }, facts), blocks);
+    let following = false;
+    let current = null;
+
+    const startFollowing = () => {
+      if (following) return;
+      following = true;
+      follow(ctx, `jobs/${enc(id)}/events`, render, (job) => TERMINAL_JOB.has(job.status), live).finally(() => {
+        following = false;
+      });
+    };
+
+    function actions(job) {
+      if (!state.canWrite) return [];
+      const out = [];
+      if (ACTIVE_JOB.has(job.status)) {
+        out.push(
+          actionButton(
+            "Cancel job",
+            async () => {
+              await api("POST", `jobs/${enc(id)}/cancel`);
+              return "Job cancelled.";
+            },
+            {
+              cls: "danger",
+              confirm: {
+                title: "Cancel this job?",
+                text: [
+                  `${job.task_name} on queue ${job.queue_name} (${job.status}) will not run again unless retried.`,
+                  job.status === "running" ? "Its worker is told at its next heartbeat." : "",
+                ].filter(Boolean),
+                confirm: "Cancel job",
+              },
+              after: async () => render(await api("GET", `jobs/${enc(id)}`)),
+            },
+          ),
+        );
+      }
+      if (RETRYABLE_JOB.has(job.status)) {
+        out.push(
+          actionButton(
+            "Retry job",
+            async () => {
+              await api("POST", `jobs/${enc(id)}/retry`);
+              return "Job queued to run again.";
+            },
+            {
+              cls: "primary",
+              after: async () => {
+                render(await api("GET", `jobs/${enc(id)}`));
+                startFollowing();
+              },
+            },
+          ),
+        );
+      }
+      return out;
+    }
+
+    function render(job) {
+      if (!ctx.alive) return;
+      const statusChanged = !current || current.status !== job.status;
+      current = job;
+      const config = job.config || {};
+      if (statusChanged) {
+        head.replaceChildren(
+          pageHead(["Job ", h("span", { class: "mono" }, job.id)], {
+            badges: [badge(job.status)],
+            extra: [live],
+            actions: actions(job),
+          }),
+        );
+      }
+      renderIfChanged(facts, job, () => [
+        fact("Status", badge(job.status)),
+        fact("Task", h("a", { href: hashFor("jobs", { task_name: job.task_name }) }, job.task_name)),
+        fact("Queue", h("a", { href: hashFor("jobs", { queue: job.queue_name }) }, job.queue_name)),
+        fact("Retries", `${job.retry_count}${config.max_retries != null ? ` of ${config.max_retries}` : ""}`),
+        fact("Deliveries", String(job.delivery_count)),
+        fact("Priority", config.priority != null ? String(config.priority) : "0"),
+        fact("Created", timeEl(job.created_at)),
+        fact("Scheduled for", timeEl(job.scheduled_at)),
+        fact("Started", timeEl(job.started_at)),
+        fact("Finished", timeEl(job.completed_at)),
+        job.next_retry_at ? fact("Next retry", timeEl(job.next_retry_at)) : null,
+        job.workflow_id
+          ? fact("Workflow", [
+              h("a", { href: `#/workflows/${enc(job.workflow_id)}`, class: "mono" }, shortId(job.workflow_id)),
+              job.workflow_step_id ? ` step ${job.workflow_step_id}` : "",
+            ])
+          : null,
+        job.idempotency_key ? fact("Idempotency key", h("span", { class: "mono" }, job.idempotency_key)) : null,
+      ]);
+      renderIfChanged(blocks, job, () => [
+        job.error_message
+          ? h("section", { class: "block" }, h("h2", {}, "Error"), h("pre", { class: "text error", tabindex: "0" }, job.error_message))
+          : null,
+        h(
+          "div",
+          { class: "blocks" },
+          h("section", { class: "block" }, h("h2", {}, "Payload"), pretty(job.payload)),
+          h("section", { class: "block" }, h("h2", {}, "Result"), job.result !== undefined && job.result !== null ? pretty(job.result) : h("p", { class: "muted" }, "No result yet.")),
+          h("section", { class: "block" }, h("h2", {}, "Config"), pretty(job.config)),
+          h("section", { class: "block" }, h("h2", {}, "Metadata"), pretty(job.metadata)),
+        ),
+      ]);
+    }
+
+    render(await ctx.api("GET", `jobs/${enc(id)}`));
+    ctx.refresh = async () => render(await ctx.api("GET", `jobs/${enc(id)}`));
+    startFollowing();
+  }
+
+  // --- workflows ------------------------------------------------------------------------------
+
+  function workflowTable(workflows, empty) {
+    return table(
+      [["Workflow"], ["Name"], ["Status"], ["Steps", "num"], ["Created"], ["Finished", "hide-narrow"]],
+      workflows.map((wf) =>
+        h(
+          "tr",
+          { "data-workflow": wf.id },
+          h("td", {}, h("a", { href: `#/workflows/${enc(wf.id)}`, class: "mono", title: wf.id, "data-fk": `w:${wf.id}` }, shortId(wf.id))),
+          h("td", {}, wf.name),
+          h("td", {}, badge(wf.status)),
+          h("td", { class: "num" }, (wf.steps || []).length),
+          h("td", {}, timeEl(wf.created_at)),
+          h("td", { class: "hide-narrow" }, timeEl(wf.completed_at)),
+        ),
+      ),
+      empty,
+    );
+  }
+
+  async function workflowsView(ctx, root, _id, params) {
+    const filters = { status: params.get("status") || "" };
+    const cursor = params.get("cursor") || "";
+    const updated = updatedNote();
+    const listBody = h("div");
+    const pagerSlot = h("div");
+    root.append(
+      pageHead("Workflows", { extra: [updated] }),
+      filterForm(
+        [
+          {
+            name: "status",
+            label: "Status",
+            value: filters.status,
+            options: [["", "Any status"], ...WORKFLOW_STATUSES.map((s) => [s, s.replace(/_/g, " ")])],
+          },
+        ],
+        (values) => go(hashFor("workflows", values)),
+        "#/workflows",
+      ),
+      listBody,
+      pagerSlot,
+    );
+    const query = { ...filters, limit: PAGE_SIZE, cursor };
+    await ctx.poll(async () => {
+      const page = await ctx.api("GET", "workflows", { query });
+      renderIfChanged(listBody, page.workflows, () => workflowTable(page.workflows, "No workflows match."));
+      renderIfChanged(pagerSlot, [page.has_more, page.next_cursor, page.workflows.length], () =>
+        pager("workflows", filters, cursor, { ...page, items: page.workflows }, "workflows", async () => {
+          const counted = await ctx.api("GET", "workflows", { query: { ...filters, limit: 1, include_total: "true" } });
+          return counted.total;
+        }),
+      );
+      updated.touch();
+    });
+  }
+
+  // Layered layout of a DAG, left to right: each step in the column of its longest dependency
+  // chain; an edge that spans columns passes through placeholder points so that it bends around
+  // the steps between; a few sweeps order each column by the average position of its neighbours
+  // to reduce crossings.
+  function layoutDag(steps) {
+    const NODE_W = 184;
+    const NODE_H = 50;
+    const GAP_X = 64;
+    const GAP_Y = 18;
+    const DUMMY_H = 8;
+    const byName = new Map(steps.map((step, index) => [step.name, { step, index }]));
+    const column = new Map();
+    const columnOf = (name, seen = new Set()) => {
+      if (column.has(name)) return column.get(name);
+      if (seen.has(name)) throw new Error(`dependency cycle at ${name}`);
+      seen.add(name);
+      const deps = (byName.get(name).step.depends_on || []).filter((d) => byName.has(d));
+      const value = deps.length ? 1 + Math.max(...deps.map((d) => columnOf(d, seen))) : 0;
+      column.set(name, value);
+      return value;
+    };
+    for (const step of steps) columnOf(step.name);
+
+    const nodes = new Map(); // id -> {id, col, dummy, preds: [], succs: []}
+    const addNode = (id, col, dummy) => {
+      const node = { id, col, dummy, preds: [], succs: [], order: 0 };
+      nodes.set(id, node);
+      return node;
+    };
+    for (const step of steps) addNode(`s:${step.name}`, column.get(step.name), false);
+    const edges = [];
+    let dummies = 0;
+    for (const step of steps) {
+      for (const dep of step.depends_on || []) {
+        if (!byName.has(dep)) continue;
+        const chain = [`s:${dep}`];
+        for (let c = column.get(dep) + 1; c < column.get(step.name); c += 1) {
+          const dummy = addNode(`d:${(dummies += 1)}`, c, true);
+          chain.push(dummy.id);
+        }
+        chain.push(`s:${step.name}`);
+        for (let i = 0; i + 1 < chain.length; i += 1) {
+          nodes.get(chain[i]).succs.push(chain[i + 1]);
+          nodes.get(chain[i + 1]).preds.push(chain[i]);
+        }
+        edges.push({ from: dep, to: step.name, chain });
+      }
+    }
+    const columns = [];
+    for (const node of nodes.values()) (columns[node.col] ||= []).push(node);
+    const renumber = (col) => col.forEach((node, i) => (node.order = i));
+    columns.forEach(renumber);
+    const sweep = (col, neighbours) => {
+      const keyed = col.map((node) => {
+        const around = node[neighbours].map((id) => nodes.get(id).order);
+        return { node, key: around.length ? around.reduce((a, b) => a + b, 0) / around.length : node.order };
+      });
+      keyed.sort((a, b) => a.key - b.key || a.node.order - b.node.order);
+      const sorted = keyed.map((k) => k.node);
+      renumber(sorted);
+      return sorted;
+    };
+    for (let round = 0; round < 6; round += 1) {
+      if (round % 2 === 0) for (let c = 1; c < columns.length; c += 1) columns[c] = sweep(columns[c], "preds");
+      else for (let c = columns.length - 2; c >= 0; c -= 1) columns[c] = sweep(columns[c], "succs");
+    }
+    const heightOf = (col) => col.reduce((sum, n) => sum + (n.dummy ? DUMMY_H : NODE_H), 0) + GAP_Y * (col.length - 1);
+    const height = Math.max(NODE_H, ...columns.map(heightOf));
+    columns.forEach((col, c) => {
+      let y = (height - heightOf(col)) / 2;
+      for (const node of col) {
+        node.x = c * (NODE_W + GAP_X);
+        node.h = node.dummy ? DUMMY_H : NODE_H;
+        node.y = y;
+        y += node.h + GAP_Y;
+      }
+    });
+    // An edge leaves its step on the right, crosses each column it spans straight through its
+    // placeholder, and enters the next step on the left; it bends only between columns.
+    const points = (chain) =>
+      chain.flatMap((id, i) => {
+        const n = nodes.get(id);
+        const cy = n.y + n.h / 2;
+        if (n.dummy) return [[n.x, cy], [n.x + NODE_W, cy]];
+        return [i === 0 ? [n.x + NODE_W, cy] : [n.x, cy]];
+      });
+    return {
+      width: columns.length * (NODE_W + GAP_X) - GAP_X,
+      height,
+      nodeW: NODE_W,
+      nodeH: NODE_H,
+      node: (name) => nodes.get(`s:${name}`),
+      edges: edges.map((e) => ({ ...e, points: points(e.chain) })),
+    };
+  }
+
+  function edgePath(points) {
+    let d = `M${points[0][0]},${points[0][1]}`;
+    for (let i = 1; i < points.length; i += 1) {
+      const [x0, y0] = points[i - 1];
+      const [x1, y1] = points[i];
+      const dx = (x1 - x0) / 2;
+      d += ` C${x0 + dx},${y0} ${x1 - dx},${y1} ${x1},${y1}`;
+    }
+    return d;
+  }
+
+  function clip(text, max) {
+    return text.length > max ? `${text.slice(0, max - 1)}…` : text;
+  }
+
+  function stateLabel(state) {
+    let text = (state.status || "pending").replace(/_/g, " ");
+    if (state.fan_out) text += ` · ${state.fan_out.completed + state.fan_out.failed}/${state.fan_out.total}`;
+    return text;
+  }
+
+  // The workflow's DAG as SVG; returns {element, update(states)} to recolour it live.
+  function workflowGraph(steps) {
+    const layout = layoutDag(steps);
+    const pad = 8;
+    const root = svg("svg", {
+      width: layout.width + pad * 2,
+      height: layout.height + pad * 2,
+      viewBox: `${-pad} ${-pad} ${layout.width + pad * 2} ${layout.height + pad * 2}`,
+      role: "group",
+      "aria-label": `Workflow graph: ${steps.length} step${steps.length === 1 ? "" : "s"}`,
+    });
+    const marker = svg(
+      "marker",
+      { id: "qf-arrow", viewBox: "0 0 10 10", refX: "10", refY: "5", markerWidth: "7", markerHeight: "7", orient: "auto-start-reverse" },
+      svg("path", { d: "M0,0 L10,5 L0,10 z", class: "arrow" }),
+    );
+    root.append(svg("defs", {}, marker));
+    for (const edge of layout.edges) {
+      root.append(
+        svg("path", { class: "edge", d: edgePath(edge.points), "marker-end": "url(#qf-arrow)", "data-edge": `${edge.from}->${edge.to}` }),
+      );
+    }
+    const slots = new Map();
+    for (const step of steps) {
+      const node = layout.node(step.name);
+      const title = svg("title");
+      const name = svg("text", { x: 12, y: 21 }, clip(step.name, 22));
+      const status = svg("text", { x: 12, y: 38, class: "state" }, "pending");
+      const group = svg(
+        "g",
+        { transform: `translate(${node.x},${node.y})` },
+        title,
+        svg("rect", { width: layout.nodeW, height: layout.nodeH, rx: 8, ry: 8 }),
+        svg("rect", { class: "bg", width: layout.nodeW, height: layout.nodeH, rx: 8, ry: 8 }),
+        name,
+        status,
+      );
+      const holder = svg("g", { class: "node st-pending", "data-step": step.name }, group);
+      root.append(holder);
+      slots.set(step.name, { holder, group, title, status, link: null });
+    }
+    const update = (states) => {
+      for (const st of states) {
+        const slot = slots.get(st.name);
+        if (!slot) continue;
+        const target = st.child_workflow_id ? `#/workflows/${enc(st.child_workflow_id)}` : st.job_id ? `#/jobs/${enc(st.job_id)}` : null;
+        const label = stateLabel(st);
+        slot.status.textContent = label;
+        slot.title.textContent = `${st.name}: ${label}${target ? " (open)" : ""}`;
+        // A step with a job (or a child workflow) is a link to it; the others are plain groups.
+        let holder = slot.holder;
+        if (target && holder.tagName !== "a") {
+          holder = svg("a", { href: target, "aria-label": `Step ${st.name}: ${label}` });
+          slot.holder.replaceWith(holder);
+          holder.append(slot.group);
+          slot.holder = holder;
+        } else if (target) {
+          holder.setAttribute("href", target);
+          holder.setAttribute("aria-label", `Step ${st.name}: ${label}`);
+        }
+        holder.setAttribute("class", `node st-${st.status}`);
+        holder.setAttribute("data-step", st.name);
+        holder.setAttribute("data-status", st.status);
+      }
+    };
+    return { element: root, update };
+  }
+
+  function stepsTable(states) {
+    return table(
+      [["Step"], ["Status"], ["Job"], ["Started", "hide-narrow"], ["Finished"], ["Error"]],
+      states.map((st) =>
+        h(
+          "tr",
+          { "data-step": st.name },
+          h("td", {}, st.name),
+          h("td", {}, badge(st.status, stateLabel(st))),
+          h(
+            "td",
+            {},
+            st.job_id ? h("a", { href: `#/jobs/${enc(st.job_id)}`, class: "mono", title: st.job_id, "data-fk": `s:${st.name}` }, shortId(st.job_id)) : null,
+            st.child_workflow_id ? h("a", { href: `#/workflows/${enc(st.child_workflow_id)}` }, "child workflow") : null,
+          ),
+          h("td", { class: "hide-narrow" }, timeEl(st.started_at)),
+          h("td", {}, timeEl(st.completed_at)),
+          h("td", { class: "error-cell" }, st.error || ""),
+        ),
+      ),
+      "This workflow has no steps.",
+    );
+  }
+
+  async function workflowView(ctx, root, id) {
+    const live = liveIndicator();
+    const path = `workflows/${enc(id)}`;
+    const [wf, steps] = await Promise.all([ctx.api("GET", path), ctx.api("GET", `${path}/steps`)]);
+    const head = h("div");
+    const facts = h("dl", { class: "facts" });
+    const errorSlot = h("div");
+    const table_ = h("div");
+    const graphPanel = h("div", { class: "graph-wrap", id: "graph-panel" });
+    const mermaidPanel = h("div", { id: "mermaid-panel", hidden: true });
+    let graph = null;
+    try {
+      graph = workflowGraph(wf.steps || []);
+      graphPanel.append(graph.element);
+    } catch (error) {
+      graphPanel.append(errorPanel(new Error(`The graph could not be drawn (${error.message}); the Mermaid text follows.`)));
+    }
+    const graphTab = h("button", { type: "button", "aria-pressed": "true", "aria-controls": "graph-panel" }, "Graph");
+    const mermaidTab = h("button", { type: "button", "aria-pressed": "false", "aria-controls": "mermaid-panel" }, "Mermaid text");
+    const showTab = async (mermaid) => {
+      graphTab.setAttribute("aria-pressed", String(!mermaid));
+      mermaidTab.setAttribute("aria-pressed", String(mermaid));
+      graphPanel.hidden = mermaid;
+      mermaidPanel.hidden = !mermaid;
+      if (mermaid && !mermaidPanel.childElementCount) {
+        try {
+          const diagram = await ctx.api("GET", `${path}/diagram`);
+          mermaidPanel.append(
+            h("p", { class: "muted" }, `The DAG as ${diagram.format} text (GET /api/v1/workflows/{id}/diagram): paste it into any Mermaid renderer.`),
+            h("pre", { class: "text", tabindex: "0", id: "mermaid-text" }, diagram.diagram),
+          );
+        } catch (error) {
+          reportError(error);
+        }
+      }
+    };
+    graphTab.addEventListener("click", () => showTab(false));
+    mermaidTab.addEventListener("click", () => showTab(true));
+
+    let current = null;
+    const actions = (w) => {
+      if (!state.canWrite) return [];
+      const out = [];
+      const reload = async () => renderWorkflow(await api("GET", path));
+      if (!TERMINAL_WORKFLOW.has(w.status)) {
+        out.push(
+          actionButton(
+            "Cancel workflow",
+            async () => {
+              await api("POST", `${path}/cancel`);
+              return "Workflow cancelled.";
+            },
+            {
+              cls: "danger",
+              after: reload,
+              confirm: {
+                title: `Cancel workflow ${w.name}?`,
+                text: "Every unfinished step is cancelled, running step jobs included (their workers are told at the next heartbeat).",
+                confirm: "Cancel workflow",
+              },
+            },
+          ),
+        );
+      }
+      if (RETRYABLE_WORKFLOW.has(w.status)) {
+        out.push(
+          actionButton(
+            "Retry workflow",
+            async () => {
+              await api("POST", `${path}/retry`);
+              return "Workflow retrying: the steps that did not complete run again.";
+            },
+            {
+              cls: "primary",
+              after: async () => {
+                await reload();
+                startFollowing();
+              },
+            },
+          ),
+        );
+      }
+      return out;
+    };
+
+    function renderWorkflow(w) {
+      if (!ctx.alive) return;
+      if (!current || current.status !== w.status) {
+        head.replaceChildren(
+          pageHead(["Workflow ", w.name], { badges: [badge(w.status)], extra: [live], actions: actions(w) }),
+          h("p", { class: "subtitle mono" }, w.id),
+        );
+      }
+      current = w;
+      renderIfChanged(facts, w, () => [
+        fact("Status", badge(w.status)),
+        fact("Steps", String((w.steps || []).length)),
+        fact("Created", timeEl(w.created_at)),
+        fact("Started", timeEl(w.started_at)),
+        fact("Finished", timeEl(w.completed_at)),
+        fact("Retries", String(w.retry_count ?? 0)),
+        w.deadline_at ? fact("Deadline", timeEl(w.deadline_at)) : null,
+        w.parent_workflow_id
+          ? fact("Parent workflow", [h("a", { href: `#/workflows/${enc(w.parent_workflow_id)}`, class: "mono" }, shortId(w.parent_workflow_id)), w.parent_step_name ? ` step ${w.parent_step_name}` : ""])
+          : null,
+      ]);
+      renderIfChanged(errorSlot, w.error_message || "", () =>
+        w.error_message ? [h("h2", {}, "Error"), h("pre", { class: "text error", tabindex: "0" }, w.error_message)] : [],
+      );
+    }
+
+    function renderSteps(states) {
+      if (!ctx.alive) return;
+      graph?.update(states);
+      renderIfChanged(table_, states, () => stepsTable(states));
+    }
+
+    const contextSlot = h("div");
+    root.append(
+      head,
+      h("section", { "aria-label": "Workflow facts" }, facts),
+      errorSlot,
+      h("h2", { id: "graph-h" }, "Steps"),
+      h("div", { class: "tabs", role: "group", "aria-labelledby": "graph-h" }, graphTab, mermaidTab),
+      graphPanel,
+      mermaidPanel,
+      h("div", { class: "legend" }, ["pending", "running", "completed", "failed", "skipped", "cancelled"].map((s) => h("span", {}, h("span", { class: `swatch st-${s}` }), s))),
+      table_,
+      contextSlot,
+    );
+    renderWorkflow(wf);
+    renderSteps(steps.steps);
+    contextSlot.append(
+      h(
+        "div",
+        { class: "blocks" },
+        h("section", { class: "block" }, h("h2", {}, "Context"), pretty(wf.context)),
+        h("section", { class: "block" }, h("h2", {}, "Metadata"), pretty(wf.metadata)),
+      ),
+    );
+    if (!graph) await showTab(true);
+
+    let following = false;
+    const startFollowing = () => {
+      if (following) return;
+      following = true;
+      follow(
+        ctx,
+        `${path}/events`,
+        async (event) => {
+          renderSteps(event.steps);
+          if (!current || current.status !== event.status || (current.error_message || "") !== (event.error_message || "")) {
+            try {
+              renderWorkflow(await api("GET", path, { signal: ctx.signal }));
+            } catch (error) {
+              reportError(error);
+            }
+          }
+        },
+        (event) => TERMINAL_WORKFLOW.has(event.status),
+        live,
+      ).finally(() => {
+        following = false;
+      });
+    };
+    ctx.refresh = async () => {
+      const [w, s] = await Promise.all([ctx.api("GET", path), ctx.api("GET", `${path}/steps`)]);
+      renderWorkflow(w);
+      renderSteps(s.steps);
+    };
+    startFollowing();
+  }
+
+  // --- dead letters ---------------------------------------------------------------------------
+
+  async function replayOne(entryId) {
+    const result = await api("POST", `dlq/${enc(entryId)}/replay`);
+    return result.job_id;
+  }
+
+  async function deadLettersView(ctx, root, _id, params) {
+    const filters = {
+      queue: params.get("queue") || "",
+      task_name: params.get("task_name") || "",
+      replayed: params.get("replayed") || "",
+    };
+    const cursor = params.get("cursor") || "";
+    const updated = updatedNote();
+    const suggestions = await loadSuggestions(ctx);
+    const listBody = h("div");
+    const pagerSlot = h("div");
+    root.append(
+      pageHead("Dead letters", { extra: [updated] }),
+      h("p", { class: "subtitle" }, "Jobs that failed for good. Replaying one enqueues a fresh copy of it (a new job); each dead letter replays once."),
+      filterForm(
+        [
+          { name: "queue", label: "Queue", value: filters.queue, list: "queue-names", placeholder: "any queue" },
+          { name: "task_name", label: "Task", value: filters.task_name, list: "task-names", placeholder: "any task" },
+          {
+            name: "replayed",
+            label: "Replayed",
+            value: filters.replayed,
+            options: [
+              ["", "Any"],
+              ["false", "Not replayed"],
+              ["true", "Replayed"],
+            ],
+          },
+        ],
+        (values) => go(hashFor("dlq", values)),
+        "#/dlq",
+      ),
+      datalist("queue-names", suggestions.queues),
+      datalist("task-names", suggestions.tasks),
+    );
+    if (state.canWrite) {
+      const { input, field } = bulkLimitField("replay-limit");
+      const limit = () => Math.max(1, Math.min(1000, Number.parseInt(input.value, 10) || DEFAULT_BULK_LIMIT));
+      const scope = describeFilter({ queue: filters.queue, task_name: filters.task_name }).replace("every job", "every dead letter");
+      root.append(
+        h(
+          "div",
+          { class: "toolbar", role: "group", "aria-label": "Bulk replay" },
+          field,
+          actionButton(
+            "Replay matching dead letters",
+            async () => {
+              const body = { limit: limit() };
+              if (filters.queue) body.queue = filters.queue;
+              if (filters.task_name) body.task_name = filters.task_name;
+              const result = await api("POST", "dlq/replay", { body });
+              const failed = result.results.filter((r) => r.error).length;
+              return `Replayed ${result.replayed} dead letter${result.replayed === 1 ? "" : "s"}${failed ? `; ${failed} could not be replayed` : ""}.`;
+            },
+            {
+              after: () => ctx.refresh(),
+              confirm: {
+                title: "Replay matching dead letters?",
+                text: [`Enqueues a new job for each of up to ${limit()} dead letters not replayed yet that match: ${scope}.`],
+                confirm: "Replay matching dead letters",
+              },
+            },
+          ),
+        ),
+      );
+    }
+    root.append(listBody, pagerSlot);
+    const query = { ...filters, limit: PAGE_SIZE, cursor };
+    await ctx.poll(async () => {
+      const page = await ctx.api("GET", "dlq", { query });
+      renderIfChanged(listBody, page.dead_letters, () =>
+        table(
+          [["Entry"], ["Task"], ["Queue"], ["Reason", "hide-narrow"], ["Error"], ["Died"], ["Replay"]],
+          page.dead_letters.map((dl) =>
+            h(
+              "tr",
+              { "data-dead-letter": dl.id },
+              h("td", {}, h("a", { href: `#/dlq/${dl.id}`, class: "mono", "data-fk": `d:${dl.id}` }, `#${dl.id}`)),
+              h("td", {}, dl.task_name || "—"),
+              h("td", {}, dl.queue_name || "—"),
+              h("td", { class: "hide-narrow" }, dl.reason),
+              h("td", { class: "error-cell" }, clip(dl.error_message || "", 160)),
+              h("td", {}, timeEl(dl.created_at)),
+              h(
+                "td",
+                {},
+                dl.replayed_at
+                  ? [h("a", { href: `#/jobs/${enc(dl.replay_job_id)}`, class: "mono" }, `job ${shortId(dl.replay_job_id)}`), " ", timeEl(dl.replayed_at)]
+                  : state.canWrite
+                    ? actionButton("Replay", async () => `Replayed as job ${shortId(await replayOne(dl.id))}.`, {
+                        cls: "small",
+                        srLabel: `dead letter ${dl.id}`,
+                        after: () => ctx.refresh(),
+                      })
+                    : h("span", { class: "muted" }, "not replayed"),
+              ),
+            ),
+          ),
+          "No dead letters match.",
+        ),
+      );
+      renderIfChanged(pagerSlot, [page.has_more, page.next_cursor, page.dead_letters.length], () =>
+        pager("dlq", filters, cursor, { ...page, items: page.dead_letters }, "dead letters", async () => {
+          const counted = await ctx.api("GET", "dlq", { query: { ...filters, limit: 1, include_total: "true" } });
+          return counted.total;
+        }),
+      );
+      updated.touch();
+    });
+  }
+
+  async function deadLetterView(ctx, root, id) {
+    const slot = h("div");
+    root.append(slot);
+    const render = async () => {
+      const dl = await ctx.api("GET", `dlq/${enc(id)}`);
+      let job = null;
+      try {
+        job = await ctx.api("GET", `jobs/${enc(dl.job_id)}`);
+      } catch (error) {
+        if (!(error instanceof ApiError && error.status === 404)) throw error;
+      }
+      const actions = [];
+      if (state.canWrite && !dl.replayed_at) {
+        actions.push(
+          actionButton("Replay dead letter", async () => `Replayed as job ${shortId(await replayOne(dl.id))}.`, {
+            cls: "primary",
+            after: render,
+          }),
+        );
+      }
+      slot.replaceChildren(
+        pageHead(`Dead letter #${dl.id}`, { badges: [dl.replayed_at ? badge("completed", "replayed") : badge("failed", "dead")], actions }),
+        h(
+          "dl",
+          { class: "facts" },
+          fact("Job", h("a", { href: `#/jobs/${enc(dl.job_id)}`, class: "mono" }, dl.job_id)),
+          fact("Task", dl.task_name),
+          fact("Queue", dl.queue_name),
+          fact("Reason", dl.reason),
+          fact("Died", timeEl(dl.created_at)),
+          fact("Replayed", timeEl(dl.replayed_at)),
+          dl.replay_job_id ? fact("Replayed as", h("a", { href: `#/jobs/${enc(dl.replay_job_id)}`, class: "mono" }, dl.replay_job_id)) : null,
+          job ? fact("Retries used", String(job.retry_count)) : null,
+        ),
+        h("h2", {}, "Error"),
+        h("pre", { class: "text error", tabindex: "0" }, dl.error_message || "(no message)"),
+        job
+          ? h("div", { class: "blocks" }, h("section", { class: "block" }, h("h2", {}, "Payload"), pretty(job.payload)), h("section", { class: "block" }, h("h2", {}, "Config"), pretty(job.config)))
+          : h("p", { class: "muted" }, "The original job is gone (retention); it can no longer be replayed."),
+      );
+    };
+    ctx.refresh = render;
+    await render();
+  }
+
+  // --- cron -----------------------------------------------------------------------------------
+
+  async function cronView(ctx, root) {
+    const updated = updatedNote();
+    const body = h("div");
+    const more = h("div");
+    root.append(
+      pageHead("Cron schedules", { extra: [updated] }),
+      h("p", { class: "subtitle" }, "Each schedule enqueues a job at every occurrence of its expression (UTC). A paused schedule skips the occurrences it misses."),
+    );
+    if (state.canWrite) root.append(cronCreateForm(ctx));
+    root.append(body, more);
+    let pages = 1;
+    const load = async () => {
+      const crons = [];
+      let cursor = "";
+      let page;
+      for (let i = 0; i < pages; i += 1) {
+        page = await ctx.api("GET", "cron", { query: { limit: 100, cursor } });
+        crons.push(...page.crons);
+        if (!page.has_more) break;
+        cursor = page.next_cursor;
+      }
+      renderIfChanged(body, crons, () => cronTable(ctx, crons));
+      renderIfChanged(more, [page.has_more], () =>
+        page.has_more
+          ? h("div", { class: "pager" }, h("button", { type: "button", onclick: () => { pages += 1; ctx.refresh(); } }, "Show more schedules"))
+          : null,
+      );
+      updated.touch();
+    };
+    await ctx.poll(load, REFRESH_MS);
+  }
+
+  function cronTable(ctx, crons) {
+    return table(
+      [["Name"], ["Expression"], ["Task"], ["Queue", "hide-narrow"], ["State"], ["Next firing"], ["Last enqueued", "hide-narrow"], state.canWrite ? ["Actions"] : null].filter(Boolean),
+      crons.map((c) =>
+        h(
+          "tr",
+          { "data-cron": c.name },
+          h("td", {}, c.name),
+          h("td", {}, h("code", {}, c.cron_expr)),
+          h("td", {}, h("a", { href: hashFor("jobs", { task_name: c.task_name }) }, c.task_name)),
+          h("td", { class: "hide-narrow" }, c.queue_name || h("span", { class: "muted" }, "default")),
+          h("td", {}, c.enabled ? badge("active") : badge("paused")),
+          h("td", {}, c.enabled ? timeEl(c.next_run_at) : h("span", { class: "muted", title: `Would be ${absTime(c.next_run_at)}` }, "paused")),
+          h("td", { class: "hide-narrow" }, timeEl(c.last_enqueued_at)),
+          state.canWrite
+            ? h(
+                "td",
+                { class: "actions" },
+                c.enabled
+                  ? actionButton(
+                      "Pause schedule",
+                      async () => {
+                        await api("POST", `cron/${enc(c.id)}/pause`);
+                        return `Schedule ${c.name} paused.`;
+                      },
+                      { cls: "small", srLabel: c.name, after: () => ctx.refresh() },
+                    )
+                  : actionButton(
+                      "Resume schedule",
+                      async () => {
+                        await api("POST", `cron/${enc(c.id)}/resume`);
+                        return `Schedule ${c.name} resumed.`;
+                      },
+                      { cls: "small", srLabel: c.name, after: () => ctx.refresh() },
+                    ),
+                actionButton(
+                  "Delete schedule",
+                  async () => {
+                    await api("DELETE", `cron/${enc(c.id)}`);
+                    return `Schedule ${c.name} deleted.`;
+                  },
+                  {
+                    cls: "small danger-outline",
+                    srLabel: c.name,
+                    after: () => ctx.refresh(),
+                    confirm: {
+                      title: `Delete schedule ${c.name}?`,
+                      text: "It stops firing for good. Jobs it already enqueued are not touched.",
+                      confirm: "Delete schedule",
+                    },
+                  },
+                ),
+              )
+            : null,
+        ),
+      ),
+      "No cron schedules yet.",
+    );
+  }
+
+  function cronCreateForm(ctx) {
+    const field = (name, label, attrs = {}) => {
+      const id = `cron-${name}`;
+      return h("div", { class: `field ${attrs.wide ? "wide" : ""}` }, h("label", { for: id }, label), attrs.textarea ? h("textarea", { id, name, spellcheck: "false", placeholder: attrs.placeholder }) : h("input", { id, name, required: attrs.required, spellcheck: "false", autocomplete: "off", placeholder: attrs.placeholder, list: attrs.list }));
+    };
+    const message = h("p", { role: "alert", class: "muted" });
+    const form = h(
+      "form",
+      {},
+      h(
+        "div",
+        { class: "form-grid" },
+        field("name", "Name", { required: true, placeholder: "nightly-report" }),
+        field("cron_expr", "Cron expression", { required: true, placeholder: "0 3 * * *" }),
+        field("task_name", "Task", { required: true, placeholder: "echo", list: "cron-task-names" }),
+        field("queue", "Queue (optional)", { placeholder: "default" }),
+        field("payload", "Payload (JSON object, optional)", { textarea: true, wide: true, placeholder: '{"report": "daily"}' }),
+      ),
+      h("div", { class: "toolbar" }, h("button", { type: "submit", class: "primary" }, "Create schedule")),
+      message,
+    );
+    ctx.api("GET", "tasks").then(
+      (t) => form.append(datalist("cron-task-names", t.tasks)),
+      () => {},
+    );
+    form.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      message.textContent = "";
+      const value = (name) => form.elements[name].value.trim();
+      const body = { name: value("name"), cron_expr: value("cron_expr"), task_name: value("task_name") };
+      if (value("queue")) body.queue = value("queue");
+      if (value("payload")) {
+        try {
+          body.payload = JSON.parse(value("payload"));
+        } catch (error) {
+          message.textContent = `The payload is not valid JSON: ${error.message}`;
+          return;
+        }
+      }
+      const button = form.querySelector("button[type=submit]");
+      button.disabled = true;
+      try {
+        await api("POST", "cron", { body });
+        toast(`Schedule ${body.name} created.`);
+        form.reset();
+        await ctx.refresh();
+      } catch (error) {
+        if (!(error instanceof SignedOut)) message.textContent = error.message;
+      } finally {
+        button.disabled = false;
+      }
+    });
+    return h("details", { class: "create panel" }, h("summary", {}, "New schedule"), form);
+  }
+
+  // --- tasks ----------------------------------------------------------------------------------
+
+  async function tasksView(ctx, root) {
+    const updated = updatedNote();
+    const body = h("div");
+    root.append(
+      pageHead("Tasks", { extra: [updated] }),
+      h("p", { class: "subtitle" }, "Tasks that this server's in-process workers handle now. Remote workers' tasks are not listed: they lease jobs by queue."),
+      body,
+    );
+    await ctx.poll(async () => {
+      const { tasks } = await ctx.api("GET", "tasks");
+      renderIfChanged(body, tasks, () =>
+        table(
+          [["Task"], ["Jobs"]],
+          tasks.map((task) =>
+            h(
+              "tr",
+              { "data-task": task },
+              h("td", {}, h("code", {}, task)),
+              h(
+                "td",
+                {},
+                h("a", { href: hashFor("jobs", { task_name: task }), "data-fk": `t:${task}` }, "All jobs"),
+                " · ",
+                h("a", { href: hashFor("jobs", { task_name: task, status: "failed" }) }, "Failed"),
+                " · ",
+                h("a", { href: hashFor("dlq", { task_name: task }) }, "Dead letters"),
+              ),
+            ),
+          ),
+          "No in-process worker is running.",
+        ),
+      );
+      updated.touch();
+    }, SLOW_REFRESH_MS);
+  }
+
+  // --- keyboard -------------------------------------------------------------------------------
+
+  const GO_KEYS = { o: "#/", q: "#/queues", j: "#/jobs", w: "#/workflows", d: "#/dlq", c: "#/cron", t: "#/tasks" };
+
+  function setUpKeyboard() {
+    let pendingG = 0;
+    document.addEventListener("keydown", (event) => {
+      if (event.ctrlKey || event.metaKey || event.altKey || !state.token) return;
+      const target = event.target;
+      if (target.closest && target.closest("input, textarea, select, [contenteditable]")) return;
+      if (document.querySelector("dialog[open]")) return; // a dialog has the keyboard
+      if (pendingG && Date.now() - pendingG < 1500 && GO_KEYS[event.key]) {
+        event.preventDefault();
+        pendingG = 0;
+        go(GO_KEYS[event.key]);
+        return;
+      }
+      pendingG = 0;
+      if (event.key === "g") pendingG = Date.now();
+      else if (event.key === "/") {
+        const first = document.querySelector("[data-filter-first]");
+        if (first) {
+          event.preventDefault();
+          first.focus();
+        }
+      } else if (event.key === "r") state.view?.refresh?.();
+      else if (event.key === "?") $("shortcuts").showModal();
+    });
+  }
+
+  // --- start ----------------------------------------------------------------------------------
+
+  async function start() {
+    setUpSignIn();
+    setUpKeyboard();
+    $("skip-link").addEventListener("click", () => $("main").focus());
+    window.addEventListener("hashchange", route);
+    document.addEventListener("visibilitychange", () => {
+      if (!document.hidden) state.view?.refresh?.();
+    });
+    setInterval(refreshTimes, 10000);
+    const token = sessionStorage.getItem(TOKEN_KEY);
+    if (!token) {
+      signOut("");
+      return;
+    }
+    try {
+      await signIn(token);
+    } catch (error) {
+      if (error instanceof SignedOut) return;
+      signOut("");
+      $("signin-message").textContent = `Could not reach the server: ${error.message}`;
+      state.token = null;
+    }
+  }
+
+  start();
+})();
