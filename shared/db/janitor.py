@@ -11,6 +11,7 @@ from msgspec import Struct
 
 from shared.db.pool import Executor, Pool
 from shared.db.queries import Q
+from shared.db.workflows import OUTBOX_ATTEMPTS
 from shared.domain.jobs import JobStatus
 
 RETENTION_ROUND = 5000
@@ -60,16 +61,22 @@ async def seconds_until_next_due(db: Executor) -> float | None:
 
 async def prune(pool: Pool, older_than_hours: float) -> int:
     """Delete terminal history older than the window, in bounded rounds: dead letters, then jobs
-    (never one a remaining dead letter points to), then workflows. One janitor at a time: a round
-    that cannot take the advisory lock ends the pruning."""
+    (never one a remaining dead letter points to), then workflows, then outbox rows the advancer
+    set aside. One janitor at a time: a round that cannot take the advisory lock ends the pruning."""
     deleted = 0
     cutoff = await now(pool) - timedelta(hours=older_than_hours)
-    for query in (Q.prune_dead_letters, Q.prune_jobs, Q.prune_workflows):
+    rounds = [
+        (Q.prune_dead_letters, ()),
+        (Q.prune_jobs, ()),
+        (Q.prune_workflows, ()),
+        (Q.prune_abandoned_outbox, (OUTBOX_ATTEMPTS,)),
+    ]
+    for query, extra in rounds:
         while True:
             async with pool.acquire() as conn, conn.transaction():
                 if not await conn.fetchval(Q.retention_lock):
                     return deleted  # another janitor is pruning
-                status = await conn.execute(query, cutoff, RETENTION_ROUND)
+                status = await conn.execute(query, cutoff, RETENTION_ROUND, *extra)
             n = int(status.split()[-1])
             deleted += n
             if n < RETENTION_ROUND:

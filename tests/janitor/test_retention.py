@@ -7,6 +7,7 @@ import asyncio
 import uuid
 
 from shared.db.janitor import RETENTION_ROUND
+from shared.db.workflows import OUTBOX_ATTEMPTS
 from tests.support.api import janitor_of
 from tests.support.waiting import eventually
 
@@ -153,3 +154,23 @@ async def test_concurrent_janitors_prune_each_row_once_and_never_fail(api, db):
     # Losers of the advisory lock stop at once; the holder always carries on to the end.
     assert sum(results) == n
     assert await job_ids(db) == set()
+
+
+async def test_retention_removes_old_outbox_rows_the_advancer_set_aside_and_keeps_the_rest(api, db):
+    async def outbox_row(attempts: int, age: str) -> int:
+        return await db.fetchval(
+            "INSERT INTO queueflow.workflow_outbox (workflow_id, kind, attempts, last_error, created_at) "
+            f"VALUES ('wf', 'heal', $1, 'boom', now() - interval '{age}') RETURNING id",
+            attempts,
+        )
+
+    old_abandoned = await outbox_row(OUTBOX_ATTEMPTS, "3 days")
+    recent_abandoned = await outbox_row(OUTBOX_ATTEMPTS, "1 minute")
+    old_pending = await outbox_row(1, "3 days")  # still to be applied: never retention's
+    client = await api()
+
+    assert await janitor_of(client).prune(24.0) == 1
+
+    left = {r["id"] for r in await db.fetch("SELECT id FROM queueflow.workflow_outbox")}
+    assert left == {recent_abandoned, old_pending}
+    assert old_abandoned not in left

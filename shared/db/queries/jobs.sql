@@ -276,6 +276,12 @@ DELETE FROM queueflow.workflows WHERE id IN (
     WHERE status IN ('completed', 'failed', 'partially_failed', 'cancelled') AND completed_at < $1
     LIMIT $2);
 
+-- name: prune_abandoned_outbox
+-- Outbox rows the advancer set aside after OUTBOX_ATTEMPTS failures ($3): their workflow was failed
+-- at the time, and the row stayed for diagnosis (last_error); retention removes the old ones.
+DELETE FROM queueflow.workflow_outbox WHERE id IN (
+    SELECT id FROM queueflow.workflow_outbox WHERE attempts >= $3 AND created_at < $1 LIMIT $2);
+
 -- name: register_tasks
 INSERT INTO queueflow.worker_tasks (process_id, task_name, queue_name, heartbeat_at)
 SELECT $1, t, q, now() FROM unnest($2::text[]) AS t, unnest($3::text[]) AS q
