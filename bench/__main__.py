@@ -45,6 +45,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--remote-loops", type=int, default=8, help="W1a: concurrent remote worker loops")
     p.add_argument("--remote-batch", type=int, default=50, help="W1a: max_jobs per lease (1..100)")
     p.add_argument(
+        "--remote-processes",
+        type=int,
+        default=0,
+        help="W1a: run the loops in N client processes, --remote-loops in each (default 0: in the harness)",
+    )
+    p.add_argument("--latency-loops", type=int, default=4, help="W2: remote loops parked in long-poll")
+    p.add_argument("--latency-max-jobs", type=int, default=1, help="W2: max_jobs of their lease calls")
+    p.add_argument(
         "--markdown",
         action="store_true",
         help="print the results in --out as a Markdown table and exit (runs nothing)",
@@ -135,6 +143,9 @@ def main(argv: list[str] | None = None) -> int:
             drain_workers=tuple(int(x) for x in args.drain_workers.split(",") if x.strip()),
             remote_loops=args.remote_loops,
             remote_batch=args.remote_batch,
+            remote_processes=args.remote_processes,
+            latency_loops=args.latency_loops,
+            latency_max_jobs=args.latency_max_jobs,
         )
         pg_settings = asyncio.run(_pg_settings(cluster))
         results = asyncio.run(run_all(ctx, [SCENARIOS[s] for s in args.selected], args.runs))

@@ -44,15 +44,18 @@ _CHILDREN: list[subprocess.Popen[bytes]] = []
 # --- child processes -------------------------------------------------------------------------------
 
 
-def spawn(argv: Sequence[str], log_path: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    """Start `argv` in its own session with output to `log_path`; it is stopped at exit for sure."""
+def spawn(
+    argv: Sequence[str], log_path: Path, env: dict[str, str] | None = None, pipes: bool = False
+) -> subprocess.Popen[bytes]:
+    """Start `argv` in its own session with output to `log_path`; it is stopped at exit for sure.
+    With `pipes`, its stdin and stdout are pipes to the caller (stderr still goes to the log)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
             list(argv),
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
+            stdin=subprocess.PIPE if pipes else subprocess.DEVNULL,
+            stdout=subprocess.PIPE if pipes else log,
+            stderr=log if pipes else subprocess.STDOUT,
             cwd=REPO,
             env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
             start_new_session=True,
@@ -353,10 +356,12 @@ def machine_busy_seconds() -> float:
 class CpuMeter:
     """CPU used over a window by the harness (client), the given server processes, this cluster's
     PostgreSQL, and everything else on the machine ("other": other sessions' tests and servers
-    share these cores too). `percent()` gives % of one core; the machine has os.cpu_count()."""
+    share these cores too). `percent()` gives % of one core; the machine has os.cpu_count().
+    `client_pids`: client processes the harness started (remote workers); they count as client."""
 
     server_pids: Sequence[int]
     postmaster: int | None
+    client_pids: Sequence[int] = ()
 
     def __post_init__(self) -> None:
         self._start = self._sample()
@@ -364,7 +369,7 @@ class CpuMeter:
     def _sample(self) -> tuple[float, ...]:
         return (
             time.monotonic(),
-            time.process_time(),
+            time.process_time() + sum(cpu_seconds(p) for p in self.client_pids),
             sum(cpu_seconds(p) for p in self.server_pids),
             cluster_cpu_seconds(self.postmaster),
             machine_busy_seconds(),
