@@ -409,10 +409,17 @@ def system_info(record: list[dict[str, Any]], qf_workers: int) -> dict[str, Any]
                         + "; ".join(f"{n} loops parked, max_jobs {m}" for n, m in LATENCY_SHAPES.values())
                         + " (W2, 5 ms phase, client clock)",
                     },
+                    "clocks": {
+                        "drain": "db",
+                        "remote_drain": "db",
+                        "enqueue": "process (client)",
+                        "latency": "process (client)",
+                    },
                 }
                 continue
             for result in got["raw"].values():
                 info[system] = {k: result.get(k) for k in ("version", "runtime", "config")}
+                info[system]["clocks"] = {step: r.get("clock") for step, r in got["raw"].items()}
                 break
     return info
 
@@ -540,7 +547,10 @@ def main(argv: list[str] | None = None) -> int:
     for r in summary_rows:
         print(f"- {r['name']}: {r['description']}")
     for system, v in meta["versions"].items():
-        print(f"- {system} {v.get('version')} ({v.get('runtime')}): {json.dumps(v.get('config'))}")
+        clocks = ", ".join(f"{k} {c}" for k, c in v.get("clocks", {}).items())
+        print(
+            f"- {system} {v.get('version')} ({v.get('runtime')}; clocks: {clocks}): {json.dumps(v.get('config'))}"
+        )
     failures = [
         (entry["run"], system, step, err)
         for entry in record
