@@ -14,6 +14,7 @@
 // The drain rate therefore uses this process's clock: from the first handler start to the moment
 // a poll (every 5 ms) finds the jobs table empty, i.e. every completion committed.
 
+import { EventEmitter } from "node:events";
 import { Logger, makeWorkerUtils, run } from "graphile-worker";
 import {
   deferred,
@@ -47,17 +48,19 @@ function specs(from, count, payload = () => ({})) {
 }
 
 async function startWorker(dsn, handler) {
+  // Our own emitter, so the listen event cannot fire before we subscribe (docs: "WorkerEvents").
+  const events = new EventEmitter();
   const listening = deferred();
+  events.on("pool:listen:success", () => listening.resolve());
   const runner = await run({
     connectionString: dsn,
     taskList: { [TASK]: handler },
     logger,
+    events,
     noHandleSignals: true,
     preset: { worker: CONFIG },
   });
-  runner.events.on("pool:listen:success", () => listening.resolve());
-  // The pool may have connected before the listener above was attached; give it a moment either way.
-  await Promise.race([listening.promise, sleep(2000)]);
+  await withTimeout(listening.promise, 30_000, "graphile-worker did not start listening within 30 s");
   return runner;
 }
 
