@@ -1,6 +1,7 @@
-"""The API service's app factory: the route table behind the auth guards, /openapi.json, the
-console (/ui/) and Swagger UI (/docs), and the base app's database and probes. `setup(app)` adds the API to any base app (serve --mode all uses
-it); `create_app(settings)` is the API on its own."""
+"""The API service's app factory: the route table behind the auth guards, /openapi.json and
+/openapi.yaml, the console (/ui/) and Swagger UI (/docs), and the base app's database and probes.
+`setup(app)` adds the API to any base app (serve --mode all uses it); `create_app(settings)` is the
+API on its own."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from aiohttp import web
 
 from services.api.console import add_console_routes
 from services.api.context import AUTH, guard
-from services.api.openapi import openapi_handler
+from services.api.openapi import openapi_handler, openapi_yaml_handler
 from services.api.routes import ROUTES
 from shared.config import Settings
 from shared.runtime.app import base_app
@@ -21,6 +22,7 @@ def setup(app: web.Application) -> None:
     for route in ROUTES:
         app.router.add_route(route.method, route.path, guard(route.handler, route.auth))
     app.router.add_get("/openapi.json", openapi_handler)
+    app.router.add_get("/openapi.yaml", openapi_yaml_handler)
     add_console_routes(app)
 
 

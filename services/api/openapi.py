@@ -1,4 +1,6 @@
-"""/openapi.json, generated from the route table and the msgspec wire types."""
+"""/openapi.json and /openapi.yaml: one document, generated from the route table and the msgspec
+wire types, built once per process. Its `servers` entry is relative ("/"), so a client or Swagger UI
+calls the host it loaded the document from."""
 
 from __future__ import annotations
 
@@ -98,7 +100,7 @@ def build_spec() -> dict[str, Any]:
             "version": shared.__version__,
             "description": "PostgreSQL-native job queue and workflow engine (Python server).",
         },
-        "servers": [{"url": "http://localhost:8000"}],
+        "servers": [{"url": "/"}],
         "paths": paths,
         "components": {
             "schemas": components,
@@ -109,5 +111,15 @@ def build_spec() -> dict[str, Any]:
     }
 
 
+@cache
+def spec_yaml() -> bytes:
+    """The same document as YAML (msgspec's encoder, on PyYAML)."""
+    return msgspec.yaml.encode(build_spec())
+
+
 async def openapi_handler(request: web.Request) -> web.Response:
     return web.json_response(build_spec())
+
+
+async def openapi_yaml_handler(request: web.Request) -> web.Response:
+    return web.Response(body=spec_yaml(), content_type="application/yaml", charset="utf-8")

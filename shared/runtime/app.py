@@ -22,16 +22,27 @@ from shared.db.database import Database
 from shared.runtime import ops
 from shared.runtime.keys import DATABASE, LIFECYCLE, PROBED, SETTINGS, Lifecycle
 from shared.web import protocol
+from shared.web.cors import Cors
 from shared.web.errors import error_middleware
 
 log = structlog.get_logger("queueflow.runtime")
 
 
 def base_app(settings: Settings, *, metrics_route: bool = True) -> web.Application:
-    """An app with the settings, the database as its first cleanup context, the error middleware
-    and the probes (/health, /ready, and /metrics unless `metrics_route` is false)."""
+    """An app with the settings, the database as its first cleanup context, the error middleware,
+    CORS (shared/web/cors.py) and the probes (/health, /ready, and /metrics unless `metrics_route`
+    is false).
+
+    CORS answers preflights inside the error middleware (so a refused one gets the contract's 403
+    body, and every preflight is logged and counted like any request); the headers of actual
+    answers are added when each answer is prepared, which covers the error middleware's answers
+    and the streams handlers prepare themselves."""
     protocol.install()
-    app = web.Application(middlewares=[error_middleware], client_max_size=settings.max_body_bytes)
+    cors = Cors.from_settings(settings)
+    app = web.Application(
+        middlewares=[error_middleware, cors.middleware], client_max_size=settings.max_body_bytes
+    )
+    app.on_response_prepare.append(cors.on_response_prepare)
     app[SETTINGS] = settings
     app[LIFECYCLE] = Lifecycle()
     app.cleanup_ctx.append(_database)

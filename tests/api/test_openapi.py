@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import queueflow
+import yaml
 
 import shared
 from services.api.routes import PUBLIC_DOCS, ROUTES
@@ -25,10 +26,11 @@ METHODS = {"get", "post", "put", "patch", "delete"}
 EXPECTED_MISSING_FROM_OLD_SPEC: set[tuple[str, str]] = set()
 # Routes the 0.5 client calls that this server does not serve (same rule).
 EXPECTED_MISSING_FROM_CLIENT: set[tuple[str, str]] = set()
-# Served but deliberately undocumented: the document itself.
-# Served but not API operations: the document itself, and the console's and Swagger UI's pages.
+# Served but not API operations: the document itself (JSON and YAML), and the console's and
+# Swagger UI's pages.
 UNDOCUMENTED = {
     ("GET", "/openapi.json"),
+    ("GET", "/openapi.yaml"),
     *(("GET", page) for page in ("/ui", "/ui/", "/ui/{path}", "/docs", "/docs/", "/docs/{path}")),
 }
 
@@ -63,6 +65,23 @@ async def test_openapi_is_public_3x_and_versioned_like_the_server(api):
     assert body["openapi"].startswith("3.")
     assert body["info"]["version"] == shared.__version__
     assert body["info"]["title"]
+
+
+async def test_openapi_yaml_is_public_and_exactly_the_json_document(api):
+    client = await api(dev=False, worker_token="w", api_keys="k:t")
+    as_json = await (await client.get("/openapi.json")).json()
+    resp = await client.get("/openapi.yaml")
+    assert resp.status == 200
+    assert resp.content_type == "application/yaml"
+    text = await resp.text()
+    assert yaml.safe_load(text) == as_json
+    # Built once: a second answer is the same bytes.
+    assert await (await client.get("/openapi.yaml")).text() == text
+
+
+async def test_the_document_names_no_host_so_clients_call_the_one_they_loaded_it_from(spec):
+    _, body = spec
+    assert body["servers"] == [{"url": "/"}]
 
 
 async def test_every_route_in_the_route_table_is_documented(spec):

@@ -168,7 +168,7 @@ async def test_docs_page_runs_swagger_ui_from_this_server_alone(server, console)
     await expect(page.locator(".servers select")).to_contain_text(server.base_url)
     assert f"{server.base_url}/openapi.json" in console.watch.requests
 
-    # "Try it out" calls this server (not the document's localhost:8000): no token, so a 401.
+    # "Try it out" calls this server (the page names it as the server): no token, so a 401.
     console.watch.allow(401, "/api/v1/tasks")
     await tasks.locator(".opblock-summary").click()
     await tasks.get_by_role("button", name="Try it out").click()
