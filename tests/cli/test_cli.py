@@ -4,6 +4,8 @@ server, each command's effect checked through the API."""
 import asyncio
 import json
 import os
+import re
+import shlex
 import subprocess
 import uuid
 from pathlib import Path
@@ -15,6 +17,8 @@ import yaml
 
 from devkit.ports import free_port
 from devkit.procs import CLI_ARGV as CLI
+from services.cli import build_parser
+from services.cli.commands import COMMANDS, Call
 from tests.support.waiting import eventually
 
 
@@ -318,3 +322,16 @@ def test_local_errors_exit_2_without_a_traceback(tmp_path: Path, args: list[str]
     out = run(*argv)
     assert out.returncode == 2 and out.stdout == ""
     assert says in out.stderr and "Traceback" not in out.stderr, out.stderr
+
+
+def test_docs_cli_md_has_an_example_that_parses_for_every_command():
+    text = (Path(__file__).parents[2] / "docs" / "cli.md").read_text()
+    parser = build_parser()
+    documented = set()
+    for example in re.findall(r"^\|.*\| `queueflow ([^`]+)` \|$", text, re.MULTILINE):
+        args = parser.parse_args(shlex.split(example))
+        documented.add((args.command, getattr(args, "action", None)))
+    commands = {(name, None) for name in ("serve", "migrate", "spec")}
+    for name, entry in COMMANDS.items():
+        commands |= {(name, None)} if isinstance(entry, Call) else {(name, a) for a in entry.calls}
+    assert documented == commands
