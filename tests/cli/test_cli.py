@@ -308,6 +308,7 @@ async def test_error_answers_print_the_servers_error_body_and_exit_2(cli):
     ("args", "says"),
     [
         (["job", "get", "some-id", "--server-url", "http://127.0.0.1:{port}"], "cannot reach"),
+        (["migrate", "--database-url", "postgresql://127.0.0.1:{port}/qf"], "cannot reach the database"),
         (["workflow", "create", "--file", "{tmp}/bad.json"], "bad.json is not JSON"),
         (["workflow", "create", "--file", "{tmp}/missing.json"], "cannot read"),
         (["spec", "--output-dir", "{tmp}/bad.json"], "cannot write"),
