@@ -80,8 +80,8 @@ class Cli:
 
 @pytest.fixture
 async def cli(database_url, service) -> Cli:
-    """A dev-mode server (any token is tenant1) that also knows a read-only key of tenant acme."""
-    proc = await service(database_url, mode="all", extra_args=["--api-keys", "acme-ro:acme:ro"])
+    """A server whose key `dev` is tenant1 (read-write) and `acme-ro` is tenant acme (read-only)."""
+    proc = await service(database_url, mode="all", extra_args=["--api-keys", "dev:tenant1,acme-ro:acme:ro"])
     return Cli(proc.base_url)
 
 
@@ -272,7 +272,9 @@ async def test_cron_create_get_list_pause_resume_and_delete(cli):
 
 async def test_client_flags_go_before_or_after_the_arguments_or_come_from_the_environment(cli):
     job_id = (await cli.ok("job", "create", "--task", "echo", "--wait"))["id"]
-    before = await asyncio.to_thread(run, "job", "get", "--server-url", cli.base_url, "--token", "x", job_id)
+    before = await asyncio.to_thread(
+        run, "job", "get", "--server-url", cli.base_url, "--token", "dev", job_id
+    )
     assert before.returncode == 0, before.stderr
     assert json.loads(before.stdout)["id"] == job_id
 
