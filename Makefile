@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install tools run test test-sdks bench lint fmt clean
+.PHONY: install tools run test test-sdks bench bench-peers bench-compare lint fmt clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -39,6 +39,16 @@ test-sdks: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m bench
 
+# The peers for bench-compare: graphile-worker and pg-boss (npm ci into bench/peers/node_modules,
+# with Node 22 from npm when the system Node is older) and PgQueuer (its own venv, bench/peers/.venv).
+bench-peers: $(STAMP)
+	$(BIN)/python -m bench.peers.install
+
+# QueueFlow beside graphile-worker, pg-boss and PgQueuer (docs/benchmarks.md, "Comparison with
+# peers"). ARGS passes options through, e.g. `make bench-compare ARGS=--quick`.
+bench-compare: bench-peers
+	$(BIN)/python -m bench.compare $(ARGS)
+
 # Style, types and layers: ruff (lint and format), mypy over services/ and shared/ (strict on the
 # domain and db layers), and import-linter's layer contracts (pyproject.toml, docs/architecture.md).
 lint: $(STAMP)
@@ -51,4 +61,4 @@ fmt: $(STAMP)
 	$(BIN)/ruff format .
 
 clean:
-	rm -rf $(VENV) .qfdata .pytest_cache
+	rm -rf $(VENV) .qfdata .pytest_cache bench/peers/node_modules bench/peers/.venv

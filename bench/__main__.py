@@ -10,23 +10,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import os
-import platform
-import shutil
-import signal
 import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
-from bench import harness
+from bench import harness, probes
 from bench.context import Context, Scenario
 from bench.report import ScenarioResult, load_results, markdown, reference_lookup, table, write_results
 from bench.scenarios import ALIASES, SCENARIOS
-from devkit.pg import PgServer, throwaway_cluster
-from devkit.procs import stop_all
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -45,6 +38,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--drain-workers", default="4,16", help="W1b: comma-separated --workers values")
     p.add_argument("--remote-loops", type=int, default=8, help="W1a: concurrent remote worker loops")
     p.add_argument("--remote-batch", type=int, default=50, help="W1a: max_jobs per lease (1..100)")
+    p.add_argument(
+        "--remote-processes",
+        type=int,
+        default=0,
+        help="W1a: run the loops in N client processes, --remote-loops in each (default 0: in the harness)",
+    )
+    p.add_argument("--latency-loops", type=int, default=4, help="W2: remote loops parked in long-poll")
+    p.add_argument("--latency-max-jobs", type=int, default=1, help="W2: max_jobs of their lease calls")
     p.add_argument(
         "--markdown",
         action="store_true",
@@ -67,10 +68,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.selected = [s for s in SCENARIOS if s in wanted]  # canonical order
     args.runs = args.runs or (1 if args.quick else 3)
     return args
-
-
-def _on_sigterm(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt  # the same clean-up path as Ctrl-C
 
 
 async def run_all(ctx: Context, scenarios: list[Scenario], runs: int) -> list[ScenarioResult]:
@@ -113,13 +110,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.markdown:
         print(markdown(load_results(args.out)))
         return 0
-    signal.signal(signal.SIGTERM, _on_sigterm)
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # even when started with SIGINT ignored
-    nofile = harness.raise_nofile_limit()
     out_dir: Path = args.out.parent
     log_dir = out_dir / "logs"
-    shutil.rmtree(log_dir, ignore_errors=True)
-    log_dir.mkdir(parents=True, exist_ok=True)
+    nofile = harness.begin(log_dir)
     digest_at_start = harness.source_digest()
     started = time.monotonic()
     try:
@@ -129,17 +122,8 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
     meta = {
-        "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "elapsed_secs": round(time.monotonic() - started, 1),
+        **probes.run_meta(started, args.quick, args.runs),
         "scenarios_run": args.selected,
-        "quick": args.quick,
-        "runs": args.runs,
-        "machine": {
-            "cpus": os.cpu_count(),
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-            "cpu_model": _cpu_model(),
-        },
         "postgres": pg_settings,
         "client_nofile_limit": nofile,
         "server_source_digest": {"start": digest_at_start, "end": harness.source_digest()},
@@ -171,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     if harness.UNCLEAN_EXITS:
         print(
-            f"\n[bench] server processes that ignored SIGTERM for 5 s and were killed: "
+            f"\n[bench] processes that ignored SIGTERM and were killed: "
             f"{len(harness.UNCLEAN_EXITS)} ({', '.join(sorted(set(harness.UNCLEAN_EXITS)))})"
         )
     print(f"\n[bench] {time.monotonic() - started:.0f}s total; results in {args.out}; logs in {log_dir}")
@@ -181,24 +165,23 @@ def main(argv: list[str] | None = None) -> int:
 def measure(
     args: argparse.Namespace, log_dir: Path, out_dir: Path
 ) -> tuple[dict[str, str], list[ScenarioResult]]:
-    """Run the selected scenarios on one embedded cluster; every server is stopped on the way out."""
-    print("[bench] starting an embedded PostgreSQL (fsync on) ...", file=sys.stderr, flush=True)
-    with throwaway_cluster("qfbench-pg-", fsync=True, application_name=harness.BENCH_APP) as pg:
-        try:
-            ctx = Context(
-                pg=pg,
-                quick=args.quick,
-                log_dir=log_dir,
-                out_dir=out_dir,
-                profile_dir=(out_dir / "profiles") if args.profile else None,
-                drain_workers=tuple(int(x) for x in args.drain_workers.split(",") if x.strip()),
-                remote_loops=args.remote_loops,
-                remote_batch=args.remote_batch,
-            )
-            pg_settings = asyncio.run(_pg_settings(pg))
-            return pg_settings, asyncio.run(run_all(ctx, [SCENARIOS[s] for s in args.selected], args.runs))
-        finally:
-            stop_all()
+    """Run the selected scenarios on one embedded cluster; every process is stopped on the way out."""
+    with harness.cluster("qfbench-pg-") as pg:
+        ctx = Context(
+            pg=pg,
+            quick=args.quick,
+            log_dir=log_dir,
+            out_dir=out_dir,
+            profile_dir=(out_dir / "profiles") if args.profile else None,
+            drain_workers=tuple(int(x) for x in args.drain_workers.split(",") if x.strip()),
+            remote_loops=args.remote_loops,
+            remote_batch=args.remote_batch,
+            remote_processes=args.remote_processes,
+            latency_loops=args.latency_loops,
+            latency_max_jobs=args.latency_max_jobs,
+        )
+        pg_settings = asyncio.run(probes.pg_settings(pg))
+        return pg_settings, asyncio.run(run_all(ctx, [SCENARIOS[s] for s in args.selected], args.runs))
 
 
 def summarize_profiles(directory: Path, top: int = 30) -> None:
@@ -213,27 +196,6 @@ def summarize_profiles(directory: Path, top: int = 30) -> None:
         stats.sort_stats("cumulative").print_stats(top)
         prof.with_suffix(".txt").write_text(buf.getvalue())
         print(f"[bench] profile summary: {prof.with_suffix('.txt')}", file=sys.stderr)
-
-
-async def _pg_settings(pg: PgServer) -> dict[str, str]:
-    names = (
-        "server_version",
-        "fsync",
-        "synchronous_commit",
-        "wal_sync_method",
-        "shared_buffers",
-        "max_connections",
-        "max_wal_size",
-    )
-    return {n: str(await pg.fetchval("SELECT current_setting($1)", n)) for n in names}
-
-
-def _cpu_model() -> str:
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor()
 
 
 if __name__ == "__main__":

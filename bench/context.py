@@ -22,8 +22,12 @@ class Context:
     out_dir: Path
     profile_dir: Path | None = None  # set by --profile: servers run under cProfile
     drain_workers: tuple[int, ...] = (4, 16)  # W1b: --workers values, one figure each
-    remote_loops: int = 8  # W1a: concurrent remote worker loops
+    remote_loops: int = 8  # W1a: concurrent remote worker loops (per process with remote_processes)
     remote_batch: int = 50  # W1a: max_jobs per lease
+    remote_processes: int = 0  # W1a: 0 = the loops run in the harness; N = in N client processes
+    latency_loops: int = 4  # W2: remote loops parked in long-poll
+    latency_max_jobs: int = 1  # W2: max_jobs of their lease calls
+    latency_slow_phase: bool = True  # W2: also the light phase (one job per 50 ms)
     notes: list[str] = field(default_factory=list)
 
     def n(self, full: int, quick: int) -> int:

@@ -1,10 +1,11 @@
 """What the benchmark adds to devkit's PostgreSQL and server processes.
 
 devkit starts the cluster and the `queueflow serve` processes for the tests and the harness alike;
-this module holds the harness's own rules on top: servers run in a session of their own (a
+this module holds the harness's own rules on top: servers, and the client programs the harness
+starts (remote worker processes, the peers' workloads), run in a session of their own (a
 terminal's Ctrl-C reaches only the harness, which stops them), get 5 s to exit on SIGTERM and are
-recorded when they ignore it, can run under cProfile; each measured run gets a brand-new database
-with a CHECKPOINT before it; the harness's connections are labelled `BENCH_APP`.
+recorded when they ignore it; servers can run under cProfile; each measured run gets a brand-new
+database with a CHECKPOINT before it; the harness's connections are labelled `BENCH_APP`.
 """
 
 from __future__ import annotations
@@ -16,25 +17,56 @@ import itertools
 import os
 import re
 import resource
+import shutil
+import signal
 import sys
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import asyncpg
 
 from devkit import REPO
-from devkit.pg import PgServer
-from devkit.procs import IgnoredSigterm, ServiceProcess
+from devkit.pg import PgServer, throwaway_cluster
+from devkit.procs import ChildProcess, IgnoredSigterm, ServiceProcess, stop_all
 
 OUT_DIR = REPO / "bench" / "out"
 BENCH_APP = "queueflow-bench"  # application_name of the harness's own connections
 STOP_GRACE_SECS = 5.0
 READY_WITHIN_SECS = 60.0
 
-UNCLEAN_EXITS: list[str] = []  # servers that ignored SIGTERM and were killed (reported in the results)
+UNCLEAN_EXITS: list[str] = []  # processes that ignored SIGTERM and were killed (reported in the results)
 _DATABASE_NUMBERS = itertools.count(1)
+
+
+def begin(log_dir: Path) -> int:
+    """What a harness command (`python -m bench`, `python -m bench.compare`) does before it measures:
+    SIGTERM and SIGINT raise KeyboardInterrupt, the one clean-up path; the open-files limit is
+    lifted (returned: see raise_nofile_limit); `log_dir` is emptied for this invocation's logs."""
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # even when started with SIGINT ignored
+    nofile = raise_nofile_limit()
+    shutil.rmtree(log_dir, ignore_errors=True)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    return nofile
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt  # the same clean-up path as Ctrl-C
+
+
+@contextlib.contextmanager
+def cluster(prefix: str) -> Iterator[PgServer]:
+    """The embedded PostgreSQL of one harness invocation (durable: fsync and synchronous_commit on)
+    in a new temporary directory. On the way out, however it is left, every process the harness
+    started is stopped first, then the cluster, and its directory is removed."""
+    print("[bench] starting an embedded PostgreSQL (fsync on) ...", file=sys.stderr, flush=True)
+    with throwaway_cluster(prefix, fsync=True, application_name=BENCH_APP) as pg:
+        try:
+            yield pg
+        finally:
+            stop_all()
 
 
 def server(
@@ -54,14 +86,24 @@ def server(
     return proc
 
 
-async def stop(proc: ServiceProcess) -> None:
-    """SIGTERM, then SIGKILL after STOP_GRACE_SECS; a server that needed the SIGKILL is recorded."""
-    name = f"queueflow serve --mode {proc.mode}"
+def client(
+    argv: Sequence[str], log_path: Path, name: str, pipes: bool = False, env: Mapping[str, str] | None = None
+) -> ChildProcess:
+    """Launch a client program of the harness (a remote worker process, a peer's workload) in a
+    session of its own, output to `log_path`; with `pipes`, its stdin and stdout are the caller's
+    (ChildProcess.send_line / read_line). Stop it with `stop()`."""
+    return ChildProcess(argv, log_path, name=name, env=env, own_session=True, pipes=pipes).launch()
+
+
+async def stop(proc: ChildProcess, grace: float = STOP_GRACE_SECS) -> int | None:
+    """SIGTERM, then SIGKILL after `grace`; a process that needed the SIGKILL is recorded.
+    Returns the exit status (None when it had to be killed)."""
     try:
-        await proc.terminate(grace=STOP_GRACE_SECS)
+        return await proc.terminate(grace=grace)
     except IgnoredSigterm:
-        UNCLEAN_EXITS.append(name)
-        print(f"[bench] {name} ignored SIGTERM for {STOP_GRACE_SECS:.0f}s; killed", file=sys.stderr)
+        UNCLEAN_EXITS.append(proc.name)
+        print(f"[bench] {proc.name} ignored SIGTERM for {grace:.0f}s; killed", file=sys.stderr)
+        return None
 
 
 @contextlib.asynccontextmanager

@@ -1,21 +1,24 @@
 """Measurement probes of the benchmark: CPU seconds of a process, of the whole PostgreSQL cluster
 (reaped backends included) and of the machine; peak and current RSS; established sockets; a
-Prometheus gauge; the machine's durable-commit latency. All read /proc or ask the server, so they
-are Linux-only, like the harness.
+Prometheus gauge; the machine's durable-commit latency; what the machine and the cluster are (for
+the results' metadata). All read /proc or ask the server, so they are Linux-only, like the harness.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import platform
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import aiohttp
 
 from bench.harness import connect
+from devkit.pg import PgServer
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -64,10 +67,12 @@ def machine_busy_seconds() -> float:
 class CpuMeter:
     """CPU used over a window by the harness (client), the given server processes, this cluster's
     PostgreSQL, and everything else on the machine ("other": other sessions' tests and servers
-    share these cores too). `percent()` gives % of one core; the machine has os.cpu_count()."""
+    share these cores too). `percent()` gives % of one core; the machine has os.cpu_count().
+    `client_pids`: client processes the harness started (remote workers); they count as client."""
 
     server_pids: Sequence[int]
     postmaster: int | None
+    client_pids: Sequence[int] = ()
 
     def __post_init__(self) -> None:
         self._start = self._sample()
@@ -75,7 +80,7 @@ class CpuMeter:
     def _sample(self) -> tuple[float, ...]:
         return (
             time.monotonic(),
-            time.process_time(),
+            time.process_time() + sum(cpu_seconds(p) for p in self.client_pids),
             sum(cpu_seconds(p) for p in self.server_pids),
             cluster_cpu_seconds(self.postmaster),
             machine_busy_seconds(),
@@ -142,3 +147,47 @@ async def prometheus_value(http: aiohttp.ClientSession, url: str, name: str) -> 
         if line.startswith(name + " "):
             return float(line.split()[1])
     return None
+
+
+PG_SETTINGS = (
+    "server_version",
+    "fsync",
+    "synchronous_commit",
+    "wal_sync_method",
+    "shared_buffers",
+    "max_connections",
+    "max_wal_size",
+)
+
+
+async def pg_settings(pg: PgServer) -> dict[str, str]:
+    """The cluster's settings that the figures depend on, for the results' metadata."""
+    return {n: str(await pg.fetchval("SELECT current_setting($1)", n)) for n in PG_SETTINGS}
+
+
+def run_meta(started: float, quick: bool, runs: int) -> dict[str, object]:
+    """What every results file records first about its invocation: when it finished, how long it
+    took since `started` (time.monotonic()), whether it was --quick, runs per figure, the machine."""
+    return {
+        "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "elapsed_secs": round(time.monotonic() - started, 1),
+        "quick": quick,
+        "runs": runs,
+        "machine": machine(),
+    }
+
+
+def machine() -> dict[str, object]:
+    """The machine, for the results' metadata: cores, platform, Python, CPU model."""
+    cpu_model = platform.processor()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu_model = line.split(":", 1)[1].strip()
+                break
+    return {
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpu_model": cpu_model,
+    }

@@ -1,10 +1,12 @@
-"""Real QueueFlow processes for the tests and the benchmark: `queueflow serve` on free ports.
+"""Real processes for the tests and the benchmark: `queueflow serve` on free ports, and others.
 
-A `ServiceProcess` is one `serve --mode MODE` child bound to 127.0.0.1 on two free ports, its
-output appended to a log file. `start()` returns once /ready answers 200; `terminate()` is SIGTERM
-and then SIGKILL past a grace period; `kill()` is a crash. Every started process is remembered until
-it is known to be dead, and `stop_all()`, which also runs at interpreter exit, stops whatever is
-left, so an interrupted test run or benchmark leaves no server behind.
+A `ChildProcess` is any child program with its output appended to a log file (or, with `pipes`,
+its stdin and stdout connected to the caller for a line protocol); `terminate()` is SIGTERM and
+then SIGKILL past a grace period; `kill()` is a crash. A `ServiceProcess` is one `serve --mode
+MODE` child bound to 127.0.0.1 on two free ports; its `start()` returns once /ready answers 200.
+Every launched process is remembered until it is known to be dead, and `stop_all()`, which also
+runs at interpreter exit, stops whatever is left, so an interrupted test run or benchmark leaves no
+process behind.
 
 The children are `subprocess.Popen` objects waited on by polling rather than asyncio subprocesses,
 so that they belong to no particular event loop (the benchmark runs more than one) and can still be
@@ -26,6 +28,7 @@ import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Self
 
 import aiohttp
 
@@ -46,65 +49,36 @@ class IgnoredSigterm(AssertionError):
     """A process did not exit within its grace period after SIGTERM and was killed."""
 
 
-class ServiceProcess:
-    """`queueflow serve --mode MODE` bound to 127.0.0.1 on two free ports.
+class ChildProcess:
+    """A child program whose output (stdout and stderr) is appended to `log_path`.
 
-    Create it, then `await proc.start()`, which returns once `/ready` answers 200. Output (stdout
-    and stderr) goes to `log_path`; `log_text()` reads it. `argv` may be edited before the start
-    (a later flag overrides an earlier one). With `own_session`, the child runs in a session of its
-    own, so a terminal's Ctrl-C reaches only this process, which then stops the child itself.
+    `launch()` starts it; `terminate()` is SIGTERM and then SIGKILL past a grace period; `kill()`
+    is a crash; `wait()` waits for it to exit on its own. `argv` may be edited before the launch.
+    With `own_session`, the child runs in a session of its own, so a terminal's Ctrl-C reaches only
+    this process, which then stops the child itself. With `pipes`, its stdin and stdout are pipes
+    to this process instead (`send_line()`, `read_line()`: a line protocol) and only its stderr goes
+    to the log. `name` is how messages call it.
     """
 
     def __init__(
         self,
-        database_url: str,
-        mode: str = "all",
-        dev: bool = True,
-        extra_args: Sequence[str] = (),
+        argv: Sequence[str],
+        log_path: str | os.PathLike[str],
+        *,
+        name: str | None = None,
         env: Mapping[str, str] | None = None,
-        log_dir: str | os.PathLike[str] | None = None,
         cwd: str | os.PathLike[str] = REPO,
         own_session: bool = False,
+        pipes: bool = False,
     ) -> None:
-        self.mode = mode
+        self.argv = list(argv)
+        self.log_path = Path(log_path)
+        self.name = name or " ".join(self.argv[:4])
+        self.env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
         self.cwd = Path(cwd)
         self.own_session = own_session
-        self.api_port = free_port()
-        self.metrics_port = free_port()
-        while self.metrics_port == self.api_port:
-            self.metrics_port = free_port()
-        # extra_args come last so that a caller can override any flag set here (argparse: last wins).
-        self.argv = [
-            *SERVER_ARGV,
-            "--mode",
-            mode,
-            "--database-url",
-            database_url,
-            "--api-port",
-            str(self.api_port),
-            "--metrics-port",
-            str(self.metrics_port),
-            "--host",
-            "127.0.0.1",
-            *(["--dev"] if dev else []),
-            *extra_args,
-        ]
-        self.env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
-        directory = Path(log_dir) if log_dir is not None else Path(tempfile.mkdtemp(prefix="qf-proc-"))
-        self.log_path = directory / f"queueflow-{mode}-{self.api_port}.log"
+        self.pipes = pipes
         self._proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.api_port}"
-
-    @property
-    def metrics_url(self) -> str:
-        return f"http://127.0.0.1:{self.metrics_port}"
-
-    @property
-    def ready_url(self) -> str:
-        return f"{self.base_url if self.mode in API_MODES else self.metrics_url}/ready"
 
     @property
     def started(self) -> bool:
@@ -135,25 +109,26 @@ class ServiceProcess:
         """The command line and the end of the log, for failure messages."""
         return f"$ {' '.join(self.argv)}\n--- {self.log_path} (tail) ---\n{self.log_text()[-tail_chars:]}"
 
-    async def start(self, ready_within: float = 30.0) -> ServiceProcess:
-        """Launch the process and return once its /ready endpoint answers 200."""
+    def launch(self) -> Self:
+        """Start the process (once); it is remembered until it is seen dead, for `stop_all()`."""
         if self._proc is not None:
             raise RuntimeError("the process was already started")
-        self._proc = self._launch()
-        deadline = time.monotonic() + ready_within
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as http:
-            while not await self._is_ready(http):
-                if time.monotonic() > deadline:
-                    await self.kill()
-                    raise RuntimeError(
-                        f"QueueFlow ({self.mode}) was not ready within {ready_within}s at {self.ready_url}\n"
-                        + self.describe()
-                    )
-                await asyncio.sleep(0.05)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:  # the child keeps its own copy of the descriptor
+            self._proc = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.PIPE if self.pipes else subprocess.DEVNULL,
+                stdout=subprocess.PIPE if self.pipes else log,
+                stderr=log if self.pipes else subprocess.STDOUT,
+                env=self.env,
+                cwd=self.cwd,
+                start_new_session=self.own_session,
+            )
+        _LIVE.append(self._proc)
         return self
 
-    async def wait(self, within: float = 30.0) -> int:
-        """Wait for the process to exit on its own; return its exit status."""
+    async def wait(self, within: float | None = 30.0) -> int:
+        """Wait for the process to exit on its own (`within` None: however long); its exit status."""
         async with asyncio.timeout(within):
             return await _reaped(self._process)
 
@@ -169,8 +144,9 @@ class ServiceProcess:
             except TimeoutError:
                 await self.kill()
                 raise IgnoredSigterm(
-                    f"QueueFlow ({self.mode}) ignored SIGTERM for {grace}s and was killed\n" + self.describe()
+                    f"{self.name} ignored SIGTERM for {grace}s and was killed\n" + self.describe()
                 ) from None
+        self._close_pipes()
         return proc.returncode
 
     async def kill(self) -> int:
@@ -179,30 +155,117 @@ class ServiceProcess:
         if _poll(proc) is None:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
-        return await _reaped(proc)
+        code = await _reaped(proc)
+        self._close_pipes()
+        return code
 
-    def _launch(self) -> subprocess.Popen[bytes]:
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "ab") as log:  # the child keeps its own copy of the descriptor
-            proc = subprocess.Popen(
-                self.argv,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=self.env,
-                cwd=self.cwd,
-                start_new_session=self.own_session,
-            )
-        _LIVE.append(proc)
-        return proc
+    def send_line(self, text: str) -> None:
+        """Write one line to the child's stdin (`pipes`); a child that has gone is not an error."""
+        stdin = self._process.stdin
+        if stdin is None:
+            raise RuntimeError(f"{self.name} was started without pipes")
+        with contextlib.suppress(BrokenPipeError, OSError):
+            stdin.write(text.encode() + b"\n")
+            stdin.flush()
+
+    async def read_line(self, within: float) -> str:
+        """The next line of the child's stdout (`pipes`), stripped; "" once it is closed."""
+        stdout = self._process.stdout
+        if stdout is None:
+            raise RuntimeError(f"{self.name} was started without pipes")
+        # A blocking read in a thread: the pipe belongs to no event loop, like the process itself.
+        raw = await asyncio.wait_for(asyncio.to_thread(stdout.readline), within)
+        return raw.decode(errors="replace").strip()
+
+    def _close_pipes(self) -> None:
+        for pipe in (self._process.stdin, self._process.stdout):
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
+
+
+class ServiceProcess(ChildProcess):
+    """`queueflow serve --mode MODE` bound to 127.0.0.1 on two free ports.
+
+    Create it, then `await proc.start()`, which returns once `/ready` answers 200. Output (stdout
+    and stderr) goes to `log_path`; `log_text()` reads it. `argv` may be edited before the start
+    (a later flag overrides an earlier one). With `own_session`, the child runs in a session of its
+    own, so a terminal's Ctrl-C reaches only this process, which then stops the child itself.
+    """
+
+    def __init__(
+        self,
+        database_url: str,
+        mode: str = "all",
+        dev: bool = True,
+        extra_args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+        log_dir: str | os.PathLike[str] | None = None,
+        cwd: str | os.PathLike[str] = REPO,
+        own_session: bool = False,
+    ) -> None:
+        self.mode = mode
+        self.api_port = free_port()
+        self.metrics_port = free_port()
+        while self.metrics_port == self.api_port:
+            self.metrics_port = free_port()
+        directory = Path(log_dir) if log_dir is not None else Path(tempfile.mkdtemp(prefix="qf-proc-"))
+        # extra_args come last so that a caller can override any flag set here (argparse: last wins).
+        super().__init__(
+            [
+                *SERVER_ARGV,
+                "--mode",
+                mode,
+                "--database-url",
+                database_url,
+                "--api-port",
+                str(self.api_port),
+                "--metrics-port",
+                str(self.metrics_port),
+                "--host",
+                "127.0.0.1",
+                *(["--dev"] if dev else []),
+                *extra_args,
+            ],
+            directory / f"queueflow-{mode}-{self.api_port}.log",
+            name=f"QueueFlow ({mode})",
+            env=env,
+            cwd=cwd,
+            own_session=own_session,
+        )
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.api_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}"
+
+    @property
+    def ready_url(self) -> str:
+        return f"{self.base_url if self.mode in API_MODES else self.metrics_url}/ready"
+
+    async def start(self, ready_within: float = 30.0) -> ServiceProcess:
+        """Launch the process and return once its /ready endpoint answers 200."""
+        self.launch()
+        deadline = time.monotonic() + ready_within
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as http:
+            while not await self._is_ready(http):
+                if time.monotonic() > deadline:
+                    await self.kill()
+                    raise RuntimeError(
+                        f"{self.name} was not ready within {ready_within}s at {self.ready_url}\n"
+                        + self.describe()
+                    )
+                await asyncio.sleep(0.05)
+        return self
 
     async def _is_ready(self, http: aiohttp.ClientSession) -> bool:
         """Whether /ready answers 200; raises RuntimeError when the process has exited instead."""
         code = _poll(self._process)
         if code is not None:
-            raise RuntimeError(
-                f"QueueFlow ({self.mode}) exited with {code} before it was ready\n" + self.describe()
-            )
+            raise RuntimeError(f"{self.name} exited with {code} before it was ready\n" + self.describe())
         with contextlib.suppress(aiohttp.ClientError, TimeoutError):
             async with http.get(self.ready_url) as response:
                 return response.status == 200

@@ -19,6 +19,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from shared.domain.errors import ValidationFailed
+from shared.domain.jobs import check_queue_name
+
 MODES = ("all", "api", "janitor", "workflow", "worker")
 
 
@@ -247,4 +250,11 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str] | None = 
         raise ConfigError(f"--mode must be one of {', '.join(MODES)}, not {settings.mode!r}")
     if not settings.database_url:
         raise ConfigError("--database-url (DATABASE_URL) is required")
+    for queue in (settings.default_queue, *settings.queues):
+        try:
+            check_queue_name(queue)
+        except ValidationFailed as err:
+            raise ConfigError(
+                f"--default-queue / --queues: {err.message.removeprefix('validation error: ')}"
+            ) from None
     return settings

@@ -19,6 +19,11 @@ JOBS_RETRIED = Counter("queueflow_jobs_retried", "Retries this process scheduled
 JOBS_DEAD_LETTERED = Counter(
     "queueflow_jobs_dead_lettered", "Jobs this process moved to the DLQ.", registry=REGISTRY
 )
+JOBS_RETRIED_IN_PLACE = Counter(
+    "queueflow_jobs_retried_in_place",
+    "Failed or cancelled jobs run again through the retry routes.",
+    registry=REGISTRY,
+)
 JOBS_CANCELLED = Counter(
     "queueflow_jobs_cancelled", "Jobs cancelled through this process.", registry=REGISTRY
 )

@@ -20,6 +20,7 @@ from shared.domain.cron import CronSchedule
 from shared.domain.errors import ValidationFailed
 from shared.domain.jobs import (
     ACTIVE_JOB_STATUSES,
+    RETRYABLE_JOB_STATUSES,
     BackoffStrategy,
     DeadLetter,
     DelaySecs,
@@ -111,7 +112,7 @@ class JobConfigRequest(Request):
     priority: Int32 | None = None
     max_retries: MaxRetries | None = None
     timeout: TimeoutSecs | None = None
-    queue: Name | None = None
+    queue: str | None = None
     retry_backoff: BackoffStrategy | None = None
     retry_delay_secs: DelaySecs | None = None
     retry_max_delay_secs: DelaySecs | None = None
@@ -144,7 +145,7 @@ class CreateJobRequest(Request):
         config = self.config or JobConfigRequest()
         return NewJob(
             task_name=self.task_name,
-            queue=config.queue or default_queue,
+            queue=default_queue if config.queue is None else config.queue,
             config=config.to_config(),
             payload=self.payload or {},
             run_at=instant("run_at", self.run_at),
@@ -187,8 +188,28 @@ class CancelJobsResponse(Response):
     cancelled: int
 
 
+class RetryJobsRequest(Request):
+    """Which failed or cancelled jobs to run again (a workflow's jobs are left to its retry)."""
+
+    queue: str | None = None
+    task_name: str | None = None
+    status: Literal["failed", "cancelled"] | None = None
+    created_after: datetime | None = None
+    created_before: datetime | None = None
+    limit: Annotated[int, Meta(ge=1)] | None = None
+
+    def to_filter(self, max_limit: int) -> JobFilter:
+        return _filter(self, (JobStatus(self.status),) if self.status else RETRYABLE_JOB_STATUSES, max_limit)
+
+
+class RetryJobsResponse(Response):
+    retried: int
+
+
 def _filter(
-    body: CancelJobsRequest | ReplayDeadLettersRequest, statuses: tuple[JobStatus, ...] | None, max_limit: int
+    body: CancelJobsRequest | RetryJobsRequest | ReplayDeadLettersRequest,
+    statuses: tuple[JobStatus, ...] | None,
+    max_limit: int,
 ) -> JobFilter:
     limit = body.limit or 100
     if limit > max_limit:
@@ -307,6 +328,8 @@ class CreateWorkflowRequest(
 
 class CreateWorkflowResponse(Response):
     workflow_id: str
+    # An extension: the workflow's status when the answer was written (its root steps are scheduled).
+    status: WorkflowStatus | None = None
 
 
 class ListWorkflowsResponse(Page, kw_only=True):
@@ -345,7 +368,7 @@ class CreateCronRequest(Request):
     cron_expr: str
     task_name: str
     payload: Object | None = None
-    queue: Name | None = None
+    queue: str | None = None
     config: PartialJobConfig | None = None
 
 

@@ -5,7 +5,9 @@ batches of 1,000 *before* any worker runs, so the measurement is a pure drain of
 
 - W1a: `--mode api` plus a `--mode janitor` process. The harness runs `remote_loops` worker loops
   (default 8) in one aiohttp session; each leases `remote_batch` jobs (default 50, wait_secs 1),
-  then sends one complete call per job, concurrently, as a real worker with a batch would.
+  then sends one complete call per job, concurrently, as a real worker with a batch would. With
+  `remote_processes` N > 0 the loops run instead in N client processes (`bench.remote_worker`),
+  `remote_loops` in each, started and ready before the timer starts.
 - W1b: the backlog is enqueued through a separate `--mode api` process, which is then stopped;
   then `--mode all --workers N` starts and drains the default queue with the built-in `echo`.
 
@@ -19,13 +21,21 @@ CPU figures are % of one core (the machine has two) over the drain window.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
+import sys
 import time
+from collections.abc import AsyncIterator
 
-from bench import client
+import aiohttp
+import asyncpg
+
+from bench import client, harness
 from bench.context import PROBE_FIGURES, Context, Scenario, cpu_figures, cpu_values, probe_commits
-from bench.harness import connect, servers, wait_for_count
+from bench.harness import connect, servers, stop, wait_for_count
 from bench.probes import CpuMeter
 from bench.report import Figure
+from devkit.procs import ChildProcess
 
 QUEUE = "default"  # the in-process workers' queue; the remote loops use it too
 COMPLETED = "SELECT count(*) FROM queueflow.jobs WHERE status = 'completed'"
@@ -46,6 +56,8 @@ async def _db_rate(conn, total: int) -> float:
 
 def remote_figures(ctx: Context) -> list[Figure]:
     shape = f"{ctx.remote_loops} loops x max_jobs {ctx.remote_batch}"
+    if ctx.remote_processes:
+        shape = f"{ctx.remote_processes} processes x {shape}"
     return [
         Figure(
             "jobs_per_s", f"drain, remote HTTP workers ({shape}), DB clock", "jobs/s", "L.cycle10_rows_per_s"
@@ -54,6 +66,95 @@ def remote_figures(ctx: Context) -> list[Figure]:
         *cpu_figures("", "during drain", "api + janitor"),
         *PROBE_FIGURES,
     ]
+
+
+async def _exited(proc: ChildProcess) -> None:
+    """Ends (with an error) only if the process exits: a watch task for wait_for_count."""
+    code = await proc.wait(within=None)
+    raise RuntimeError(f"remote worker process {proc.pid} exited with {code} during the drain")
+
+
+@contextlib.asynccontextmanager
+async def remote_processes(ctx: Context, base_url: str) -> AsyncIterator[list[ChildProcess]]:
+    """`ctx.remote_processes` bench.remote_worker processes, each with `ctx.remote_loops` loops, all
+    ready (session open) but idle; the caller tells them `go`. Stopped and reaped on the way out."""
+    argv = [
+        sys.executable,
+        "-m",
+        "bench.remote_worker",
+        "--base-url",
+        base_url,
+        "--queue",
+        QUEUE,
+        "--loops",
+        str(ctx.remote_loops),
+        "--max-jobs",
+        str(ctx.remote_batch),
+        "--wait-secs",
+        "1",
+    ]
+    procs: list[ChildProcess] = []
+    try:
+        # extend() keeps the ones already started if a later launch fails, so the finally reaps them.
+        procs.extend(
+            harness.client(argv, ctx.log_dir / f"remote-worker-{i}.log", "bench.remote_worker", pipes=True)
+            for i in range(ctx.remote_processes)
+        )
+        for proc in procs:
+            if (said := await proc.read_line(60)) != "ready":
+                raise RuntimeError(f"remote worker {proc.pid} said {said!r} instead of 'ready'")
+        yield procs
+    finally:
+        for proc in procs:
+            proc.send_line("stop")
+        for proc in procs:
+            with contextlib.suppress(Exception):
+                summary = json.loads(await proc.read_line(10) or "{}")
+                print(f"[bench] remote worker {proc.pid}: {summary}", file=sys.stderr, flush=True)
+            await stop(proc, grace=10)
+
+
+async def _drain_in_processes(
+    ctx: Context, api_url: str, conn: asyncpg.Connection, pids: list[int], total: int
+) -> tuple[float, float, dict[str, float]]:
+    """The measured window with the loops in client processes: (seen, started, cpu)."""
+    async with remote_processes(ctx, api_url) as procs:
+        meter = CpuMeter(pids, ctx.postmaster, client_pids=[p.pid for p in procs])
+        watch = [asyncio.create_task(_exited(p)) for p in procs]
+        started = time.monotonic()
+        for proc in procs:
+            proc.send_line("go")
+        try:
+            seen = await wait_for_count(conn, COMPLETED, total, TIMEOUT_SECS, watch=watch)
+            cpu = meter.percent()
+        finally:
+            for task in watch:
+                task.cancel()
+    return seen, started, cpu
+
+
+async def _drain_in_harness(
+    ctx: Context,
+    http: aiohttp.ClientSession,
+    api_url: str,
+    conn: asyncpg.Connection,
+    pids: list[int],
+    total: int,
+) -> tuple[float, float, dict[str, float]]:
+    """The measured window with the loops in the harness's own event loop: (seen, started, cpu)."""
+    stop = asyncio.Event()
+    meter = CpuMeter(pids, ctx.postmaster)
+    started = time.monotonic()
+    loops = [
+        asyncio.create_task(client.worker_loop(http, api_url, QUEUE, ctx.remote_batch, 1, stop))
+        for _ in range(ctx.remote_loops)
+    ]
+    try:
+        seen = await wait_for_count(conn, COMPLETED, total, TIMEOUT_SECS, watch=loops)
+        cpu = meter.percent()
+    finally:
+        await client.stop_loops(loops, stop)
+    return seen, started, cpu
 
 
 async def run_remote(ctx: Context, run_no: int) -> dict[str, float]:
@@ -65,20 +166,11 @@ async def run_remote(ctx: Context, run_no: int) -> dict[str, float]:
             try:
                 await client.enqueue_backlog(http, api.base_url, total, QUEUE)
                 probe = await probe_commits(dsn)
-                stop = asyncio.Event()
-                meter = CpuMeter([api.pid, janitor.pid], ctx.postmaster)
-                started = time.monotonic()
-                loops = [
-                    asyncio.create_task(
-                        client.worker_loop(http, api.base_url, QUEUE, ctx.remote_batch, 1, stop)
-                    )
-                    for _ in range(ctx.remote_loops)
-                ]
-                try:
-                    seen = await wait_for_count(conn, COMPLETED, total, TIMEOUT_SECS, watch=loops)
-                    cpu = meter.percent()
-                finally:
-                    await client.stop_loops(loops, stop)
+                pids = [api.pid, janitor.pid]
+                if ctx.remote_processes:
+                    seen, started, cpu = await _drain_in_processes(ctx, api.base_url, conn, pids, total)
+                else:
+                    seen, started, cpu = await _drain_in_harness(ctx, http, api.base_url, conn, pids, total)
                 rate = await _db_rate(conn, total)
             finally:
                 await conn.close()

@@ -1,14 +1,15 @@
 """W2: enqueue-to-lease latency with workers idle in long-poll.
 
-Method: a fresh database, `--mode api` plus `--mode janitor`. Four remote worker loops lease with
-max_jobs 1 and wait_secs 20, so between jobs they are parked in the server's long-poll; the harness
-waits until the server's `queueflow_long_poll_waiters` gauge shows all four parked. Then one job
+Method: a fresh database, `--mode api` plus `--mode janitor`. Four remote worker loops (Context
+`latency_loops`) lease with max_jobs 1 (`latency_max_jobs`) and wait_secs 20, so between jobs they
+are parked in the server's long-poll; the harness waits until the server's
+`queueflow_long_poll_waiters` gauge shows all of them parked. Then one job
 is enqueued every 5 ms (open loop: each POST is its own task, sent at t0 + i * 5 ms whether or not
 the previous one has answered) for 2,000 jobs (200 with --quick); every leased job is completed.
 
 A second, light phase on another queue (fresh loops, parked again) enqueues one job every 50 ms
 for 200 jobs (50 with --quick): far below capacity, so it shows the wake-up path itself rather than
-queueing behind a saturated database.
+queueing behind a saturated database (skipped when Context `latency_slow_phase` is false).
 
 Two measurements per job, both reported:
 - client clock: lease receipt (worker loop, perf_counter) minus the moment the enqueuer started the
@@ -30,7 +31,6 @@ from bench.probes import CpuMeter, prometheus_value
 from bench.report import Figure, percentile
 from devkit.procs import ServiceProcess
 
-LOOPS = 4
 DB_LATENCY = """SELECT percentile_cont(ARRAY[0.5, 0.95, 0.99]) WITHIN GROUP (ORDER BY
     EXTRACT(EPOCH FROM started_at - created_at)) AS p FROM queueflow.jobs WHERE queue_name = $1"""
 COMPLETED = "SELECT count(*) FROM queueflow.jobs WHERE status = 'completed' AND queue_name = '{queue}'"
@@ -38,11 +38,18 @@ COMPLETED = "SELECT count(*) FROM queueflow.jobs WHERE status = 'completed' AND 
 PHASES = (("", "w2", 0.005, 2_000, 200), ("slow_", "w2-slow", 0.050, 200, 50))
 
 
+def _phases(ctx: Context) -> tuple[tuple[str, str, float, int, int], ...]:
+    return PHASES if ctx.latency_slow_phase else PHASES[:1]
+
+
 def figures(ctx: Context) -> list[Figure]:
     ref = "L.cycle1_latency_ms"
     figs = []
-    for prefix, _, interval, _, _ in PHASES:
-        every = f"1 job / {interval * 1000:.0f} ms"
+    shape = ""
+    if (ctx.latency_loops, ctx.latency_max_jobs) != (4, 1):
+        shape = f" ({ctx.latency_loops} parked x max_jobs {ctx.latency_max_jobs})"
+    for prefix, _, interval, _, _ in _phases(ctx):
+        every = f"1 job / {interval * 1000:.0f} ms{shape}"
         figs += [
             Figure(f"{prefix}client_p{q}_ms", f"{every}: enqueue->lease p{q}, client clock", "ms", ref)
             for q in (50, 95, 99)
@@ -82,14 +89,20 @@ async def _phase(
     loops = [
         asyncio.create_task(
             client.worker_loop(
-                http, api.base_url, queue, 1, 20, stop, on_lease=lambda jid, t: leased.setdefault(jid, t)
+                http,
+                api.base_url,
+                queue,
+                ctx.latency_max_jobs,
+                20,
+                stop,
+                on_lease=lambda jid, t: leased.setdefault(jid, t),
             )
         )
-        for _ in range(LOOPS)
+        for _ in range(ctx.latency_loops)
     ]
     conn = await connect(dsn)
     try:
-        await _wait_parked(http, api.metrics_url, LOOPS)
+        await _wait_parked(http, api.metrics_url, ctx.latency_loops)
 
         async def enqueue_one(i: int) -> None:
             t = time.perf_counter()
@@ -129,7 +142,7 @@ async def run(ctx: Context, run_no: int) -> dict[str, float]:
         api, janitor = ctx.server(dsn, "api"), ctx.server(dsn, "janitor")
         async with servers(api, janitor), client.session() as http:
             out.update(await probe_commits(dsn))
-            for prefix, queue, interval, full, quick in PHASES:
+            for prefix, queue, interval, full, quick in _phases(ctx):
                 out.update(
                     await _phase(
                         ctx,
@@ -146,4 +159,4 @@ async def run(ctx: Context, run_no: int) -> dict[str, float]:
     return out
 
 
-SCENARIO = Scenario("W2", "Enqueue-to-lease latency, 4 remote workers parked in long-poll", figures, run)
+SCENARIO = Scenario("W2", "Enqueue-to-lease latency, remote workers parked in long-poll", figures, run)

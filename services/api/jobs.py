@@ -73,6 +73,19 @@ async def get_job(request: web.Request) -> web.Response:
 cancel_job = act_on(jobs_db.cancel_job, job_id_in_path)
 
 
+async def retry_job(request: web.Request) -> web.Response:
+    return json_response(
+        await jobs_db.retry_job(db_of(request).pool, tenant_of(request).id, job_id_in_path(request))
+    )
+
+
+async def retry_jobs(request: web.Request) -> web.Response:
+    body = await decode(request, wire.RetryJobsRequest)
+    which = body.to_filter(settings_of(request).max_batch)
+    count = await jobs_db.retry_matching(db_of(request).pool, tenant_of(request).id, which)
+    return json_response(wire.RetryJobsResponse(retried=count))
+
+
 async def cancel_jobs(request: web.Request) -> web.Response:
     body = await decode(request, wire.CancelJobsRequest)
     which = body.to_filter(settings_of(request).max_batch)

@@ -11,7 +11,7 @@ from datetime import datetime
 from aiohttp import web
 
 from shared.domain.errors import NotFound, ValidationFailed
-from shared.domain.jobs import MAX_NAME_BYTES, instant
+from shared.domain.jobs import check_queue_name, instant
 from shared.domain.paging import DEFAULT_LIMIT, MAX_LIMIT, MAX_OFFSET, Cursor, ListQuery, PageRequest
 
 
@@ -46,10 +46,7 @@ def dead_letter_id_in_path(request: web.Request) -> int:
 def queue_in_path(request: web.Request) -> str:
     """The {queue} of a queue route: the same bounds as a job's queue, so that no route accepts a
     queue name that no job can have."""
-    queue = request.match_info["queue"]
-    if not queue.strip() or len(queue) > MAX_NAME_BYTES:
-        raise ValidationFailed(f"queue name must be 1 to {MAX_NAME_BYTES} characters, not all blank")
-    return queue
+    return check_queue_name(request.match_info["queue"])
 
 
 def parse_time(name: str, raw: str) -> datetime:

@@ -7,7 +7,7 @@ import functools
 import msgspec
 from aiohttp import web
 
-from services.api.context import act_on, db_of, lifecycle_of, tenant_of
+from services.api.context import act_on, db_of, lifecycle_of, settings_of, tenant_of
 from services.api.params import list_query
 from services.api.sse import stream_status
 from shared import wire
@@ -15,6 +15,7 @@ from shared.db import watchers
 from shared.db import workflows as workflows_db
 from shared.domain.errors import NotFound
 from shared.domain.workflows import WorkflowStatus, mermaid
+from shared.runtime import advance
 from shared.web.body import decode, json_response
 
 SSE_MAX_SECS = 60 * 60
@@ -22,8 +23,11 @@ SSE_MAX_SECS = 60 * 60
 
 async def create_workflow(request: web.Request) -> web.Response:
     body = await decode(request, wire.CreateWorkflowRequest)
-    wf_id = await workflows_db.create_workflow(db_of(request).pool, tenant_of(request).id, body)
-    return json_response(wire.CreateWorkflowResponse(workflow_id=wf_id), 201)
+    default_queue = settings_of(request).default_queue
+    wf_id, status = await advance.create_workflow(
+        db_of(request).pool, tenant_of(request).id, body, default_queue
+    )
+    return json_response(wire.CreateWorkflowResponse(workflow_id=wf_id, status=status), 201)
 
 
 async def list_workflows(request: web.Request) -> web.Response:

@@ -15,12 +15,12 @@ import functools
 
 import structlog
 
-from services.workflow.engine import advance
 from shared.db import workflows as workflows_db
 from shared.db.database import Database
 from shared.db.listener import ADVANCE
 from shared.db.pool import Connection, is_database_error
 from shared.domain.workflows import OutboxEvent
+from shared.runtime.advance import advance
 
 log = structlog.get_logger("queueflow.workflow")
 

@@ -15,7 +15,14 @@ from shared.db.queries import Q
 from shared.domain import cron
 from shared.domain.cron import CronSchedule
 from shared.domain.errors import Conflict, NotFound
-from shared.domain.jobs import NewJob, Object, PartialJobConfig, check_task_name, resolve_partial
+from shared.domain.jobs import (
+    NewJob,
+    Object,
+    PartialJobConfig,
+    check_queue_name,
+    check_task_name,
+    resolve_partial,
+)
 from shared.domain.paging import ListQuery, Page
 
 log = structlog.get_logger("queueflow.cron")
@@ -38,6 +45,8 @@ async def create(
 ) -> str:
     """The new schedule's id; a Conflict when the tenant already has a schedule by that name."""
     check_task_name(task_name)
+    if queue is not None:
+        check_queue_name(queue)
     cron.validate(cron_expr)
     first = cron.next_after(cron_expr, datetime.now(UTC))
     stored = None if config is None else msgspec.to_builtins(config)

@@ -20,6 +20,7 @@ from shared.db.pool import Connection, Executor, Pool, record
 from shared.db.queries import Q
 from shared.domain.errors import Conflict, DomainError, Gone, NotFound
 from shared.domain.jobs import (
+    RETRYABLE_JOB_STATUSES,
     DeadLetter,
     Job,
     JobFilter,
@@ -30,6 +31,7 @@ from shared.domain.jobs import (
     QueueGauge,
     ReplayedDeadLetter,
     StatsSnapshot,
+    retry_refusal,
 )
 from shared.domain.paging import ListQuery, Page
 
@@ -119,6 +121,33 @@ async def cancel_matching(db: Executor, tenant: str, which: JobFilter) -> int:
     )
     metrics.JOBS_CANCELLED.inc(len(rows))
     return len(rows)
+
+
+async def retry_matching(db: Executor, tenant: str, which: JobFilter, job_id: uuid.UUID | None = None) -> int:
+    """Run the tenant's matching failed or cancelled jobs again, in place; how many were."""
+    rows = await db.fetch(
+        Q.retry_jobs,
+        tenant,
+        [str(s) for s in which.statuses],
+        which.queue,
+        which.task_name,
+        which.created_after,
+        which.created_before,
+        which.limit,
+        job_id,
+    )
+    metrics.JOBS_RETRIED_IN_PLACE.inc(len(rows))
+    return len(rows)
+
+
+async def retry_job(db: Executor, tenant: str, job_id: uuid.UUID) -> Job:
+    """Run one failed or cancelled job again, in place; the job as it now is."""
+    if not await retry_matching(db, tenant, JobFilter(statuses=RETRYABLE_JOB_STATUSES, limit=1), job_id):
+        row = await db.fetchrow(Q.job_retry_state, job_id, tenant)
+        if row is None:
+            raise NotFound("job", job_id)
+        raise Conflict(retry_refusal(JobStatus(row["status"]), row["workflow_id"]))
+    return await get_job(db, tenant, job_id)
 
 
 # --- the worker protocol -------------------------------------------------------------------------

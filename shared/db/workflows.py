@@ -36,9 +36,7 @@ from shared.domain.workflows import (
     WorkflowStatus,
     WorkflowStep,
     WorkflowStepState,
-    normalise,
     steps_to_rerun,
-    validate,
 )
 
 log = structlog.get_logger("queueflow.workflow")
@@ -115,16 +113,6 @@ async def insert_workflow(
         [(wf_id, s.name, i, s, s.dependencies, s.policy) for i, s in enumerate(definition.steps)],
     )
     metrics.WORKFLOWS_CREATED.inc()
-    return wf_id
-
-
-async def create_workflow(pool: Pool, tenant: str, definition: WorkflowDefinition) -> str:
-    """Validate, store, and hand the new workflow to the advancer (a `start` outbox row)."""
-    validate(definition)
-    stored = normalise(definition)
-    async with pool.acquire() as conn, conn.transaction():
-        wf_id = await insert_workflow(conn, tenant, stored, stored.context or {})
-        await conn.execute(Q.insert_outbox, wf_id, OutboxKind.START, None, None, None)
     return wf_id
 
 

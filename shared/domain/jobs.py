@@ -9,6 +9,7 @@ the records; only request bodies and envelopes are wire types of their own).
 from __future__ import annotations
 
 import enum
+import re
 import uuid
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any
@@ -37,6 +38,18 @@ class JobStatus(enum.StrEnum):
 TERMINAL_JOB_STATUSES = frozenset({JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED})
 # Statuses a job can still leave by itself; cancel-by-filter and the claim index cover these.
 ACTIVE_JOB_STATUSES = (JobStatus.PENDING, JobStatus.RETRYING, JobStatus.RUNNING)
+# Statuses from which a job can be run again in place (POST /jobs/{id}/retry).
+RETRYABLE_JOB_STATUSES = (JobStatus.FAILED, JobStatus.CANCELLED)
+
+
+def retry_refusal(status: JobStatus, workflow_id: str | None) -> str:
+    """Why a job cannot be retried in place (the Conflict's reason)."""
+    if workflow_id is not None:
+        return (
+            f"job belongs to workflow {workflow_id}; retry the workflow with "
+            f"POST /api/v1/workflows/{workflow_id}/retry"
+        )
+    return f"job is {status}; only a failed or cancelled job can be retried"
 
 
 class BackoffStrategy(enum.StrEnum):
@@ -57,7 +70,9 @@ INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 MAX_RETRIES = 1000
 MAX_TIMEOUT_SECS = 86_400
 MAX_DELAY_SECS = 2_592_000  # 30 days
-MAX_NAME_BYTES = 255  # queue, task and idempotency-key names
+MAX_NAME_BYTES = 255  # task names, idempotency keys, workflow and step names
+MAX_QUEUE_BYTES = 128
+_BAD_QUEUE_CHARS = re.compile(r"[\s\x00-\x1f\x7f-\x9f]")
 
 Int32 = Annotated[int, Meta(ge=INT32_MIN, le=INT32_MAX)]
 MaxRetries = Annotated[int, Meta(ge=0, le=MAX_RETRIES)]
@@ -147,6 +162,16 @@ def instant(name: str, value: datetime | None) -> datetime | None:
     return value
 
 
+def check_queue_name(name: str) -> str:
+    """Wherever a queue is named (a job, a batch item, a step, a cron schedule, a lease, a pause):
+    1 to 128 bytes of UTF-8 with no whitespace and no control characters."""
+    if not 0 < len(name.encode(errors="surrogateescape")) <= MAX_QUEUE_BYTES or _BAD_QUEUE_CHARS.search(name):
+        raise ValidationFailed(
+            f"queue name must be 1 to {MAX_QUEUE_BYTES} bytes with no whitespace or control characters, not {name!r}"
+        )
+    return name
+
+
 def check_task_name(name: str) -> str:
     """A task name must say something: blank is a ValidationFailed."""
     if not name.strip():
@@ -171,6 +196,7 @@ class NewJob(Struct, frozen=True, kw_only=True):
 
     def __post_init__(self) -> None:
         check_task_name(self.task_name)
+        check_queue_name(self.queue)
 
 
 class Job(Struct, frozen=True, kw_only=True, omit_defaults=True):

@@ -25,8 +25,8 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 
-from shared.domain.errors import InvalidWorkflow
-from shared.domain.jobs import MAX_DELAY_SECS, MAX_NAME_BYTES, Object, PartialJobConfig
+from shared.domain.errors import InvalidWorkflow, ValidationFailed
+from shared.domain.jobs import MAX_DELAY_SECS, MAX_NAME_BYTES, Object, PartialJobConfig, check_queue_name
 
 MAX_FAN_OUT = 10_000  # elements one fan-out step may spawn (FanOut.max_items defaults to it)
 MAX_WORKFLOW_DEPTH = 8  # sub-workflows nest at most this deep
@@ -140,7 +140,7 @@ class WorkflowStep(Struct, frozen=True, forbid_unknown_fields=True, omit_default
     on_failure: FailurePolicy | None = None
     on_success: Literal["continue"] | None = None
     metadata: Object | None = None
-    queue: Name | None = None
+    queue: str | None = None
     when: StepCondition | None = None
     fan_out: FanOut | None = None
     workflow: WorkflowDefinition | None = None
@@ -195,6 +195,13 @@ def _validate_step(step: WorkflowStep, names: set[str], where: str, depth: int) 
             raise InvalidWorkflow(f"{where}step '{step.name}' depends on unknown step '{dep}'")
         if dep == step.name:
             raise InvalidWorkflow(f"{where}workflow has a dependency cycle involving: {step.name}")
+    if step.queue is not None:
+        try:
+            check_queue_name(step.queue)
+        except ValidationFailed as err:
+            raise InvalidWorkflow(
+                f"{where}step '{step.name}': {err.message.removeprefix('validation error: ')}"
+            ) from None
     has_task = bool(step.task_name and step.task_name.strip())
     if has_task == (step.workflow is not None):
         raise InvalidWorkflow(f"{where}step '{step.name}' needs exactly one of task_name or workflow")

@@ -3,7 +3,8 @@
 Tenant routes: no token 401; the worker token 403 (infrastructure gets no tenant identity); a
 valid API key or JWT is that tenant; anything else 401. Worker routes: the worker token passes; a
 valid tenant credential is 403; anything else 401. `--dev` accepts any non-empty token as tenant
-`tenant1` and as a worker. Every secret comparison is constant-time.
+`tenant1` when no API keys and no JWT secret are configured, and as a worker when no worker token
+is configured (with one, the worker routes take only it). Every secret comparison is constant-time.
 """
 
 from __future__ import annotations
@@ -47,11 +48,16 @@ def bearer_token(header: str | None) -> str | None:
 
 
 class Authenticator:
+    """`--dev` fills in only what is not configured: unknown tokens are the placeholder tenant
+    only while no API keys and no JWT secret are set, and any token opens the worker routes only
+    while no worker token is set. A credential that is configured is always enforced."""
+
     def __init__(self, settings: Settings) -> None:
-        self.dev = settings.dev
         self._worker = _digest(settings.worker_token) if settings.worker_token else None
         self._keys = [(_digest(k.token), Tenant(k.tenant, k.read_only)) for k in settings.api_keys]
         self._jwt_secret = settings.jwt_secret
+        self._dev_tenants = settings.dev and not settings.api_keys and not settings.jwt_secret
+        self._dev_workers = settings.dev and self._worker is None
 
     def _is_worker_token(self, digest: bytes) -> bool:
         return self._worker is not None and hmac.compare_digest(digest, self._worker)
@@ -89,7 +95,7 @@ class Authenticator:
         tenant = self._tenant_credential(token, digest)
         if tenant is not None:
             return tenant
-        if self.dev:
+        if self._dev_tenants:
             return Tenant(DEV_TENANT)
         raise Unauthorized()
 
@@ -98,8 +104,12 @@ class Authenticator:
         if token is None:
             raise Unauthorized()
         digest = _digest(token)
-        if self._is_worker_token(digest) or self.dev:
+        if self._is_worker_token(digest):
             return
-        if self._tenant_credential(token, digest) is not None:
+        tenant = self._tenant_credential(token, digest)
+        if tenant is not None or (self._dev_tenants and self._worker is not None):
+            # A tenant's credential (in --dev, any token that is not the worker token is one)
             raise Forbidden("access denied: worker routes need the worker token")
+        if self._dev_workers:
+            return
         raise Unauthorized()

@@ -306,10 +306,18 @@ async def test_dev_mode_still_needs_a_token(api):
     await expect_error(await client.get("/api/v1/jobs", headers={"Authorization": "Bearer "}), 401)
 
 
-async def test_dev_mode_with_real_keys_still_maps_them_to_their_tenants(api):
+async def test_dev_mode_with_real_keys_maps_them_and_refuses_unknown_tokens(api):
+    # The contract's decision: --dev's placeholder tenant only while no API key or JWT secret is set.
     client = await api(dev=True, api_keys="key1:acme")
     assert (await list_json(client, "/api/v1/whoami", ACME))["tenant"] == "acme"
-    assert (await list_json(client, "/api/v1/whoami", DEV))["tenant"] == "tenant1"
+    await expect_error(await client.get("/api/v1/whoami", headers=DEV), 401)
+
+
+async def test_dev_mode_with_a_worker_token_takes_only_it_on_the_worker_routes(api):
+    client = await api(dev=True, worker_token="wtok")
+    body = {"max_jobs": 1}
+    assert (await client.post("/api/v1/queues/q/lease", json=body, headers=WORKER)).status == 200
+    await expect_error(await client.post("/api/v1/queues/q/lease", json=body, headers=DEV), 403)
 
 
 # --- public routes ---------------------------------------------------------------------------------

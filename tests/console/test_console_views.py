@@ -244,7 +244,6 @@ async def test_cancel_matching_jobs_cancels_the_filtered_jobs_only(client, conso
     await expect(rows(console).locator(".badge")).to_have_text(["cancelled"] * 5)
 
 
-@pytest.mark.xfail(strict=True, reason="needs the job retry routes")
 async def test_retry_job_button_runs_a_failed_job_again(client, console):
     job_id = await failed_job(client, client, "emails")
     await console.sign_in("dev", f"#/jobs/{job_id}")
@@ -254,7 +253,6 @@ async def test_retry_job_button_runs_a_failed_job_again(client, console):
     await expect(console.page.locator(".page-head .badge")).to_have_text("pending")
 
 
-@pytest.mark.xfail(strict=True, reason="needs the job retry routes")
 async def test_retry_matching_jobs_runs_the_filtered_failed_jobs_again(client, console):
     failed = [await failed_job(client, client, "emails") for _ in range(3)]
     kept = await failed_job(client, client, "imports")

@@ -122,3 +122,32 @@ def test_without_dev_placeholder_tokens_are_refused():
     for token in ("dev", "tenant1", "anything"):
         with pytest.raises(Unauthorized):
             auth.tenant(bearer(token))
+
+
+def test_dev_with_a_worker_token_opens_the_worker_routes_to_that_token_only():
+    auth = Authenticator(Settings(database_url="postgresql://x/y", dev=True, worker_token="w"))
+    auth.worker(bearer("w"))
+    for token in ("dev", "anything"):  # tenant tokens in --dev: a tenant on a worker route is 403
+        with pytest.raises(Forbidden):
+            auth.worker(bearer(token))
+    assert auth.tenant(bearer("dev")) == Tenant(DEV_TENANT)
+    with pytest.raises(Forbidden):
+        auth.tenant(bearer("w"))
+
+
+def test_dev_with_api_keys_maps_no_unknown_token_to_the_placeholder_tenant():
+    auth = Authenticator(
+        Settings(database_url="postgresql://x/y", dev=True, api_keys=parse_api_keys("k:acme"))
+    )
+    assert auth.tenant(bearer("k")) == Tenant("acme")
+    with pytest.raises(Unauthorized):
+        auth.tenant(bearer("dev"))
+    auth.worker(bearer("anything"))  # no worker token configured: --dev still lets workers in
+    with pytest.raises(Forbidden):
+        auth.worker(bearer("k"))
+
+
+def test_dev_with_a_jwt_secret_maps_no_unknown_token_to_the_placeholder_tenant():
+    auth = Authenticator(Settings(database_url="postgresql://x/y", dev=True, jwt_secret="s" * 40))
+    with pytest.raises(Unauthorized):
+        auth.tenant(bearer("dev"))

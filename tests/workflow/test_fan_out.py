@@ -232,3 +232,19 @@ async def test_fan_out_path_that_is_not_an_array_fails_the_step(api):
     wf = await wait_status(client, wf_id, "failed")
     assert wf["error_message"].startswith("step 'fan' failed: ")
     assert await step_jobs(client, wf_id) == []
+
+
+async def test_each_fan_out_child_carries_its_index_and_the_total_beside_the_steps_metadata(api):
+    client = await api()  # no advancer needed: the fan-out is a root step, scheduled at create
+    items = ["x", "y", "z"]
+    wf_id = await create(
+        client, [manual("fan", fan_out={"path": "items"}, metadata={"team": "ops"})], context={"items": items}
+    )
+    leased = sorted(
+        await _lease_all(client, len(items)), key=lambda pair: pair[0]["metadata"]["fan_out_index"]
+    )
+    assert [job["metadata"] for job, _ in leased] == [
+        {"team": "ops", "fan_out_index": i, "fan_out_total": len(items)} for i in range(len(items))
+    ]
+    assert [job["payload"]["item"] for job, _ in leased] == items
+    assert len(await step_jobs(client, wf_id, "fan")) == len(items)

@@ -7,8 +7,10 @@ from __future__ import annotations
 from tests.support.api import database_of
 from tests.workflow.helpers import (
     create,
+    lease,
     lease_step,
     manual,
+    post,
     step,
     step_jobs,
     steps,
@@ -26,18 +28,21 @@ async def _stall(pool, wf_id: str) -> None:
 
 
 async def test_janitor_advances_a_stalled_workflow_whose_dependents_were_never_enqueued(api):
-    client = await api()  # API only: nothing advances yet
+    client = await api()  # API only: the root step is scheduled, nothing advances after that
     pool = database_of(client).pool
     wf_id = await create(client, [step("a"), step("b", after=["a"]), step("c", after=["b"])])
-    # As if step a completed and the process died before its dependents were enqueued.
+    # As if step a's job completed and the process died before its outcome reached the advancer.
     await pool.execute(
-        "UPDATE queueflow.workflows SET status = 'running', started_at = now(),"
-        ' context = \'{"a": {"done": true}}\'::jsonb WHERE id = $1',
+        """UPDATE queueflow.jobs SET status = 'completed', completed_at = now(), result = '{"done": true}'"""
+        " WHERE workflow_id = $1",
         wf_id,
     )
     await pool.execute(
-        "UPDATE queueflow.workflow_steps SET status = 'completed', started_at = now(),"
-        " completed_at = now() WHERE workflow_id = $1 AND name = 'a'",
+        """UPDATE queueflow.workflows SET context = '{"a": {"done": true}}'::jsonb WHERE id = $1""", wf_id
+    )
+    await pool.execute(
+        "UPDATE queueflow.workflow_steps SET status = 'completed', completed_at = now()"
+        " WHERE workflow_id = $1 AND name = 'a'",
         wf_id,
     )
     await _stall(pool, wf_id)
@@ -45,7 +50,7 @@ async def test_janitor_advances_a_stalled_workflow_whose_dependents_were_never_e
     await api(mode="all", janitor_interval_secs=0.2)
     wf = await wait_status(client, wf_id, "completed")
     assert wf["context"] == {"a": {"done": True}, "b": {"echoed": True}, "c": {"echoed": True}}
-    assert [j["workflow_step_id"] for j in await step_jobs(client, wf_id)] == ["b", "c"]
+    assert [j["workflow_step_id"] for j in await step_jobs(client, wf_id)] == ["a", "b", "c"]
 
 
 async def test_janitor_heals_a_finished_step_job_whose_outcome_was_never_applied(api):
@@ -79,21 +84,26 @@ async def test_an_event_that_can_never_be_applied_fails_its_workflow_after_five_
     """A poison outbox row (here: a stored condition nested far deeper than any request may be, so
     reading it raises RecursionError) is retried five times, then its workflow ends failed, naming
     the error; it never blocks the outbox for other workflows."""
-    client = await api()  # API only: nothing advances yet
+    client = await api()  # API only: root steps are scheduled, nothing advances after that
     pool = database_of(client).pool
     poisoned = await create(
-        client, [step("a", when={"path": "x", "op": "exists"}), step("b", after=["a"])], name="poisoned"
+        client, [manual("a"), step("b", after=["a"], when={"path": "x", "op": "exists"})], name="poisoned"
     )
     deep = '{"not": ' * 3000 + '{"path": "x", "op": "exists"}' + "}" * 3000
     await pool.execute(
         "UPDATE queueflow.workflow_steps SET definition = jsonb_set(definition, '{when}', $2::text::jsonb)"
-        " WHERE workflow_id = $1 AND name = 'a'",
+        " WHERE workflow_id = $1 AND name = 'b'",
         poisoned,
         deep,
     )
     healthy = await create(client, [step("a"), step("b", after=["a"])], name="healthy")
 
     await api(mode="all")
+    # a's outcome is the event that cannot be applied. (Leased straight off its queue: the API
+    # cannot read this workflow's steps either, with that definition stored.)
+    [(job, token)] = await lease(client, wait_secs=5)
+    status, _ = await post(client, f"/api/v1/jobs/{job['id']}/complete", {"lease_token": token})
+    assert status == 204
     wf = await wait_status(client, poisoned, "failed")
     assert wf["error_message"].startswith("workflow advancement failed: RecursionError"), wf["error_message"]
     assert (await wait_status(client, healthy, "completed"))["context"] == {

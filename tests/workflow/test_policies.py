@@ -291,17 +291,19 @@ async def complete_quietly(client, job_id: str, token: str) -> None:
     assert status in (204, 409)
 
 
-async def test_cancel_a_created_workflow_before_the_advancer_starts_it(api):
-    client = await api()  # no advancer: the workflow stays `created`
+async def test_cancel_before_any_advancer_runs_cancels_the_scheduled_root_and_the_rest(api):
+    client = await api()  # no advancer: only what the create itself scheduled exists
     wf_id = await create(client, [step("a"), step("b", after=["a"])])
-    assert (await workflow(client, wf_id))["status"] == "created"
+    assert (await workflow(client, wf_id))["status"] == "running"
     status, _ = await post(client, f"/api/v1/workflows/{wf_id}/cancel")
     assert status == 204
     assert (await workflow(client, wf_id))["status"] == "cancelled"
-    # An advancer that starts afterwards never runs anything of it.
-    later = await api(mode="workflow")
+    # An advancer and a worker that start afterwards never run anything of it.
+    later = await api(mode="all")
     await eventually(lambda: _outbox_empty(later), timeout=10)
-    assert await step_jobs(later, wf_id) == []
+    assert [(j["workflow_step_id"], j["status"]) for j in await step_jobs(later, wf_id)] == [
+        ("a", "cancelled")
+    ]
     assert statuses(await steps(client, wf_id)) == {"a": "cancelled", "b": "cancelled"}
 
 

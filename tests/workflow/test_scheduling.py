@@ -15,6 +15,7 @@ from tests.workflow.helpers import (
     lease,
     lease_step,
     manual,
+    post,
     run_step,
     step,
     step_jobs,
@@ -255,3 +256,23 @@ async def test_step_job_carries_workflow_ids_metadata_and_config(api):
     assert "idempotency_key" not in leased
     await complete(client, leased["id"], token)
     await wait_status(client, wf_id, "completed")
+
+
+async def test_create_answers_with_the_root_steps_already_scheduled(api):
+    # No advancer runs: whatever is scheduled when the 201 arrives was scheduled by the create.
+    client = await api()
+    status, body = await post(
+        client,
+        "/api/v1/workflows",
+        {"name": "w", "steps": [step("a"), step("b"), step("c", after=["a", "b"])]},
+    )
+    assert status == 201 and body["status"] == "running"
+    wf_id = body["workflow_id"]
+    assert (await workflow(client, wf_id))["status"] == "running"
+    states = await steps(client, wf_id)
+    assert {name: (s["status"], "job_id" in s) for name, s in states.items()} == {
+        "a": ("running", True),
+        "b": ("running", True),
+        "c": ("pending", False),
+    }
+    assert [j["workflow_step_id"] for j in await step_jobs(client, wf_id)] == ["a", "b"]

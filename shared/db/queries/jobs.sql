@@ -52,6 +52,40 @@ SET status = 'cancelled', completed_at = now(), locked_until = NULL
 FROM picked WHERE j.id = picked.id
 RETURNING j.id;
 
+-- name: retry_jobs
+-- Failed or cancelled jobs run again in place (same id): pending and due now, the retry budget
+-- reset, the last run's outcome cleared. A workflow's job is never retried here (the workflow's
+-- retry does that). Its dead letter, if any, is marked replayed by the job itself, so the DLQ
+-- cannot run it a second time. One job by id ($8), or by filter: oldest first, at most $7.
+WITH picked AS (
+    SELECT id FROM queueflow.jobs
+    WHERE tenant_id = $1
+      AND status = ANY($2::text[])
+      AND workflow_id IS NULL
+      AND ($3::text IS NULL OR queue_name = $3)
+      AND ($4::text IS NULL OR task_name = $4)
+      AND ($5::timestamptz IS NULL OR created_at >= $5)
+      AND ($6::timestamptz IS NULL OR created_at < $6)
+      AND ($8::uuid IS NULL OR id = $8)
+    ORDER BY created_at, id
+    LIMIT $7
+    FOR UPDATE SKIP LOCKED
+), retried AS (
+    UPDATE queueflow.jobs j
+    SET status = 'pending', retry_count = 0, scheduled_at = now(), started_at = NULL, completed_at = NULL,
+        next_retry_at = NULL, error_message = NULL, result = NULL, lease_token = NULL, locked_until = NULL
+    FROM picked WHERE j.id = picked.id
+    RETURNING j.id
+), replayed AS (
+    UPDATE queueflow.dead_letters d SET replayed_at = now(), replay_job_id = d.job_id
+    FROM retried r WHERE d.job_id = r.id AND d.replayed_at IS NULL
+)
+SELECT id FROM retried;
+
+-- name: job_retry_state
+-- Why a job could not be retried: its status and workflow, for the caller's tenant.
+SELECT status, workflow_id FROM queueflow.jobs WHERE id = $1 AND tenant_id = $2;
+
 -- name: claim_jobs
 -- Lease up to $2 due jobs of queue $1. $3 is the lease in seconds; $4, when not null, is the grace
 -- added to the job's own timeout so an in-process handler's lease always covers its timeout.

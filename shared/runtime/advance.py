@@ -1,4 +1,6 @@
-"""Advancing one workflow, inside the advancer's transaction, under the workflow's row lock.
+"""Advancing one workflow, inside a transaction, under the workflow's row lock: the workflow
+service's advancer applies every outbox event with it, and the API uses it to create a workflow and
+schedule its root steps before it answers.
 
 An outbox event says what happened (the workflow was created or retried, a step's job or child
 workflow finished, the janitor asks for a re-check); `advance` records it on the step (merging a
@@ -14,7 +16,7 @@ import structlog
 
 from shared.db import jobs as jobs_db
 from shared.db import workflows as workflows_db
-from shared.db.pool import Connection
+from shared.db.pool import Connection, Pool, transaction
 from shared.domain.jobs import JobStatus, NewJob, Object, resolve_partial
 from shared.domain.workflows import (
     CONDITION_NOT_MET,
@@ -26,13 +28,16 @@ from shared.domain.workflows import (
     SkipKind,
     StepRun,
     StepStatus,
+    WorkflowDefinition,
     WorkflowRun,
     WorkflowStatus,
     blocker,
     holds,
     lookup,
+    normalise,
     ready,
     settlement,
+    validate,
 )
 
 log = structlog.get_logger("queueflow.workflow")
@@ -56,6 +61,7 @@ class Advancement:
 
     async def start(self) -> None:
         await workflows_db.set_running(self.conn, self.run.id)
+        self.run.status = WorkflowStatus.RUNNING
 
     async def job_finished(
         self,
@@ -181,18 +187,24 @@ class Advancement:
         await workflows_db.mark_scheduled(self.conn, self.run.id, steps)
 
     def _job(
-        self, step: StepRun, attempt: int, extra: Object | None = None, index: int | None = None
+        self, step: StepRun, attempt: int, extra: Object | None = None, fan: tuple[int, int] | None = None
     ) -> NewJob:
+        """The job of one scheduling of `step`; a fan-out child carries its (index, total)."""
         d = step.definition
         payload = {**(d.payload or {}), **(extra or {})}
         if self.run.context:
             payload["_context"] = self.run.context
+        metadata = dict(d.metadata or {})
+        index = None
+        if fan is not None:
+            index = fan[0]
+            metadata.update(fan_out_index=fan[0], fan_out_total=fan[1])
         return NewJob(
             task_name=d.task_name or "",
             queue=d.queue or self.default_queue,
             config=resolve_partial(d.config),
             payload=payload,
-            metadata=d.metadata or {},
+            metadata=metadata,
             workflow_id=self.run.id,
             workflow_step=step.name,
             step_index=index,
@@ -213,7 +225,10 @@ class Advancement:
             )
             return
         key = spec.item_key or "item"
-        jobs = [self._job(step, attempt, {key: item, "_index": i}, index=i) for i, item in enumerate(items)]
+        jobs = [
+            self._job(step, attempt, {key: item, "_index": i}, (i, len(items)))
+            for i, item in enumerate(items)
+        ]
         ids = await jobs_db.insert_jobs(self.conn, self.run.tenant_id, jobs) if jobs else []
         step.scheduled(attempt, job_id=ids[0] if ids else None, fan_total=len(items))
         await workflows_db.mark_scheduled(self.conn, self.run.id, [step])
@@ -279,7 +294,25 @@ class Advancement:
     async def _settle(self) -> None:
         status, error = settlement(self.steps.values(), self.run.halted)
         if await workflows_db.finish_workflow(self.conn, self.run, status, error):
+            self.run.status = status
             log.info("workflow_settled", workflow_id=self.run.id, status=status)
+
+
+async def create_workflow(
+    pool: Pool, tenant: str, definition: WorkflowDefinition, default_queue: str
+) -> tuple[str, WorkflowStatus]:
+    """Validate and store a workflow, start it and schedule its root steps, in one transaction:
+    when this returns, the workflow is `running` (or already finished, if nothing could run) and
+    each root step's job exists. Returns its id and status."""
+    validate(definition)
+    stored = normalise(definition)
+    async with transaction(pool) as conn:
+        wf_id = await workflows_db.insert_workflow(conn, tenant, stored, stored.context or {})
+        state = await Advancement.load(conn, wf_id, default_queue)
+        assert state is not None  # inserted by this transaction
+        await state.start()
+        await state.evaluate()
+    return wf_id, state.run.status
 
 
 async def advance(conn: Connection, event: OutboxEvent, default_queue: str) -> None:

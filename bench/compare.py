@@ -1,0 +1,542 @@
+"""`python -m bench.compare [--quick] [--runs N] [--systems qf,graphile,pgboss,pgqueuer]`:
+QueueFlow beside graphile-worker, pg-boss and PgQueuer, on one PostgreSQL, in one invocation.
+
+One embedded PostgreSQL (bench.harness.cluster(), a devkit.pg throwaway cluster with fsync and
+synchronous_commit on, as `python -m bench` starts it) serves every system. Each measurement gets a
+brand-new database. The systems are interleaved: run 1 measures QueueFlow, graphile-worker,
+pg-boss, PgQueuer in turn, run 2 starts one system later (graphile-worker, pg-boss, PgQueuer,
+QueueFlow), and so on, so no system always runs first or last. Three runs by default; the table
+shows the median with min-max beside it, and the ratio QueueFlow / peer of the medians. Results
+also go to bench/out/compare.json.
+
+QueueFlow's figures come from its own scenarios (bench/scenarios), run with these parameters:
+- drain, in-process: W1b, `--mode all --workers 16` (--qf-workers);
+- drain, remote HTTP: W1a with its loops in 2 client processes x 8 lease loops, max_jobs 50;
+- batch enqueue: E's batch figure (sequential 1,000-job POST /jobs/batch; E's single-POST phase
+  runs first, as in `python -m bench E`);
+- latency at 200 jobs/s: W2's 5 ms phase, client clock (POST start -> lease received), once with
+  16 loops parked in long-poll leasing up to 50, once with 200 parked.
+Each peer's figures come from its program in bench/peers (one process per measurement, which
+prints one JSON line); see docs/benchmarks.md, "Comparison with peers", for their configurations.
+
+`--quick`: 2,000 jobs per drain, 5 timed batches, 200 latency jobs, one run: a smoke check only.
+`--markdown`: print the results in --out as a Markdown table and exit (runs nothing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import importlib.metadata
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from bench import harness, peers, probes
+from bench.context import Context, probe_commits
+from bench.report import fmt, load_results, summarize
+from bench.scenarios import SCENARIOS
+from devkit import REPO
+
+QF = "QueueFlow"
+SYSTEMS = (QF, "graphile-worker", "pg-boss", "PgQueuer")
+NAMES = {
+    "qf": QF,
+    "queueflow": QF,
+    "graphile": "graphile-worker",
+    "graphile-worker": "graphile-worker",
+    "pgboss": "pg-boss",
+    "pg-boss": "pg-boss",
+    "pgqueuer": "PgQueuer",
+}
+PEER_TIMEOUT_SECS = 900.0
+REMOTE_PROCESSES, REMOTE_LOOPS, REMOTE_BATCH = 2, 8, 50
+LATENCY_SHAPES = {"latency": (16, 50), "latency_200": (200, 50)}  # parked loops, max_jobs
+LATENCY_INTERVAL_MS = 5.0  # W2's first phase: 200 jobs/s
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    """One line of the comparison table: `key` in every system's per-run values."""
+
+    key: str
+    name: str  # short, for the table
+    description: str  # long, for the notes under it and the JSON
+    unit: str
+    ratio: bool = True  # print QueueFlow / peer
+
+
+def rows(quick: bool) -> list[Row]:
+    drain_n = "2,000" if quick else "20,000"
+    latency = "enqueue-to-start latency at 200 jobs/s (one job every 5 ms, open loop)"
+    return [
+        Row(
+            "drain_jobs_per_s",
+            "drain, in-process workers",
+            f"drain {drain_n} no-op jobs enqueued beforehand, in-process workers in each system's "
+            "recommended configuration (QueueFlow: --mode all --workers N, W1b)",
+            "jobs/s",
+        ),
+        Row(
+            "remote_drain_jobs_per_s",
+            "drain, remote HTTP workers",
+            f"drain {drain_n} no-op jobs through remote HTTP workers: {REMOTE_PROCESSES} client processes x "
+            f"{REMOTE_LOOPS} lease loops, max_jobs {REMOTE_BATCH}, one complete call per job (QueueFlow only, W1a)",
+            "jobs/s",
+        ),
+        Row(
+            "enqueue_jobs_per_s",
+            "batch enqueue, 1,000 per call",
+            "batch enqueue, 1,000 jobs per call, one call at a time (QueueFlow: POST /jobs/batch, E)",
+            "jobs/s",
+        ),
+        Row(
+            "latency_p50_ms",
+            "latency p50 (QF: 16 parked x 50)",
+            f"{latency}, p50; QueueFlow: 16 loops parked in long-poll leasing up to 50 (W2)",
+            "ms",
+        ),
+        Row(
+            "latency_p99_ms",
+            "latency p99 (QF: 16 parked x 50)",
+            f"{latency}, p99; QueueFlow as above",
+            "ms",
+        ),
+        Row(
+            "latency_200_p50_ms",
+            "latency p50 (QF: 200 parked x 50)",
+            f"{latency}, p50; QueueFlow: 200 loops parked leasing up to 50; peers: the same measurement "
+            "as the rows above (they have one configuration)",
+            "ms",
+        ),
+        Row(
+            "latency_200_p99_ms",
+            "latency p99 (QF: 200 parked x 50)",
+            f"{latency}, p99; QueueFlow with 200 parked; peers as above",
+            "ms",
+        ),
+        Row(
+            "commit_p50_ms",
+            "noise: commit p50 before drain",
+            "durable 1-row commit p50 on the run's database right before the drain (the machine's "
+            "commit latency at that moment; not a figure of any system)",
+            "ms",
+            ratio=False,
+        ),
+    ]
+
+
+# --- summaries, ratios, the table (pure functions; tests/bench/test_compare.py) ----------------------
+
+
+def summarize_rows(
+    per_run: dict[str, list[dict[str, float]]], table_rows: Sequence[Row]
+) -> list[dict[str, Any]]:
+    """For each row: every system's summary (median, min, max, runs) or None, and QueueFlow / peer
+    of the medians for each peer that has the figure (when QueueFlow has it too)."""
+    out = []
+    for row in table_rows:
+        values: dict[str, dict[str, Any] | None] = {}
+        for system, runs in per_run.items():
+            got = [
+                r[row.key]
+                for r in runs
+                if isinstance(r.get(row.key), int | float) and math.isfinite(r[row.key])
+            ]
+            values[system] = summarize(got) if got else None
+        ratios: dict[str, float | None] = {}
+        qf = values.get(QF)
+        if row.ratio and qf is not None:
+            for system, summary in values.items():
+                if system == QF:
+                    continue
+                ok = summary is not None and summary["median"] not in (0, 0.0)
+                ratios[system] = qf["median"] / summary["median"] if ok else None
+        out.append(
+            {
+                "key": row.key,
+                "name": row.name,
+                "description": row.description,
+                "unit": row.unit,
+                "values": values,
+                "ratios": ratios,
+            }
+        )
+    return out
+
+
+def cell(summary: dict[str, Any] | None) -> str:
+    """'median (min-max)', or just the median for one run, or '-' when there is no figure."""
+    if summary is None:
+        return "-"
+    if len(summary["runs"]) == 1:
+        return fmt(summary["median"])
+    return f"{fmt(summary['median'])} ({fmt(summary['min'])}-{fmt(summary['max'])})"
+
+
+def ratio_cell(ratio: float | None) -> str:
+    return "-" if ratio is None else f"{ratio:.2f}"
+
+
+def _columns(systems: Sequence[str]) -> tuple[list[str], list[str]]:
+    """The header, and the peers that get a ratio column (all of them, when QueueFlow is there)."""
+    ratio_peers = [s for s in systems if s != QF] if QF in systems else []
+    return ["figure", "unit", *systems, *(f"QF/{p}" for p in ratio_peers)], ratio_peers
+
+
+def _cells(r: dict[str, Any], systems: Sequence[str], ratio_peers: Sequence[str]) -> list[str]:
+    return [
+        r["name"],
+        r["unit"],
+        *(cell(r["values"].get(s)) for s in systems),
+        *(ratio_cell(r["ratios"].get(p)) for p in ratio_peers),
+    ]
+
+
+def table(summary_rows: Sequence[dict[str, Any]], systems: Sequence[str]) -> str:
+    """The comparison as an aligned text table (figures right-aligned)."""
+    header, ratio_peers = _columns(systems)
+    lines = [header, *(_cells(r, systems, ratio_peers) for r in summary_rows)]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+
+    def render(line: list[str]) -> str:
+        return "  ".join(
+            c.ljust(widths[i]) if i < 2 else c.rjust(widths[i]) for i, c in enumerate(line)
+        ).rstrip()
+
+    return "\n".join([render(lines[0]), "  ".join("-" * w for w in widths), *(render(x) for x in lines[1:])])
+
+
+def markdown(summary_rows: Sequence[dict[str, Any]], systems: Sequence[str]) -> str:
+    """The same table in Markdown, for docs/benchmarks.md."""
+    header, ratio_peers = _columns(systems)
+    align = ["---", "---", *(["---:"] * (len(header) - 2))]
+    lines = [header, align, *(_cells(r, systems, ratio_peers) for r in summary_rows)]
+    return "\n".join("| " + " | ".join(line) + " |" for line in lines)
+
+
+def rotation(systems: Sequence[str], run_no: int) -> list[str]:
+    """The order of run `run_no` (1-based): the list rotated by run_no - 1."""
+    k = (run_no - 1) % len(systems)
+    return [*systems[k:], *systems[:k]]
+
+
+def last_json_line(text: str) -> dict[str, Any]:
+    """The last line of a program's output that parses as a JSON object."""
+    for line in reversed(text.splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            with contextlib.suppress(ValueError):
+                value = json.loads(line)
+                if isinstance(value, dict):
+                    return value
+    raise ValueError("no JSON result line in the output")
+
+
+# --- measurements ------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """One measurement of one system: `run()` gives its raw result, `extract` the table's values."""
+
+    name: str
+    run: Callable[[], Awaitable[dict[str, Any]]]
+    extract: Callable[[dict[str, Any]], dict[str, float]]
+
+
+def queueflow_steps(ctx: Context, run_no: int, workers: int) -> list[Step]:
+    def scenario(name: str, **params: Any) -> Callable[[], Awaitable[dict[str, Any]]]:
+        return lambda: SCENARIOS[name].run(dataclasses.replace(ctx, **params), run_no)
+
+    def latency(prefix: str) -> Callable[[dict[str, Any]], dict[str, float]]:
+        return lambda r: {f"{prefix}_p50_ms": r["client_p50_ms"], f"{prefix}_p99_ms": r["client_p99_ms"]}
+
+    steps = [
+        Step(
+            f"W1b --workers {workers}",
+            scenario("W1b", drain_workers=(workers,)),
+            lambda r: {
+                "drain_jobs_per_s": r[f"w{workers}_jobs_per_s"],
+                "commit_p50_ms": r[f"w{workers}_commit_p50_ms"],
+            },
+        ),
+        Step(
+            f"W1a {REMOTE_PROCESSES} processes x {REMOTE_LOOPS} loops x max_jobs {REMOTE_BATCH}",
+            scenario(
+                "W1a", remote_processes=REMOTE_PROCESSES, remote_loops=REMOTE_LOOPS, remote_batch=REMOTE_BATCH
+            ),
+            lambda r: {"remote_drain_jobs_per_s": r["jobs_per_s"]},
+        ),
+        Step("E", scenario("E"), lambda r: {"enqueue_jobs_per_s": r["batch_jobs_per_s"]}),
+    ]
+    for prefix, (loops, max_jobs) in LATENCY_SHAPES.items():
+        steps.append(
+            Step(
+                f"W2 {loops} parked x max_jobs {max_jobs}",
+                scenario("W2", latency_loops=loops, latency_max_jobs=max_jobs, latency_slow_phase=False),
+                latency(prefix),
+            )
+        )
+    return steps
+
+
+def peer_sizes(quick: bool) -> dict[str, list[str]]:
+    """Each peer workload's size arguments: the same N as QueueFlow's scenarios use."""
+    return {
+        "drain": ["--jobs", str(2_000 if quick else 20_000), "--batch-size", "1000"],
+        "enqueue": ["--batches", str(5 if quick else 20), "--batch-size", "1000"],
+        "latency": ["--jobs", str(200 if quick else 2_000), "--interval-ms", str(LATENCY_INTERVAL_MS)],
+    }
+
+
+async def run_peer(ctx: Context, system: str, figure: str, run_no: int) -> dict[str, Any]:
+    """One peer workload in a fresh database: its JSON result plus the commit probe taken before."""
+    slug = system.lower().replace("-", "")
+    async with ctx.database(f"{slug}_{figure}") as dsn:
+        probe = await probe_commits(dsn)
+        argv = [*peers.command(system), "--dsn", dsn, "--figure", figure, *peer_sizes(ctx.quick)[figure]]
+        log = ctx.log_dir / f"{slug}-{figure}-run{run_no}.log"
+        proc = harness.client(argv, log, f"{system} {figure}")
+        code: int | None = None
+        try:
+            code = await proc.wait(within=PEER_TIMEOUT_SECS)
+        except TimeoutError:
+            pass
+        finally:
+            await harness.stop(proc)
+        text = proc.log_text()
+        if code != 0:
+            why = "timed out" if code is None else f"exited with {code}"
+            raise RuntimeError(f"{system} {figure} {why}; see {log}:\n{text[-2000:]}")
+        return {**last_json_line(text), **probe}
+
+
+def peer_steps(ctx: Context, system: str, run_no: int) -> list[Step]:
+    def go(figure: str) -> Callable[[], Awaitable[dict[str, Any]]]:
+        return lambda: run_peer(ctx, system, figure, run_no)
+
+    def latency(r: dict[str, Any]) -> dict[str, float]:
+        # One configuration, one measurement: it stands beside both of QueueFlow's shapes.
+        return {
+            "latency_p50_ms": r["p50_ms"],
+            "latency_p99_ms": r["p99_ms"],
+            "latency_200_p50_ms": r["p50_ms"],
+            "latency_200_p99_ms": r["p99_ms"],
+        }
+
+    return [
+        Step(
+            "drain",
+            go("drain"),
+            lambda r: {"drain_jobs_per_s": r["jobs_per_s"], "commit_p50_ms": r["commit_p50_ms"]},
+        ),
+        Step("enqueue", go("enqueue"), lambda r: {"enqueue_jobs_per_s": r["jobs_per_s"]}),
+        Step("latency", go("latency"), latency),
+    ]
+
+
+async def measure(
+    ctx: Context, systems: Sequence[str], runs: int, qf_workers: int
+) -> tuple[dict[str, list[dict[str, float]]], list[dict[str, Any]]]:
+    """Every run of every system, interleaved. Returns the table's values per system per run, and
+    the raw record of each run (order, each step's raw result or error)."""
+    per_run: dict[str, list[dict[str, float]]] = {s: [] for s in systems}
+    record: list[dict[str, Any]] = []
+    for run_no in range(1, runs + 1):
+        order = rotation(systems, run_no)
+        entry: dict[str, Any] = {"run": run_no, "order": order, "systems": {}}
+        for system in order:
+            steps = (
+                queueflow_steps(ctx, run_no, qf_workers) if system == QF else peer_steps(ctx, system, run_no)
+            )
+            values: dict[str, float] = {}
+            raw: dict[str, Any] = {}
+            errors: dict[str, str] = {}
+            for step in steps:
+                started = time.monotonic()
+                print(f"[compare] run {run_no}/{runs}: {system} {step.name} ...", file=sys.stderr, flush=True)
+                try:
+                    result = await step.run()
+                    got = step.extract(result)
+                except Exception as exc:  # one failed measurement must not lose the others
+                    errors[step.name] = f"{type(exc).__name__}: {exc}"
+                    print(f"[compare] {system} {step.name} FAILED: {exc}", file=sys.stderr, flush=True)
+                    continue
+                values.update(got)
+                raw[step.name] = result
+                shown = ", ".join(f"{k}={v:.4g}" for k, v in got.items())
+                print(
+                    f"[compare]   done in {time.monotonic() - started:.1f}s: {shown}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            per_run[system].append(values)
+            entry["systems"][system] = {"values": values, "raw": raw, "errors": errors}
+        record.append(entry)
+    return per_run, record
+
+
+def system_info(record: list[dict[str, Any]], qf_workers: int) -> dict[str, Any]:
+    """Version, runtime and configuration of each system, as the runs reported them."""
+    info: dict[str, Any] = {}
+    for entry in record:
+        for system, got in entry["systems"].items():
+            if system in info:
+                continue
+            if system == QF:
+                info[QF] = {
+                    "version": importlib.metadata.version("queueflow-server"),
+                    "runtime": f"python {platform.python_version()}",
+                    "commit": _git_head(),
+                    "config": {
+                        "drain": f"--mode all --workers {qf_workers} (W1b)",
+                        "remote_drain": f"--mode api + --mode janitor; {REMOTE_PROCESSES} client processes x "
+                        f"{REMOTE_LOOPS} loops, max_jobs {REMOTE_BATCH} (W1a)",
+                        "enqueue": "--mode api; POST /jobs/batch with 1,000 jobs (E)",
+                        "latency": "--mode api + --mode janitor; "
+                        + "; ".join(f"{n} loops parked, max_jobs {m}" for n, m in LATENCY_SHAPES.values())
+                        + " (W2, 5 ms phase, client clock)",
+                    },
+                    "clocks": {
+                        "drain": "db",
+                        "remote_drain": "db",
+                        "enqueue": "process (client)",
+                        "latency": "process (client)",
+                    },
+                }
+                continue
+            for result in got["raw"].values():
+                info[system] = {k: result.get(k) for k in ("version", "runtime", "config")}
+                info[system]["clocks"] = {step: r.get("clock") for step, r in got["raw"].items()}
+                break
+    return info
+
+
+def _git_head() -> str | None:
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+        return out.stdout.strip() or None
+    return None
+
+
+# --- the command -------------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m bench.compare",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--quick", action="store_true", help="smoke check: small N and one run")
+    p.add_argument("--runs", type=int, default=None, help="runs per system (default 3; 1 with --quick)")
+    p.add_argument(
+        "--systems",
+        default="qf,graphile,pgboss,pgqueuer",
+        help="comma-separated, in run-1 order: qf, graphile, pgboss, pgqueuer (default: all four)",
+    )
+    p.add_argument(
+        "--qf-workers", type=int, default=16, help="QueueFlow's --workers for the in-process drain"
+    )
+    p.add_argument("--out", type=Path, default=harness.OUT_DIR / "compare.json", help="results JSON path")
+    p.add_argument("--markdown", action="store_true", help="print --out as a Markdown table and exit")
+    args = p.parse_args(argv)
+    chosen: list[str] = []
+    for name in (x.strip().lower() for x in args.systems.split(",") if x.strip()):
+        if name not in NAMES:
+            p.error(f"unknown system {name!r} (choose from qf, graphile, pgboss, pgqueuer)")
+        if NAMES[name] not in chosen:
+            chosen.append(NAMES[name])
+    if not chosen:
+        p.error("--systems names none")
+    args.systems = chosen
+    args.runs = args.runs or (1 if args.quick else 3)
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.markdown:
+        data = load_results(args.out)
+        print(markdown(data.get("rows", []), data.get("meta", {}).get("systems", [])))
+        return 0
+    try:
+        commands = {s: peers.command(s) for s in args.systems if s != QF}
+    except FileNotFoundError as exc:
+        print(f"[compare] {exc}", file=sys.stderr)
+        return 2
+    log_dir = args.out.parent / "compare-logs"
+    harness.begin(log_dir)
+    started = time.monotonic()
+    try:
+        with harness.cluster("qfcompare-pg-") as pg:
+            ctx = Context(pg=pg, quick=args.quick, log_dir=log_dir, out_dir=args.out.parent)
+            pg_settings = asyncio.run(probes.pg_settings(pg))
+            per_run, record = asyncio.run(measure(ctx, args.systems, args.runs, args.qf_workers))
+    except KeyboardInterrupt:
+        print("\n[compare] interrupted; every process this harness started has been stopped", file=sys.stderr)
+        return 130
+
+    summary_rows = summarize_rows(per_run, rows(args.quick))
+    node = peers.node_binary() if {"graphile-worker", "pg-boss"} & set(commands) else None
+    meta = {
+        **probes.run_meta(started, args.quick, args.runs),
+        "systems": args.systems,
+        "order_per_run": [entry["order"] for entry in record],
+        "versions": system_info(record, args.qf_workers),
+        "node": {"path": str(node), "version": ".".join(map(str, peers.node_version(node) or ()))}
+        if node
+        else None,
+        "postgres": pg_settings,
+        "notes": "clients, servers, workers and PostgreSQL share the same cores; medians of the runs",
+    }
+    data = {"meta": meta, "rows": summary_rows, "runs": record}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(data, indent=2) + "\n")
+
+    print(
+        f"QueueFlow beside its peers: {'QUICK smoke check, ' if args.quick else ''}{args.runs} run(s) per "
+        f"figure, median (min-max)\nPostgreSQL {pg_settings.get('server_version')} embedded, "
+        f"fsync={pg_settings.get('fsync')}, synchronous_commit={pg_settings.get('synchronous_commit')}; "
+        f"{os.cpu_count()} CPU cores shared by everything. QF/peer = QueueFlow's median / the peer's: "
+        "above 1 means QueueFlow is faster for jobs/s and slower for ms.\n"
+    )
+    print(table(summary_rows, args.systems))
+    print()
+    for r in summary_rows:
+        print(f"- {r['name']}: {r['description']}")
+    for system, v in meta["versions"].items():
+        clocks = ", ".join(f"{k} {c}" for k, c in v.get("clocks", {}).items())
+        print(
+            f"- {system} {v.get('version')} ({v.get('runtime')}; clocks: {clocks}): {json.dumps(v.get('config'))}"
+        )
+    failures = [
+        (entry["run"], system, step, err)
+        for entry in record
+        for system, got in entry["systems"].items()
+        for step, err in got["errors"].items()
+    ]
+    for run_no, system, step, err in failures:
+        print(f"\n[compare] FAILED in run {run_no}: {system} {step}: {err.splitlines()[0] if err else ''}")
+    print(f"\n[compare] {time.monotonic() - started:.0f}s total; results in {args.out}; logs in {log_dir}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

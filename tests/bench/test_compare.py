@@ -1,0 +1,163 @@
+"""bench.compare's arithmetic and presentation on canned numbers: no PostgreSQL, no processes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bench import compare
+from bench.compare import QF, Row
+from bench.context import Context
+
+ROWS = [
+    Row("drain_jobs_per_s", "drain", "drain, long", "jobs/s"),
+    Row("latency_p50_ms", "latency p50", "latency, long", "ms"),
+    Row("remote_drain_jobs_per_s", "remote drain", "QueueFlow only", "jobs/s"),
+    Row("commit_p50_ms", "noise", "commit probe", "ms", ratio=False),
+]
+
+PER_RUN = {
+    QF: [
+        {
+            "drain_jobs_per_s": 3000.0,
+            "latency_p50_ms": 4.0,
+            "remote_drain_jobs_per_s": 2000.0,
+            "commit_p50_ms": 0.3,
+        },
+        {
+            "drain_jobs_per_s": 5000.0,
+            "latency_p50_ms": 2.0,
+            "remote_drain_jobs_per_s": 2200.0,
+            "commit_p50_ms": 0.2,
+        },
+        {
+            "drain_jobs_per_s": 4000.0,
+            "latency_p50_ms": 3.0,
+            "remote_drain_jobs_per_s": 2100.0,
+            "commit_p50_ms": 0.4,
+        },
+    ],
+    "pg-boss": [
+        {"drain_jobs_per_s": 2000.0, "latency_p50_ms": 6.0, "commit_p50_ms": 0.3},
+        {"drain_jobs_per_s": 1000.0, "latency_p50_ms": 6.0, "commit_p50_ms": 0.3},
+        # a failed latency measurement in run 3: the row is summarised over the runs that have it
+        {"drain_jobs_per_s": 3000.0, "commit_p50_ms": 0.3},
+    ],
+}
+
+
+def by_key(summary_rows):
+    return {r["key"]: r for r in summary_rows}
+
+
+def test_medians_min_max_and_runs_per_system():
+    rows = by_key(compare.summarize_rows(PER_RUN, ROWS))
+    qf = rows["drain_jobs_per_s"]["values"][QF]
+    assert (qf["median"], qf["min"], qf["max"], qf["runs"]) == (
+        4000.0,
+        3000.0,
+        5000.0,
+        [3000.0, 5000.0, 4000.0],
+    )
+    boss = rows["latency_p50_ms"]["values"]["pg-boss"]
+    assert (boss["median"], boss["runs"]) == (6.0, [6.0, 6.0])
+
+
+def test_ratio_is_queueflow_median_over_peer_median():
+    rows = by_key(compare.summarize_rows(PER_RUN, ROWS))
+    assert rows["drain_jobs_per_s"]["ratios"] == {"pg-boss": pytest.approx(2.0)}
+    assert rows["latency_p50_ms"]["ratios"] == {"pg-boss": pytest.approx(0.5)}
+
+
+def test_no_ratio_where_a_side_has_no_figure_or_the_row_has_none():
+    rows = by_key(compare.summarize_rows(PER_RUN, ROWS))
+    assert rows["remote_drain_jobs_per_s"]["values"]["pg-boss"] is None
+    assert rows["remote_drain_jobs_per_s"]["ratios"] == {"pg-boss": None}
+    assert rows["commit_p50_ms"]["ratios"] == {}
+
+
+def test_no_ratio_without_queueflow_and_non_finite_values_are_ignored():
+    rows = by_key(compare.summarize_rows({"pg-boss": [{"drain_jobs_per_s": float("nan")}]}, ROWS))
+    assert rows["drain_jobs_per_s"]["values"] == {"pg-boss": None}
+    assert rows["drain_jobs_per_s"]["ratios"] == {}
+
+
+def test_cells_show_median_with_range_only_for_several_runs():
+    assert compare.cell(None) == "-"
+    assert (
+        compare.cell({"median": 4000.0, "min": 3000.0, "max": 5000.0, "runs": [1, 2, 3]})
+        == "4,000 (3,000-5,000)"
+    )
+    assert compare.cell({"median": 2.5, "min": 2.5, "max": 2.5, "runs": [2.5]}) == "2.50"
+    assert compare.ratio_cell(None) == "-"
+    assert compare.ratio_cell(1.234) == "1.23"
+
+
+def test_text_table_has_a_column_per_system_and_a_ratio_column_per_peer():
+    text = compare.table(compare.summarize_rows(PER_RUN, ROWS), [QF, "pg-boss"])
+    header, rule, drain, latency, remote, noise = text.splitlines()
+    assert header.split() == ["figure", "unit", "QueueFlow", "pg-boss", "QF/pg-boss"]
+    assert set(rule.replace(" ", "")) == {"-"}
+    assert drain.split()[-5:] == ["4,000", "(3,000-5,000)", "2,000", "(1,000-3,000)", "2.00"]
+    assert latency.split()[-4:] == ["(2.00-4.00)", "6.00", "(6.00-6.00)", "0.50"]
+    assert remote.split()[-2:] == ["-", "-"]
+    assert noise.split()[-1] == "-"
+
+
+def test_markdown_table_matches_the_text_table():
+    md = compare.markdown(compare.summarize_rows(PER_RUN, ROWS), [QF, "pg-boss"]).splitlines()
+    assert md[0] == "| figure | unit | QueueFlow | pg-boss | QF/pg-boss |"
+    assert md[1] == "| --- | --- | ---: | ---: | ---: |"
+    assert md[2] == "| drain | jobs/s | 4,000 (3,000-5,000) | 2,000 (1,000-3,000) | 2.00 |"
+    assert len(md) == 2 + len(ROWS)
+
+
+def test_runs_rotate_the_order_of_the_systems():
+    systems = list(compare.SYSTEMS)
+    assert compare.rotation(systems, 1) == systems
+    assert compare.rotation(systems, 2) == [*systems[1:], systems[0]]
+    assert compare.rotation(systems, 5) == systems
+
+
+def test_the_result_is_the_last_json_object_line_of_the_output():
+    out = 'starting\n{"not": "this"}\n[warning] noise\n{"jobs_per_s": 12.5}\ntrailing words\n'
+    assert compare.last_json_line(out) == {"jobs_per_s": 12.5}
+    with pytest.raises(ValueError, match="no JSON"):
+        compare.last_json_line("no result here\n{broken\n")
+
+
+def test_system_names_and_defaults():
+    args = compare.parse_args(["--systems", "pgqueuer, QF,graphile,qf"])
+    assert args.systems == ["PgQueuer", QF, "graphile-worker"]
+    assert args.runs == 3
+    assert compare.parse_args(["--quick"]).runs == 1
+    assert compare.parse_args([]).systems == list(compare.SYSTEMS)
+    with pytest.raises(SystemExit):
+        compare.parse_args(["--systems", "sidekiq"])
+
+
+def test_queueflow_fills_every_row_and_each_peer_every_row_but_the_remote_drain():
+    ctx = Context(pg=None, quick=True, log_dir=Path("."), out_dir=Path("."))  # type: ignore[arg-type]
+    canned = {
+        "w16_jobs_per_s": 1.0,
+        "w16_commit_p50_ms": 0.3,
+        "jobs_per_s": 2.0,
+        "batch_jobs_per_s": 3.0,
+        "client_p50_ms": 4.0,
+        "client_p99_ms": 5.0,
+        "p50_ms": 6.0,
+        "p99_ms": 7.0,
+        "commit_p50_ms": 0.4,
+    }
+    keys = {r.key for r in compare.rows(quick=False)}
+    qf = {k for step in compare.queueflow_steps(ctx, 1, 16) for k in step.extract(canned)}
+    peer = {k for step in compare.peer_steps(ctx, "pg-boss", 1) for k in step.extract(canned)}
+    assert qf == keys
+    assert peer == keys - {"remote_drain_jobs_per_s"}
+
+
+def test_the_peers_get_the_sizes_queueflow_scenarios_use():
+    assert compare.peer_sizes(quick=False)["drain"][:2] == ["--jobs", "20000"]
+    assert compare.peer_sizes(quick=False)["enqueue"][:2] == ["--batches", "20"]
+    assert compare.peer_sizes(quick=True)["latency"][:2] == ["--jobs", "200"]

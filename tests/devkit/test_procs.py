@@ -1,0 +1,86 @@
+"""devkit.procs.ChildProcess: the one way the tests and the benchmark start and stop a child
+(ServiceProcess builds on it; the server tests exercise that part)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from devkit import REPO
+from devkit.procs import ChildProcess, IgnoredSigterm
+
+# Answers each line on stdin with it upper-cased; says "bye" on stderr and exits at "quit" or EOF.
+ECHO = """
+import sys
+print("ready", flush=True)
+for line in sys.stdin:
+    if line.strip() == "quit":
+        break
+    print(line.strip().upper(), flush=True)
+print("bye", file=sys.stderr, flush=True)
+"""
+# Ignores SIGTERM, then sleeps.
+STUBBORN = """
+import signal, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+print("ignoring", flush=True)
+time.sleep(60)
+"""
+
+
+async def test_a_piped_child_speaks_a_line_protocol_and_its_stderr_goes_to_the_log(tmp_path: Path) -> None:
+    proc = ChildProcess([sys.executable, "-c", ECHO], tmp_path / "echo.log", name="echo", pipes=True).launch()
+    try:
+        assert await proc.read_line(10) == "ready"
+        proc.send_line("hello")
+        assert await proc.read_line(10) == "HELLO"
+        proc.send_line("quit")
+        assert await proc.wait(within=10) == 0
+        assert proc.log_text().strip() == "bye"
+        assert await proc.read_line(10) == ""  # closed
+        proc.send_line("nobody listens")  # a child that has gone is not an error
+    finally:
+        await proc.terminate(grace=5)
+
+
+async def test_output_goes_to_the_log_without_pipes(tmp_path: Path) -> None:
+    proc = ChildProcess([sys.executable, "-c", "print('to the log')"], tmp_path / "out.log").launch()
+    assert await proc.wait(within=10) == 0
+    assert proc.log_text() == "to the log\n"
+    with pytest.raises(RuntimeError, match="without pipes"):
+        proc.send_line("x")
+
+
+async def test_terminate_kills_a_child_that_ignores_sigterm(tmp_path: Path) -> None:
+    proc = ChildProcess(
+        [sys.executable, "-c", STUBBORN],
+        tmp_path / "stubborn.log",
+        name="stubborn",
+        own_session=True,
+        pipes=True,
+    ).launch()
+    assert await proc.read_line(10) == "ignoring"
+    with pytest.raises(IgnoredSigterm, match="stubborn ignored SIGTERM"):
+        await proc.terminate(grace=0.5)
+    assert proc.returncode == -9
+
+
+def test_a_child_left_running_is_stopped_at_interpreter_exit(tmp_path: Path) -> None:
+    """stop_all() runs at exit: a harness that dies without stopping its children leaves none."""
+    parent = f"""
+import sys
+from devkit.procs import ChildProcess
+proc = ChildProcess([sys.executable, "-c", "import time; time.sleep(60)"], {str(tmp_path / "left.log")!r})
+print(proc.launch().pid, flush=True)
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", parent], capture_output=True, text=True, timeout=60, cwd=REPO
+    )
+    assert done.returncode == 0, done.stderr
+    child = Path(f"/proc/{int(done.stdout)}/cmdline")
+    # Stopped and reaped before its parent exited; a survivor would still be sleeping (pids are
+    # not reused this fast, and a reused one would run something else).
+    assert not child.exists() or "time.sleep(60)" not in child.read_text()
