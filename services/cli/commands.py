@@ -180,9 +180,7 @@ COMMANDS: dict[str, Call | Group] = {
                 "GET", JOBS, "list jobs", (opt("--status"), opt("--queue"), opt("--task-name"), *PAGE)
             ),
             "cancel": Call("POST", JOBS + "/{id}/cancel", "cancel a job", done="cancelled"),
-            "retry": Call(
-                "POST", JOBS + "/{id}/retry", "run a failed or cancelled job again", done="retried"
-            ),
+            "retry": Call("POST", JOBS + "/{id}/retry", "run a failed or cancelled job again, in place"),
             "watch": Call(
                 "GET",
                 JOBS + "/{id}",

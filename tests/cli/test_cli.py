@@ -222,14 +222,14 @@ async def test_queue_pause_holds_the_tenants_jobs_until_resume(cli):
     await cli.until(f"/api/v1/jobs/{job_id}", "completed")
 
 
-@pytest.mark.xfail(strict=True, reason="needs the job retry route")
-async def test_job_retry_runs_a_cancelled_job_again(cli):
+async def test_job_retry_runs_a_cancelled_job_again_in_place(cli):
     await cli.ok("queue", "pause", "default")
     job_id = (await cli.ok("job", "create", "--task", "echo", "--payload", '{"n": 3}'))["job_id"]
     assert await cli.ok("job", "cancel", job_id) == {"cancelled": job_id}
     await cli.ok("queue", "resume", "default")
 
-    await cli.ok("job", "retry", job_id)
+    retried = await cli.ok("job", "retry", job_id)
+    assert retried["id"] == job_id
     job = await cli.until(f"/api/v1/jobs/{job_id}", "completed")
     assert job["result"] == {"n": 3, "echoed": True}
 
