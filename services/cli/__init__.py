@@ -1,10 +1,12 @@
-"""The `queueflow` command: serve, migrate, and a small JSON client for jobs, the DLQ and the system.
+"""The `queueflow` command: serve, migrate, spec, and a small JSON client for the REST API.
 
 This is the entry layer: it may import every service (through services.serve), and nothing
-imports it.
+imports it. The client subcommands are the table in services/cli/commands.py.
 
 Client commands read `--server-url` (QUEUEFLOW_SERVER_URL, default http://localhost:8000) and
-`--token` (QUEUEFLOW_TOKEN, default `dev`) and print JSON.
+`--token` (QUEUEFLOW_TOKEN, default `dev`), before or after their positional arguments, and
+print JSON on stdout. An error prints one line to stderr (the server's error body for an error
+answer) and exits 2; so does a usage error, through argparse.
 """
 
 from __future__ import annotations
@@ -14,15 +16,18 @@ import asyncio
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
+import msgspec
+
+from services.api.openapi import build_spec
 from services.cli.client import Client, ClientError
+from services.cli.commands import COMMANDS, Call, InputError, request
 from services.serve import serve
 from shared.config import ConfigError, add_serve_arguments, settings_from
 from shared.db.migrate import apply_migrations
 from shared.logs import configure
-
-TERMINAL = {"completed", "failed", "cancelled"}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,118 +42,34 @@ def build_parser() -> argparse.ArgumentParser:
     migrate = sub.add_parser("migrate", help="apply database migrations and exit")
     migrate.add_argument("--database-url", default=None, help="PostgreSQL URL [DATABASE_URL]")
 
-    def client(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-        p.add_argument(
-            "--server-url", default=os.environ.get("QUEUEFLOW_SERVER_URL", "http://localhost:8000")
-        )
-        p.add_argument("--token", default=os.environ.get("QUEUEFLOW_TOKEN", "dev"))
-        return p
+    spec = sub.add_parser("spec", help="write the OpenAPI document as openapi.json and openapi.yaml")
+    spec.add_argument("--output-dir", default="spec", help="directory to write to (created if missing)")
 
-    job = sub.add_parser("job", help="create, inspect, cancel and watch jobs").add_subparsers(
-        dest="action", required=True
-    )
-    create = client(job.add_parser("create", help="enqueue a job"))
-    create.add_argument("--task", required=True)
-    create.add_argument("--payload", default="{}", help="JSON object")
-    create.add_argument("--queue")
-    create.add_argument("--priority", type=int)
-    create.add_argument("--max-retries", type=int)
-    create.add_argument("--timeout-secs", type=int)
-    create.add_argument("--idempotency-key")
-    create.add_argument("--run-at", help="RFC 3339 instant")
-    create.add_argument("--wait", action="store_true", help="wait until the job finishes")
-    client(job.add_parser("get", help="show a job")).add_argument("id")
-    listing = client(job.add_parser("list", help="list jobs"))
-    for name in ("--status", "--queue", "--task-name", "--cursor"):
-        listing.add_argument(name)
-    listing.add_argument("--limit", type=int)
-    client(job.add_parser("cancel", help="cancel a job")).add_argument("id")
-    watch = client(job.add_parser("watch", help="poll a job until it finishes"))
-    watch.add_argument("id")
-    watch.add_argument("--timeout-secs", type=float, default=600.0)
-
-    dlq = sub.add_parser("dlq", help="dead letters").add_subparsers(dest="action", required=True)
-    dlq_list = client(dlq.add_parser("list", help="list dead letters"))
-    dlq_list.add_argument("--queue")
-    dlq_list.add_argument("--limit", type=int)
-    client(dlq.add_parser("get", help="show a dead letter")).add_argument("id", type=int)
-    client(dlq.add_parser("replay", help="replay a dead letter as a fresh job")).add_argument("id", type=int)
-
-    client(sub.add_parser("stats", help="durable counts for your tenant"))
-    client(sub.add_parser("tasks", help="tasks the in-process workers handle"))
+    for name, entry in COMMANDS.items():
+        if isinstance(entry, Call):
+            _add_call(sub, name, entry)
+            continue
+        actions = sub.add_parser(name, help=entry.help).add_subparsers(dest="action", required=True)
+        for action, call in entry.calls.items():
+            _add_call(actions, action, call)
     return parser
 
 
-POLL_SECS = 0.5
-
-
-async def _watch(client: Client, job_id: str, timeout: float) -> Any:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        job = await client.call("GET", f"/api/v1/jobs/{job_id}")
-        if job["status"] in TERMINAL or loop.time() > deadline:
-            return job
-        await asyncio.sleep(POLL_SECS)
-
-
-async def _job_command(args: argparse.Namespace, client: Client) -> Any:
-    if args.action == "create":
-        config = {
-            k: v
-            for k, v in {
-                "queue": args.queue,
-                "priority": args.priority,
-                "max_retries": args.max_retries,
-                "timeout": args.timeout_secs,
-            }.items()
-            if v is not None
-        }
-        body: dict[str, Any] = {"task_name": args.task, "payload": json.loads(args.payload)}
-        if config:
-            body["config"] = config
-        if args.run_at:
-            body["run_at"] = args.run_at
-        headers = {"Idempotency-Key": args.idempotency_key} if args.idempotency_key else None
-        created = await client.call("POST", "/api/v1/jobs", body, headers=headers)
-        return await _watch(client, created["job_id"], 600.0) if args.wait else created
-    if args.action == "get":
-        return await client.call("GET", f"/api/v1/jobs/{args.id}")
-    if args.action == "list":
-        return await client.call(
-            "GET",
-            "/api/v1/jobs",
-            query={
-                "status": args.status,
-                "queue": args.queue,
-                "task_name": args.task_name,
-                "limit": args.limit,
-                "cursor": args.cursor,
-            },
-        )
-    if args.action == "cancel":
-        await client.call("POST", f"/api/v1/jobs/{args.id}/cancel")
-        return {"cancelled": args.id}
-    return await _watch(client, args.id, args.timeout_secs)
-
-
-async def _dlq_command(args: argparse.Namespace, client: Client) -> Any:
-    if args.action == "list":
-        return await client.call("GET", "/api/v1/dlq", query={"queue": args.queue, "limit": args.limit})
-    if args.action == "get":
-        return await client.call("GET", f"/api/v1/dlq/{args.id}")
-    return await client.call("POST", f"/api/v1/dlq/{args.id}/replay")
-
-
-async def _client_command(args: argparse.Namespace) -> Any:
-    client = Client(args.server_url, args.token)
-    if args.command == "job":
-        return await _job_command(args, client)
-    if args.command == "dlq":
-        return await _dlq_command(args, client)
-    if args.command == "stats":
-        return await client.call("GET", "/api/v1/stats")
-    return await client.call("GET", "/api/v1/tasks")
+def _add_call(parent: Any, name: str, call: Call) -> None:
+    p: argparse.ArgumentParser = parent.add_parser(name, help=call.help)
+    for param in call.params:
+        p.add_argument(param, type=call.id_type)
+    for option in call.options:
+        p.add_argument(option.flag, **option.settings)
+    p.add_argument(
+        "--server-url",
+        default=os.environ.get("QUEUEFLOW_SERVER_URL", "http://localhost:8000"),
+        help="the API [QUEUEFLOW_SERVER_URL, default http://localhost:8000]",
+    )
+    p.add_argument(
+        "--token", default=os.environ.get("QUEUEFLOW_TOKEN", "dev"), help="[QUEUEFLOW_TOKEN, default dev]"
+    )
+    p.set_defaults(call=call)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -157,18 +78,45 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "serve":
             return _serve(args)
         if args.command == "migrate":
-            url = args.database_url or os.environ.get("DATABASE_URL")
-            if not url:
-                raise ConfigError("--database-url (DATABASE_URL) is required")
-            applied = asyncio.run(apply_migrations(url))
-            print(json.dumps({"applied": applied}))
-            return 0
-        out = asyncio.run(_client_command(args))
-    except (ConfigError, ClientError) as err:
+            out = _migrate(args)
+        elif args.command == "spec":
+            out = _spec(Path(args.output_dir))
+        else:
+            call: Call = args.call
+            out = asyncio.run((call.run or request)(Client(args.server_url, args.token), args, call))
+    except (ConfigError, ClientError, InputError) as err:
         print(f"queueflow: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        return 130
     print(json.dumps(out, indent=2))
     return 0
+
+
+def _migrate(args: argparse.Namespace) -> Any:
+    url = args.database_url or os.environ.get("DATABASE_URL")
+    if not url:
+        raise ConfigError("--database-url (DATABASE_URL) is required")
+    try:
+        return {"applied": asyncio.run(apply_migrations(url))}
+    except OSError as err:
+        raise ConfigError(f"cannot reach the database: {err}") from None
+
+
+def _spec(directory: Path) -> Any:
+    """The document /openapi.json serves, as JSON and as YAML."""
+    document = build_spec()
+    files = {
+        directory / "openapi.json": json.dumps(document, indent=2).encode() + b"\n",
+        directory / "openapi.yaml": msgspec.yaml.encode(document),
+    }
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        for path, content in files.items():
+            path.write_bytes(content)
+    except OSError as err:
+        raise InputError(f"cannot write {err.filename or directory}: {err.strerror or err}") from None
+    return {"written": [str(path) for path in files]}
 
 
 def _serve(args: argparse.Namespace) -> int:

@@ -39,6 +39,9 @@ class Client:
                 raw = await resp.read()
                 if resp.status >= 400:
                     raise ClientError(f"HTTP {resp.status}: {raw.decode(errors='replace')}")
-        except aiohttp.ClientError as err:
-            raise ClientError(f"cannot reach {self.base}: {err}") from None
-        return json.loads(raw) if raw else None
+        except (aiohttp.ClientError, TimeoutError) as err:
+            raise ClientError(f"cannot reach {self.base}: {str(err) or type(err).__name__}") from None
+        try:
+            return json.loads(raw) if raw else None
+        except ValueError:
+            raise ClientError(f"HTTP {resp.status} from {self.base} is not JSON: {raw[:200]!r}") from None

@@ -1,0 +1,255 @@
+"""The client subcommands as a table: each is an HTTP method and a path whose `{placeholders}` are
+its positional arguments, the options it takes, and how its request body is built.
+
+A GET sends its options as the query string; any other method sends `body(args)` (or nothing).
+An empty answer (204) prints `{done: <the first positional argument>}`. The few commands that do
+more than one call (create a job and wait for it, watch a job) name their own `run`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import sys
+from collections.abc import Callable, Coroutine, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
+from urllib.parse import quote
+
+from services.cli.client import Client
+
+TERMINAL = {"completed", "failed", "cancelled"}
+POLL_SECS = 0.5
+
+
+class InputError(Exception):
+    """Input the command could not use (an unreadable or malformed file); the message says which."""
+
+
+class Option(NamedTuple):
+    flag: str
+    settings: Mapping[str, Any]
+
+    @property
+    def dest(self) -> str:
+        return str(self.settings.get("dest", self.flag.lstrip("-").replace("-", "_")))
+
+
+def opt(flag: str, **settings: Any) -> Option:
+    return Option(flag, settings)
+
+
+Runner = Callable[[Client, argparse.Namespace, "Call"], Coroutine[Any, Any, Any]]
+
+
+@dataclass(frozen=True)
+class Call:
+    method: str
+    path: str
+    help: str
+    options: tuple[Option, ...] = ()
+    body: Callable[[argparse.Namespace], Any] | None = None
+    done: str | None = None
+    id_type: Callable[[str], Any] = str
+    run: Runner | None = None
+
+    @property
+    def params(self) -> list[str]:
+        return re.findall(r"{(\w+)}", self.path)
+
+    def url(self, args: argparse.Namespace) -> str:
+        return self.path.format(**{name: quote(str(getattr(args, name)), safe="") for name in self.params})
+
+
+class Group(NamedTuple):
+    help: str
+    calls: dict[str, Call]
+
+
+def json_object(text: str) -> dict[str, Any]:
+    """argparse type of a JSON object option: a bad one is a usage error."""
+    try:
+        value = json.loads(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"not JSON: {err}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("not a JSON object")
+    return value
+
+
+def present(fields: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+async def request(client: Client, args: argparse.Namespace, call: Call) -> Any:
+    path = call.url(args)
+    if call.method == "GET":
+        return await client.call("GET", path, query={o.dest: getattr(args, o.dest) for o in call.options})
+    answer = await client.call(call.method, path, call.body(args) if call.body else None)
+    if answer is None and call.done:
+        return {call.done: getattr(args, call.params[0])}
+    return answer
+
+
+async def watch(client: Client, job_id: str, timeout: float) -> Any:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        job = await client.call("GET", f"/api/v1/jobs/{quote(job_id, safe='')}")
+        if job["status"] in TERMINAL or loop.time() > deadline:
+            return job
+        await asyncio.sleep(POLL_SECS)
+
+
+async def create_job(client: Client, args: argparse.Namespace, call: Call) -> Any:
+    config = present(
+        {
+            "queue": args.queue,
+            "priority": args.priority,
+            "max_retries": args.max_retries,
+            "timeout": args.timeout_secs,
+        }
+    )
+    body = present(
+        {"task_name": args.task, "payload": args.payload, "config": config or None, "run_at": args.run_at}
+    )
+    headers = {"Idempotency-Key": args.idempotency_key} if args.idempotency_key else None
+    created = await client.call("POST", call.path, body, headers=headers)
+    return await watch(client, created["job_id"], 600.0) if args.wait else created
+
+
+async def watch_job(client: Client, args: argparse.Namespace, call: Call) -> Any:
+    return await watch(client, args.id, args.timeout_secs)
+
+
+def workflow_definition(args: argparse.Namespace) -> Any:
+    """The JSON workflow definition in `--file` (`-` is stdin)."""
+    name = "stdin" if args.file == "-" else args.file
+    try:
+        text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text(encoding="utf-8")
+        return json.loads(text)
+    except OSError as err:
+        raise InputError(f"cannot read {name}: {err.strerror or err}") from None
+    except ValueError as err:
+        raise InputError(f"{name} is not JSON: {err}") from None
+
+
+def cron_body(args: argparse.Namespace) -> dict[str, Any]:
+    return present(
+        {
+            "name": args.name,
+            "cron_expr": args.schedule,
+            "task_name": args.task,
+            "payload": args.payload,
+            "queue": args.queue,
+        }
+    )
+
+
+PAGE = (opt("--limit", type=int), opt("--cursor", help="next_cursor of the previous page"))
+JOBS = "/api/v1/jobs"
+WORKFLOWS = "/api/v1/workflows"
+CRON = "/api/v1/cron"
+
+COMMANDS: dict[str, Call | Group] = {
+    "job": Group(
+        "create, inspect, cancel, retry and watch jobs",
+        {
+            "create": Call(
+                "POST",
+                JOBS,
+                "enqueue a job",
+                (
+                    opt("--task", required=True),
+                    opt("--payload", type=json_object, default="{}", help="JSON object"),
+                    opt("--queue"),
+                    opt("--priority", type=int),
+                    opt("--max-retries", type=int),
+                    opt("--timeout-secs", type=int),
+                    opt("--idempotency-key"),
+                    opt("--run-at", help="RFC 3339 instant"),
+                    opt("--wait", action="store_true", help="wait until the job finishes"),
+                ),
+                run=create_job,
+            ),
+            "get": Call("GET", JOBS + "/{id}", "show a job"),
+            "list": Call(
+                "GET", JOBS, "list jobs", (opt("--status"), opt("--queue"), opt("--task-name"), *PAGE)
+            ),
+            "cancel": Call("POST", JOBS + "/{id}/cancel", "cancel a job", done="cancelled"),
+            "retry": Call("POST", JOBS + "/{id}/retry", "run a failed or cancelled job again, in place"),
+            "watch": Call(
+                "GET",
+                JOBS + "/{id}",
+                "poll a job until it finishes",
+                (opt("--timeout-secs", type=float, default=600.0),),
+                run=watch_job,
+            ),
+        },
+    ),
+    "workflow": Group(
+        "create, inspect, cancel and retry workflows",
+        {
+            "create": Call(
+                "POST",
+                WORKFLOWS,
+                "create a workflow from a JSON definition",
+                (opt("--file", required=True, help="path of the JSON definition, or - for stdin"),),
+                body=workflow_definition,
+            ),
+            "get": Call("GET", WORKFLOWS + "/{id}", "show a workflow"),
+            "list": Call("GET", WORKFLOWS, "list workflows", (opt("--status"), *PAGE)),
+            "cancel": Call("POST", WORKFLOWS + "/{id}/cancel", "cancel a workflow", done="cancelled"),
+            "retry": Call("POST", WORKFLOWS + "/{id}/retry", "re-run what did not complete", done="retried"),
+            "steps": Call("GET", WORKFLOWS + "/{id}/steps", "the live state of every step"),
+            "diagram": Call("GET", WORKFLOWS + "/{id}/diagram", "the DAG as a Mermaid diagram"),
+        },
+    ),
+    "cron": Group(
+        "cron schedules",
+        {
+            "create": Call(
+                "POST",
+                CRON,
+                "create a schedule",
+                (
+                    opt("--name", required=True),
+                    opt("--schedule", required=True, help="cron expression"),
+                    opt("--task", required=True),
+                    opt("--payload", type=json_object, help="JSON object"),
+                    opt("--queue"),
+                ),
+                body=cron_body,
+            ),
+            "list": Call("GET", CRON, "list schedules", PAGE),
+            "get": Call("GET", CRON + "/{id}", "show a schedule"),
+            "delete": Call("DELETE", CRON + "/{id}", "delete a schedule", done="deleted"),
+            "pause": Call("POST", CRON + "/{id}/pause", "stop a schedule firing", done="paused"),
+            "resume": Call("POST", CRON + "/{id}/resume", "resume a schedule", done="resumed"),
+        },
+    ),
+    "dlq": Group(
+        "dead letters",
+        {
+            "list": Call("GET", "/api/v1/dlq", "list dead letters", (opt("--queue"), *PAGE)),
+            "get": Call("GET", "/api/v1/dlq/{id}", "show a dead letter", id_type=int),
+            "replay": Call(
+                "POST", "/api/v1/dlq/{id}/replay", "replay a dead letter as a fresh job", id_type=int
+            ),
+        },
+    ),
+    "queue": Group(
+        "your backlog per queue; pause and resume claims",
+        {
+            "list": Call("GET", "/api/v1/queues", "your backlog per queue"),
+            "pause": Call("POST", "/api/v1/queues/{queue}/pause", "stop claims of your jobs on a queue"),
+            "resume": Call("POST", "/api/v1/queues/{queue}/resume", "let claims of your jobs resume"),
+        },
+    ),
+    "stats": Call("GET", "/api/v1/stats", "durable counts for your tenant"),
+    "tasks": Call("GET", "/api/v1/tasks", "tasks the in-process workers handle"),
+    "whoami": Call("GET", "/api/v1/whoami", "your tenant and access"),
+}
