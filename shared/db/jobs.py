@@ -108,34 +108,29 @@ async def cancel_job(db: Executor, tenant: str, job_id: uuid.UUID) -> None:
     raise Conflict(f"job is already {status}")
 
 
-async def cancel_matching(db: Executor, tenant: str, which: JobFilter) -> int:
-    rows = await db.fetch(
-        Q.cancel_jobs_matching,
+def _filter_args(tenant: str, which: JobFilter) -> tuple[object, ...]:
+    """A JobFilter as the parameters $1..$7 of the by-filter statements."""
+    statuses = [str(s) for s in which.statuses]
+    return (
         tenant,
-        [str(s) for s in which.statuses],
+        statuses,
         which.queue,
         which.task_name,
         which.created_after,
         which.created_before,
         which.limit,
     )
+
+
+async def cancel_matching(db: Executor, tenant: str, which: JobFilter) -> int:
+    rows = await db.fetch(Q.cancel_jobs_matching, *_filter_args(tenant, which))
     metrics.JOBS_CANCELLED.inc(len(rows))
     return len(rows)
 
 
 async def retry_matching(db: Executor, tenant: str, which: JobFilter, job_id: uuid.UUID | None = None) -> int:
     """Run the tenant's matching failed or cancelled jobs again, in place; how many were."""
-    rows = await db.fetch(
-        Q.retry_jobs,
-        tenant,
-        [str(s) for s in which.statuses],
-        which.queue,
-        which.task_name,
-        which.created_after,
-        which.created_before,
-        which.limit,
-        job_id,
-    )
+    rows = await db.fetch(Q.retry_jobs, *_filter_args(tenant, which), job_id)
     metrics.JOBS_RETRIED_IN_PLACE.inc(len(rows))
     return len(rows)
 
