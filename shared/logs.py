@@ -1,22 +1,51 @@
 """Logging: JSON lines on stdout through one structlog processor chain, for QueueFlow's own loggers
 and for the standard library's (aiohttp, asyncpg) alike.
 
-Context comes from contextvars: the error middleware binds request_id, route and method for each
-request, the auth guard adds the tenant, and the worker runtime binds job_id, task and queue for
-each handled job, so every line logged meanwhile carries them. Events are named in snake_case past
+Context comes from one contextvar holding a small dict (`log_context`, `bind`): the error middleware
+sets request_id, route and method for each request, the auth guard adds the tenant, and the worker
+runtime sets job_id, task and queue for each handled job, so every line logged meanwhile carries
+them. (One contextvar set per request instead of one per key: structlog's own contextvars helpers
+cost about a tenth of the worker protocol's request time.) Events are named in snake_case past
 tense; payloads and secrets are never logged.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
+from collections.abc import Iterator, MutableMapping
+from contextvars import ContextVar
 from typing import Any
 
 import structlog
 
+_CONTEXT: ContextVar[dict[str, Any]] = ContextVar("queueflow_log_context", default={})  # noqa: B039 - never mutated
+
+
+@contextlib.contextmanager
+def log_context(**values: Any) -> Iterator[None]:
+    """Every line logged inside the block (in this task and the tasks it starts) carries `values`."""
+    token = _CONTEXT.set({**_CONTEXT.get(), **values})
+    try:
+        yield
+    finally:
+        _CONTEXT.reset(token)
+
+
+def bind(**values: Any) -> None:
+    """Add `values` to the current context until its `log_context` block (or task) ends."""
+    _CONTEXT.set({**_CONTEXT.get(), **values})
+
+
+def _merge_context(_logger: Any, _name: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    for key, value in _CONTEXT.get().items():
+        event.setdefault(key, value)
+    return event
+
+
 _SHARED: list[Any] = [
-    structlog.contextvars.merge_contextvars,
+    _merge_context,
     structlog.processors.add_log_level,
     structlog.processors.TimeStamper(fmt="iso", utc=True),
 ]

@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import structlog
 from aiohttp import web
 
+from shared import logs
 from shared.config import Settings
 from shared.db.database import Database
 from shared.db.pool import Pool
@@ -73,7 +73,7 @@ def guard(handler: Handler, auth: str) -> Handler:
             if auth == "write" and tenant.read_only:
                 raise Forbidden("access denied: read-only credential")
             request[_TENANT] = tenant
-            structlog.contextvars.bind_contextvars(tenant=tenant.id)
+            logs.bind(tenant=tenant.id)
         return await handler(request)
 
     guarded.__name__ = getattr(handler, "__name__", "guarded")

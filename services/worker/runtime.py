@@ -37,7 +37,7 @@ import structlog
 
 from services.worker.builtins import register_builtins
 from services.worker.registry import JobContext, Registry, Task, import_handler_modules
-from shared import metrics
+from shared import logs, metrics
 from shared.config import Settings
 from shared.db import jobs as jobs_db
 from shared.db import workers
@@ -186,7 +186,7 @@ class WorkerRuntime:
     async def _run(self, lease: Lease) -> None:
         job, token = lease.job, lease.token
         # Every log line of this job (the runtime's and its handler's) names it.
-        structlog.contextvars.bind_contextvars(job_id=str(job.id), task=job.task_name, queue=job.queue_name)
+        logs.bind(job_id=str(job.id), task=job.task_name, queue=job.queue_name)
         task = self.registry.get(job.task_name)
         try:
             if task is None:

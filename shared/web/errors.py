@@ -6,6 +6,7 @@ and records the HTTP metrics. No handler catches a 4xx itself."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -24,6 +25,7 @@ from shared.domain.errors import (
     Unauthorized,
     ValidationFailed,
 )
+from shared.logs import log_context
 from shared.web.body import PayloadTooLarge, UnreadableBody, json_response
 
 log = structlog.get_logger("queueflow.http")
@@ -59,12 +61,16 @@ def _route_label(request: web.Request) -> str:
     return resource.canonical if resource is not None else "unmatched"
 
 
+_ID_PREFIX = uuid.uuid4().hex[:12]  # this process's; a counter makes each id unique within it
+_ids = itertools.count(1)
+
+
 def _request_id(request: web.Request) -> str:
     """The caller's X-Request-ID when it is a sane one (printable ASCII, at most 128), else new."""
     given = request.headers.get(REQUEST_ID, "")
     if 0 < len(given) <= 128 and given.isascii() and given.isprintable():
         return given
-    return uuid.uuid4().hex
+    return f"{_ID_PREFIX}{next(_ids):08x}"
 
 
 @web.middleware
@@ -73,7 +79,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     route = _route_label(request)
     request_id = _request_id(request)
     status = 500
-    with structlog.contextvars.bound_contextvars(request_id=request_id, route=route, method=request.method):
+    with log_context(request_id=request_id, route=route, method=request.method):
         try:
             if "\x00" in request.path or any("\x00" in v for v in request.query.values()):
                 raise ValidationFailed("NUL characters are not allowed in the path or query")
