@@ -52,11 +52,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="print the results in --out as a Markdown table and exit (runs nothing)",
     )
     p.add_argument(
+        "--py-spy",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="attach py-spy to every server and write its flame graph to DIR/<mode>-<port>.svg",
+    )
+    p.add_argument(
         "--profile",
         action="store_true",
         help="run the servers under cProfile (bench/out/profiles/*.prof); distorts the figures",
     )
     args = p.parse_args(argv)
+    harness.FLAMEGRAPH_DIR = args.py_spy
     wanted: list[str] = []
     for name in args.scenarios or list(ALIASES["all"]):
         key = next((k for k in [*ALIASES, *SCENARIOS] if k.lower() == name.lower()), None)

@@ -106,18 +106,51 @@ async def stop(proc: ChildProcess, grace: float = STOP_GRACE_SECS) -> int | None
         return None
 
 
+# Set by `--py-spy DIR`: every server gets a py-spy sampler attached once it is ready, which writes
+# `<mode>-<port>.svg` (a flame graph of all its threads, idle time left out) when the server exits.
+# Sampling costs the server a few per cent; figures from such a run are for reading, not comparing.
+FLAMEGRAPH_DIR: Path | None = None
+PY_SPY = Path(sys.executable).parent / "py-spy"
+
+
+def _attach_py_spy(proc: ServiceProcess) -> ChildProcess | None:
+    if FLAMEGRAPH_DIR is None:
+        return None
+    FLAMEGRAPH_DIR.mkdir(parents=True, exist_ok=True)
+    svg = FLAMEGRAPH_DIR / f"{proc.mode}-{proc.api_port}.svg"
+    argv = [
+        str(PY_SPY),
+        "record",
+        "--pid",
+        str(proc.pid),
+        "--rate",
+        "200",
+        "--nonblocking",
+        "--output",
+        str(svg),
+    ]
+    return client(argv, FLAMEGRAPH_DIR / f"{svg.stem}.log", name=f"py-spy {svg.name}")
+
+
 @contextlib.asynccontextmanager
 async def servers(*procs: ServiceProcess) -> AsyncIterator[tuple[ServiceProcess, ...]]:
     """Start the servers in order (the first one migrates the database); stop them in reverse."""
     started: list[ServiceProcess] = []
+    samplers: list[ChildProcess] = []
     try:
         for proc in procs:
             await proc.start(ready_within=READY_WITHIN_SECS)
             started.append(proc)
+            sampler = _attach_py_spy(proc)
+            if sampler is not None:
+                samplers.append(sampler)
         yield procs
     finally:
         for proc in reversed(started):
             await stop(proc)
+        for sampler in samplers:  # each ends, writing its flame graph, when its server has exited
+            with contextlib.suppress(Exception):
+                await sampler.wait(within=30)
 
 
 @contextlib.asynccontextmanager
