@@ -32,6 +32,9 @@ class PermanentError(Exception):
     retryable = False
 
 
+_WAITERS = threading.Lock()  # guards the lazy creation of JobContext._waiter against abandon()
+
+
 @dataclass(eq=False)
 class JobContext:
     """What a handler receives: the job, and cancellation.
@@ -45,7 +48,10 @@ class JobContext:
 
     job: Job
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)
-    _flag: threading.Event = field(default_factory=threading.Event, repr=False)
+    _abandoned: bool = field(default=False, repr=False)
+    # Created only when a sync handler waits on it: a threading.Event per job costs more than
+    # the rest of the context together.
+    _waiter: threading.Event | None = field(default=None, repr=False)
 
     @property
     def payload(self) -> dict[str, Any]:
@@ -54,16 +60,25 @@ class JobContext:
     @property
     def is_cancelled(self) -> bool:
         """Whether the job was cancelled (or abandoned); safe to read from any thread."""
-        return self._flag.is_set()
+        return self._abandoned
 
     def wait_cancelled(self, timeout: float | None = None) -> bool:
         """For sync handlers: block this thread up to `timeout` seconds, returning True as soon as
         the job is cancelled (a cancellable `time.sleep`). Never call it from an async handler."""
-        return self._flag.wait(timeout)
+        with _WAITERS:
+            if self._waiter is None:
+                self._waiter = threading.Event()
+                if self._abandoned:
+                    self._waiter.set()
+            waiter = self._waiter
+        return waiter.wait(timeout)
 
     def abandon(self) -> None:
         """Set both cancellation signals. Called by the runtime, on the event loop's thread."""
-        self._flag.set()
+        with _WAITERS:
+            self._abandoned = True
+            if self._waiter is not None:
+                self._waiter.set()
         self.cancelled.set()
 
 

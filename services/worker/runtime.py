@@ -27,7 +27,6 @@ import concurrent.futures
 import contextlib
 import contextvars
 import os
-import time
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
@@ -70,6 +69,7 @@ class WorkerRuntime:
         # claimed ahead so the next claim's commit overlaps the running handlers.
         self._gates = {q: asyncio.Semaphore(settings.workers) for q in settings.worker_queues}
         self._threads: concurrent.futures.ThreadPoolExecutor | None = None
+        self._durations: dict[str, Any] = {}
         self._stopping = False
 
     async def start(self) -> None:
@@ -83,6 +83,13 @@ class WorkerRuntime:
             asyncio.create_task(self._queue_loop(q), name=f"queueflow-worker-{q}") for q in s.worker_queues
         ]
         self._loops.append(asyncio.create_task(self._task_heartbeat(), name="queueflow-task-heartbeat"))
+
+    def _duration(self, task: str) -> Any:
+        """The handler-duration histogram of `task` (its labelled child, looked up once)."""
+        child = self._durations.get(task)
+        if child is None:
+            child = self._durations[task] = metrics.HANDLER_DURATION.labels(task)
+        return child
 
     def describe(self) -> dict[str, object]:
         s = self.settings
@@ -324,18 +331,33 @@ class WorkerRuntime:
         token: uuid.UUID,
         timeout: int,
     ) -> None:
-        started = time.perf_counter()
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        expired = False
+
+        def expire() -> None:
+            nonlocal expired
+            expired = True
+            ctx.abandon()
+            handler.cancel()
+
+        # One timer per job, not asyncio.wait's futures and callbacks: this is the hot path.
+        timer = loop.call_later(timeout, expire)
+        current = asyncio.current_task()
         try:
-            done, _ = await asyncio.wait((handler,), timeout=timeout)
-        except asyncio.CancelledError:  # shutdown: stop() gives the lease back
-            ctx.abandon()
-            handler.cancel()
-            raise
+            await asyncio.shield(handler)  # a shutdown cancels this task: abandon first, then the handler
+        except asyncio.CancelledError:
+            if current is not None and current.cancelling():  # shutdown: stop() gives the lease back
+                ctx.abandon()
+                handler.cancel()
+                raise
+            # the handler itself ended cancelled (its time-out, the API's cancel, or its own doing)
+        except Exception:  # read below, from the handler
+            pass
         finally:
-            metrics.HANDLER_DURATION.labels(task.name).observe(time.perf_counter() - started)
-        if not done:
-            ctx.abandon()
-            handler.cancel()
+            timer.cancel()
+            self._duration(task.name).observe(loop.time() - started)
+        if expired:
             await self._fail(job_id, token, f"job exceeded its timeout of {timeout}s", True)
             return
         if ctx.cancelled.is_set():

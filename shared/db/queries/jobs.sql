@@ -340,6 +340,10 @@ SELECT now() AS now, (SELECT count(pg_notify('queueflow_work', queue_name)) FROM
 SELECT pg_try_advisory_xact_lock(5850492716117963892);
 
 -- name: watch_job
+-- Register a stream and flag the job, so that its status changes are announced (migration 0007).
+WITH flagged AS (
+    UPDATE queueflow.jobs SET watched = true WHERE id = $1 AND NOT watched
+)
 INSERT INTO queueflow.job_watchers (job_id, expires_at) VALUES ($1, now() + make_interval(secs => $2))
 RETURNING id;
 
