@@ -153,12 +153,12 @@ class WorkerRuntime:
 
     async def _queue_loop(self, queue: str) -> None:
         s = self.settings
-        mine: set[asyncio.Task[None]] = set()
-        held = 2 * s.workers  # running plus claimed ahead
+        budget = _Budget(2 * s.workers)  # running plus claimed ahead; a job stops counting once
+        # its handler has finished, so the next claim overlaps the previous jobs' completions
         while not self._stopping and not self.lifecycle.draining:
-            free = held - len(mine)
+            free = budget.free
             if free < max(1, s.workers // 2):  # claim in batches of at least half the workers
-                await asyncio.wait(mine, return_when=asyncio.FIRST_COMPLETED)
+                await budget.wait()
                 continue
             try:
                 leases = await lease_jobs(
@@ -177,20 +177,21 @@ class WorkerRuntime:
                 log.warning("claim_failed", queue=queue, error=str(err))
                 await asyncio.sleep(1.0)
                 continue
+            claimed_at = asyncio.get_running_loop().time()
             for lease in leases:
-                task = asyncio.create_task(self._run(lease))
-                mine.add(task)
+                handled = budget.take()
+                task = asyncio.create_task(self._run(lease, claimed_at, handled))
                 self._inflight.add(task)
                 self._leases[task] = (lease.job.id, lease.token)
                 task.add_done_callback(self._forget)
-                task.add_done_callback(mine.discard)
+                task.add_done_callback(_released_by(handled))
 
     def _forget(self, task: asyncio.Task[None]) -> None:
         self._inflight.discard(task)
         self._leases.pop(task, None)
         self._waiting.discard(task)
 
-    async def _run(self, lease: Lease) -> None:
+    async def _run(self, lease: Lease, claimed_at: float, handled: Callable[[], None]) -> None:
         job, token = lease.job, lease.token
         # Every log line of this job (the runtime's and its handler's) names it.
         logs.bind(job_id=str(job.id), task=job.task_name, queue=job.queue_name)
@@ -206,11 +207,13 @@ class WorkerRuntime:
                 )
                 log.warning("job_dead_lettered", reason=DeadLetterReason.HANDLER_NOT_FOUND)
                 return
-            await self._execute(task, job, token)
+            await self._execute(task, job, token, claimed_at, handled)
         except Exception:  # a report that failed: the lease expires and the janitor retries
             log.exception("job_report_failed")
 
-    async def _execute(self, task: Task, job: Job, token: uuid.UUID) -> None:
+    async def _execute(
+        self, task: Task, job: Job, token: uuid.UUID, claimed_at: float, handled: Callable[[], None]
+    ) -> None:
         job_id = job.id
         ctx = JobContext(job)
         timeout = max(1, task.timeout_secs or job.config.timeout_secs)
@@ -230,10 +233,13 @@ class WorkerRuntime:
                 held.pop().release()
 
         release: Callable[[], None] | None = release_all
+        loop = asyncio.get_running_loop()
         try:
             # The claim leased the job for its own timeout plus the grace; a longer task timeout,
-            # or time spent waiting for a run or task slot, needs a fresh lease before the handler
-            # starts (while it waits, _take_slot keeps the lease alive).
+            # or a wait for a run or task slot that ate into the grace, needs a fresh lease before
+            # the handler starts (while it waits, _take_slot keeps the lease alive). A short wait
+            # (a job claimed ahead) needs none: the grace covers it, and a heartbeat per job
+            # would cost a statement per job.
             extend = task.timeout_secs is not None and task.timeout_secs > job.config.timeout_secs
             for slots in (self._gates.get(job.queue_name), self._slots.get(task.name)):
                 if slots is None:
@@ -243,14 +249,15 @@ class WorkerRuntime:
                     log.info("job_handler_cancelled", started=False)
                     return
                 held.append(slots)
-                extend = extend or waited
+                waited_long = loop.time() - claimed_at > self.settings.lease_grace_secs / 2
+                extend = extend or (waited and waited_long)
             if extend and not await self._extend_lease(job_id, token, timeout):
                 log.info("job_handler_cancelled", started=False)
                 return
             handler = self._start(task, ctx, release)
             release = None  # the handler owns the slot now and gives it back when it finishes
             handler.add_done_callback(_observed)
-            await self._await_handler(task, ctx, handler, job_id, token, timeout)
+            await self._await_handler(task, ctx, handler, job_id, token, timeout, handled)
         finally:
             unsubscribe()
             if release is not None:
@@ -267,28 +274,22 @@ class WorkerRuntime:
         current = asyncio.current_task()
         assert current is not None
         self._waiting.add(current)
-        acquiring = asyncio.ensure_future(slots.acquire())
-        cancelled = asyncio.ensure_future(ctx.cancelled.wait())
         keepalive = max(1.0, min(30.0, (timeout + self.settings.lease_grace_secs) / 3))
-        got = False
         try:
             while True:
-                done, _ = await asyncio.wait(
-                    (acquiring, cancelled), timeout=keepalive, return_when=asyncio.FIRST_COMPLETED
-                )
-                if acquiring in done:
-                    got = True
-                    return True
-                if cancelled in done or not await self._extend_lease(job_id, token, timeout):
+                try:
+                    async with asyncio.timeout(keepalive):
+                        await slots.acquire()
+                except TimeoutError:
+                    if ctx.cancelled.is_set() or not await self._extend_lease(job_id, token, timeout):
+                        return False
+                    continue
+                if ctx.cancelled.is_set():  # cancelled through the API while it waited
+                    slots.release()
                     return False
+                return True
         finally:
             self._waiting.discard(current)
-            cancelled.cancel()
-            if not got:
-                acquiring.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    if await acquiring:  # acquired just as we gave up: hand the slot on
-                        slots.release()
 
     async def _extend_lease(self, job_id: uuid.UUID, token: uuid.UUID, timeout: int) -> bool:
         """Lease the job for its timeout plus the grace, from now; False when it is no longer ours
@@ -330,6 +331,7 @@ class WorkerRuntime:
         job_id: uuid.UUID,
         token: uuid.UUID,
         timeout: int,
+        handled: Callable[[], None],
     ) -> None:
         loop = asyncio.get_running_loop()
         started = loop.time()
@@ -357,6 +359,7 @@ class WorkerRuntime:
         finally:
             timer.cancel()
             self._duration(task.name).observe(loop.time() - started)
+            handled()  # what is left is reporting: the queue loop may claim the next job
         if expired:
             await self._fail(job_id, token, f"job exceeded its timeout of {timeout}s", True)
             return
@@ -395,6 +398,49 @@ class WorkerRuntime:
         except DomainError as err:
             outcome = err.message
         log.info("job_failed", outcome=outcome, retryable=retryable)
+
+
+class _Budget:
+    """How many more jobs a queue loop may hold. `take()` counts one in and returns its release,
+    which counts it out once, however often it is called (when its handler finishes, and when its
+    task ends, whichever comes first)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._held = 0
+        self._freed = asyncio.Event()
+
+    @property
+    def free(self) -> int:
+        return self.size - self._held
+
+    async def wait(self) -> None:
+        """Until at least one held job has been counted out."""
+        self._freed.clear()
+        await self._freed.wait()
+
+    def take(self) -> Callable[[], None]:
+        self._held += 1
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                self._held -= 1
+                self._freed.set()
+
+        return release
+
+
+def _released_by(release: Callable[[], None]) -> Callable[[asyncio.Task[None]], None]:
+    """A task's done-callback that calls `release` (a job task that ended before its handler
+    finished, e.g. cancelled while it waited, still gives its place back)."""
+
+    def done(_task: asyncio.Task[None]) -> None:
+        release()
+
+    return done
 
 
 def _observed(handler: asyncio.Future[Any]) -> None:
