@@ -256,6 +256,41 @@ class CompleteJobRequest(Request):
     result: Object | None = None
 
 
+class CompletionItem(Request):
+    """One job of a batch acknowledgement. An `id` or `lease_token` that is not a UUID is answered
+    per item, as the per-job route would (404, 409), rather than failing the whole batch."""
+
+    id: str
+    lease_token: str
+    result: Object | None = None
+
+
+MAX_COMPLETIONS = 100
+
+
+class CompleteJobsRequest(Request):
+    """`POST /api/v1/jobs/complete`: up to 100 completions in one call (an extension)."""
+
+    jobs: Annotated[list[CompletionItem], Meta(min_length=1, max_length=MAX_COMPLETIONS)]
+
+
+CompletionOutcome = Literal["completed", "conflict", "not_found"]
+
+
+class CompletionAnswer(Response):
+    """Per item, in request order: `status` is what `POST /api/v1/jobs/{id}/complete` would have
+    answered for it (204, 409 or 404), `error` its error message."""
+
+    id: str
+    outcome: CompletionOutcome
+    status: int
+    error: str | None = None
+
+
+class CompleteJobsResponse(Response):
+    results: list[CompletionAnswer]
+
+
 class FailJobRequest(Request):
     lease_token: str
     error: str

@@ -3,14 +3,20 @@ complete, fail. Worker-token routes; not tenant-scoped."""
 
 from __future__ import annotations
 
+import asyncio
+import uuid
+
 from aiohttp import web
 
 from services.api.context import db_of, lifecycle_of, settings_of
 from services.api.params import job_id_in_path, lease_token, queue_in_path
 from shared import wire
 from shared.db import jobs as jobs_db
+from shared.db.batcher import CompletionBatcher
+from shared.domain.errors import Conflict, DomainError, NotFound
 from shared.runtime.leasing import lease_jobs
 from shared.web.body import decode, json_response
+from shared.web.errors import status_of
 
 HEARTBEAT_LEASE_LOST = "lease is no longer held (it expired and the job was reclaimed)"
 
@@ -51,6 +57,39 @@ async def complete(request: web.Request) -> web.Response:
         job_id_in_path(request), lease_token(body.lease_token), body.result or {}
     )
     return web.Response(status=204)
+
+
+async def complete_many(request: web.Request) -> web.Response:
+    """The batch acknowledgement: each item goes through the same group commit as the per-job route
+    (so concurrent batches share statements too) and gets the answer that route would give."""
+    body = await decode(request, wire.CompleteJobsRequest)
+    completer = db_of(request).completer
+    written = await asyncio.gather(
+        *(_complete_one(completer, item) for item in body.jobs), return_exceptions=True
+    )
+    return json_response(
+        wire.CompleteJobsResponse(
+            results=[_answer(item.id, outcome) for item, outcome in zip(body.jobs, written, strict=True)]
+        )
+    )
+
+
+async def _complete_one(completer: CompletionBatcher, item: wire.CompletionItem) -> None:
+    try:
+        job_id = uuid.UUID(item.id)
+    except ValueError:
+        raise NotFound("job", item.id) from None
+    await completer.complete(job_id, lease_token(item.lease_token), item.result or {})
+
+
+def _answer(job_id: str, outcome: BaseException | None) -> wire.CompletionAnswer:
+    if outcome is None:
+        return wire.CompletionAnswer(id=job_id, outcome="completed", status=204)
+    if isinstance(outcome, Conflict):
+        return wire.CompletionAnswer(id=job_id, outcome="conflict", status=409, error=outcome.message)
+    if isinstance(outcome, DomainError) and status_of(outcome) == 404:
+        return wire.CompletionAnswer(id=job_id, outcome="not_found", status=404, error=outcome.message)
+    raise outcome  # the database is unreachable or something unforeseen: the whole call fails
 
 
 async def fail(request: web.Request) -> web.Response:

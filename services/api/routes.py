@@ -155,6 +155,17 @@ ROUTES: list[Route] = [
     ),
     Route(
         "POST",
+        "/api/v1/jobs/complete",
+        protocol.complete_many,
+        "worker",
+        "worker",
+        "completeJobs",
+        "Record success for up to 100 leased jobs at once (an extension); answers per item",
+        wire.CompleteJobsRequest,
+        wire.CompleteJobsResponse,
+    ),
+    Route(
+        "POST",
         "/api/v1/jobs/{id}/fail",
         protocol.fail,
         "worker",

@@ -212,12 +212,13 @@ async def complete_many(db: Executor, items: Sequence[Completion]) -> list[Domai
     done = await db.fetch(
         Q.complete_jobs, [i[0] for i in items], [i[1] for i in items], [i[2] for i in items]
     )
-    finished = {r["id"] for r in done}
+    finished = {(r["id"], r["token"]) for r in done}
     metrics.JOBS_COMPLETED.inc(len(finished))
-    rest = [(i[0], i[1]) for i in items if i[0] not in finished]
+    rest = [(i[0], i[1]) for i in items if (i[0], i[1]) not in finished]
     explained = iter(await _explain(db, rest, LEASE_LOST) if rest else [])
-    # The same job twice in one batch: the first completed it, the second is a replay.
-    return [None if jid in finished else _error_or_none(next(explained)) for jid, _, _ in items]
+    # The same job and token twice in one batch: the first completed it, the second is a replay;
+    # another token for a job this batch completed is explained like any other (a lost lease).
+    return [None if (jid, token) in finished else _error_or_none(next(explained)) for jid, token, _ in items]
 
 
 def _error_or_none(answer: JobStatus | DomainError) -> DomainError | None:

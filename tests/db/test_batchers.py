@@ -8,7 +8,9 @@ import pytest
 
 from shared.db import jobs as jobs_db
 from shared.db.batcher import GroupCommit
+from shared.domain.errors import Conflict
 from shared.domain.jobs import NewJob
+from tests.protocol.helpers import create_job, lease_one
 from tests.support.api import database_of
 
 
@@ -89,3 +91,21 @@ async def test_close_answers_every_caller_it_could_not_write_for():
     for write in writes:
         with pytest.raises(ConnectionError, match="shut down before the write was confirmed"):
             await write
+
+
+async def test_a_stale_holder_in_the_same_group_as_the_holder_is_told_its_lease_is_lost(api, db):
+    """Two completions of one job in one statement, by the holder and by a token that lost it: the
+    holder's wins and the other is a conflict, not a replay."""
+    client = await api()
+    job_id = await create_job(client)
+    _, token = await lease_one(client)
+    pool = database_of(client).pool
+    jid = uuid.UUID(job_id)
+
+    answers = await jobs_db.complete_many(
+        pool, [(jid, uuid.uuid4(), {"who": "stale"}), (jid, uuid.UUID(token), {"who": "holder"})]
+    )
+
+    assert answers[1] is None
+    assert isinstance(answers[0], Conflict)
+    assert (await db.fetchval("SELECT result FROM queueflow.jobs WHERE id = $1", jid)) == '{"who": "holder"}'

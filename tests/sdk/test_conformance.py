@@ -14,6 +14,8 @@ from typing import Any
 
 import aiohttp
 import pytest
+from aiohttp import web
+from prometheus_client.parser import text_string_to_metric_families
 
 from devkit.procs import ServiceProcess
 from tests.sdk.builds import LANGUAGES, build, runner_command
@@ -81,6 +83,69 @@ async def create_jobs(base_url: str, queue: str, jobs: list[dict[str, Any]]) -> 
     return ids
 
 
+class HidingProxy:
+    """A front for the api that behaves like a server without some routes (an upstream server that
+    lacks an extension): each hidden route answers 404 with the contract's error body and
+    /openapi.json does not list it; everything else is passed through."""
+
+    def __init__(self, upstream: str, hidden: list[str]) -> None:
+        self.upstream = upstream
+        self.hidden = {tuple(route.split(" ", 1)) for route in hidden}
+        self.runner: web.AppRunner | None = None
+        self.base_url = ""
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self.forward)
+        self.runner = web.AppRunner(app)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.base_url = f"http://127.0.0.1:{port}"
+
+    async def forward(self, request: web.Request) -> web.StreamResponse:
+        if (request.method, request.path) in self.hidden:
+            return web.json_response({"error": "not found", "timestamp": "2026-01-01T00:00:00Z"}, status=404)
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in ("host", "content-length")}
+        async with (
+            aiohttp.ClientSession() as http,
+            http.request(
+                request.method,
+                f"{self.upstream}{request.path_qs}",
+                data=await request.read(),
+                headers=headers,
+            ) as resp,
+        ):
+            body = await resp.read()
+            if request.path == "/openapi.json" and resp.status == 200:
+                doc = json.loads(body)
+                for method, path in self.hidden:
+                    doc["paths"].get(path, {}).pop(method.lower(), None)
+                    if not doc["paths"].get(path, True):
+                        del doc["paths"][path]
+                return web.json_response(doc)
+            passed = {k: v for k, v in resp.headers.items() if k.lower() in ("content-type", "retry-after")}
+            return web.Response(status=resp.status, body=body, headers=passed)
+
+    async def stop(self) -> None:
+        if self.runner is not None:
+            await self.runner.cleanup()
+
+
+async def calls_served(cluster: Cluster) -> dict[str, float]:
+    """Requests the api has served, per "METHOD route" (every status), from its /metrics."""
+    async with aiohttp.ClientSession() as http, http.get(f"{cluster.api.metrics_url}/metrics") as resp:
+        text = await resp.text()
+    served: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "queueflow_http_requests_total":
+                key = f"{sample.labels['method']} {sample.labels['route']}"
+                served[key] = served.get(key, 0.0) + sample.value
+    return served
+
+
 async def get_json(base_url: str, path: str) -> Any:
     async with aiohttp.ClientSession() as http, http.get(f"{base_url}{path}", headers=TENANT) as resp:
         return resp.status, await resp.json()
@@ -127,10 +192,12 @@ async def act(action: dict[str, Any], event: dict[str, Any], run: Run, cluster: 
         await run.proc.stdin.drain()
 
 
-async def drive(language: str, scenario: dict[str, Any], path: Path, cluster: Cluster, db, queue: str) -> Run:
+async def drive(
+    language: str, scenario: dict[str, Any], path: Path, cluster: Cluster, db, queue: str, base_url: str
+) -> Run:
     env = {
         **os.environ,
-        "QF_BASE_URL": cluster.api.base_url,
+        "QF_BASE_URL": base_url,
         "QF_TENANT_TOKEN": TENANT_TOKEN,
         "QF_WORKER_TOKEN": WORKER_TOKEN,
         "QF_QUEUE": queue,
@@ -205,7 +272,17 @@ async def test_sdk_conformance(language, built, path, cluster, db):
     queue = f"conf-{language}-{scenario['name']}"
     job_ids = await create_jobs(cluster.api.base_url, queue, scenario["setup"]["jobs"])
 
-    run = await drive(language, scenario, path, cluster, db, queue)
+    proxy = None
+    base_url = cluster.api.base_url
+    if hidden := scenario.get("server", {}).get("hide_routes"):
+        proxy = HidingProxy(cluster.api.base_url, hidden)
+        await proxy.start()
+        base_url = proxy.base_url
+    try:
+        run = await drive(language, scenario, path, cluster, db, queue, base_url)
+    finally:
+        if proxy is not None:
+            await proxy.stop()
     where = f"{language}/{scenario['name']}"
     assert run.proc.returncode == 0, (
         f"{where}: runner exited {run.proc.returncode}; events {run.events}; "
@@ -227,6 +304,13 @@ async def test_sdk_conformance(language, built, path, cluster, db):
         _, dlq = await get_json(cluster.api.base_url, f"/api/v1/dlq?queue={queue}&limit=100")
         dead = next((d for d in dlq["dead_letters"] if d["job_id"] == job_id), None)
         check_job(want, job, dead, f"{where} job {i}")
+    if calls := expect.get("calls"):
+        served = await calls_served(cluster)
+        for route, want in calls.items():
+            count = served.get(route, 0.0)
+            assert (count > 0) if want == "some" else (count == 0), (
+                f"{where}: the api served {route} {count:g} times, expected {want}; served {served}"
+            )
 
 
 def test_every_language_has_a_runner_and_every_scenario_is_listed():

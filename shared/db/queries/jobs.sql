@@ -159,7 +159,7 @@ UPDATE queueflow.jobs j
 SET status = 'completed', result = u.result, completed_at = now(), locked_until = NULL
 FROM unnest($1::uuid[], $2::uuid[], $3::jsonb[]) AS u(id, token, result)
 WHERE j.id = u.id AND j.status = 'running' AND j.lease_token = u.token
-RETURNING j.id, j.workflow_id;
+RETURNING j.id, u.token, j.workflow_id;
 
 -- name: lease_states
 -- Why a guarded write matched nothing: the job's current status and lease token.
