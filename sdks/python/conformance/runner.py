@@ -33,8 +33,12 @@ def emit(event: str, **fields: Any) -> None:
 def body_ok(err: ApiError) -> bool:
     """The error exposes the server's body with string `error` and `timestamp` fields."""
     raw = err.raw if isinstance(err.raw, dict) else {}
-    return (err.body is not None and isinstance(err.body.error, str) and isinstance(raw.get("error"), str)
-            and isinstance(raw.get("timestamp"), str))
+    return (
+        err.body is not None
+        and isinstance(err.body.error, str)
+        and isinstance(raw.get("error"), str)
+        and isinstance(raw.get("timestamp"), str)
+    )
 
 
 async def read_command() -> str:
@@ -101,8 +105,16 @@ async def run_loop(spec: dict[str, Any], env: dict[str, str]) -> None:
 
     handlers = {task: make_handler(behaviour, on_finished) for task, behaviour in spec["handlers"].items()}
     async with Client(env["base"], env["tenant"], worker_token=env["worker"]) as client:
-        worker = Worker(client, env["queue"], handlers, lease_secs=int(spec.get("lease_secs", 30)), wait_secs=1,
-                        concurrency=concurrency, batch_size=spec.get("batch_size"), drain_timeout=30)
+        worker = Worker(
+            client,
+            env["queue"],
+            handlers,
+            lease_secs=int(spec.get("lease_secs", 30)),
+            wait_secs=1,
+            concurrency=concurrency,
+            batch_size=spec.get("batch_size"),
+            drain_timeout=30,
+        )
         await worker.run()
 
 
@@ -113,8 +125,9 @@ async def run_stale_lease(spec: dict[str, Any], env: dict[str, str]) -> None:
     async with Client(env["base"], env["tenant"], worker_token=env["worker"]) as client:
         leased = None
         for _ in range(30):
-            leased = await client.lease(env["queue"], max_jobs=1, lease_secs=int(spec.get("lease_secs", 30)),
-                                        wait_secs=1)
+            leased = await client.lease(
+                env["queue"], max_jobs=1, lease_secs=int(spec.get("lease_secs", 30)), wait_secs=1
+            )
             if leased.jobs:
                 break
         if leased is None or not leased.jobs:
@@ -138,8 +151,12 @@ async def run_stale_lease(spec: dict[str, Any], env: dict[str, str]) -> None:
         except ApiError as err:
             statuses["complete"] = err.status
             ok = ok and body_ok(err)
-        emit("stale_rejected", heartbeat_status=statuses["heartbeat"], complete_status=statuses["complete"],
-             error_body_ok=ok)
+        emit(
+            "stale_rejected",
+            heartbeat_status=statuses["heartbeat"],
+            complete_status=statuses["complete"],
+            error_body_ok=ok,
+        )
 
 
 # --- auth_errors -------------------------------------------------------------------------------------
@@ -210,20 +227,26 @@ async def raw_calls(client: Client, queue: str, c: Checks) -> None:
     c.check(job.config.get("priority") == 5, f"get: config {job.config}")
 
     # 4. batch
-    batch = await client.create_jobs([CreateJobRequest(task_name="conf.raw", payload={"i": i},
-                                                       config=JobConfigRequest(queue=queue)) for i in range(3)])
+    batch = await client.create_jobs(
+        [
+            CreateJobRequest(task_name="conf.raw", payload={"i": i}, config=JobConfigRequest(queue=queue))
+            for i in range(3)
+        ]
+    )
     c.check(batch.count == 3 and len(batch.job_ids) == 3, f"batch: {batch}")
 
     # 5. list with a cursor
     page = await client.list_jobs(queue=queue, limit=2, include_total=True)
-    c.check(len(page.jobs) == 2 and page.has_more and page.total == 4 and page.next_cursor is not None,
-            f"list: {len(page.jobs)} jobs, has_more {page.has_more}, total {page.total}, "
-            f"cursor {page.next_cursor}")
+    c.check(
+        len(page.jobs) == 2 and page.has_more and page.total == 4 and page.next_cursor is not None,
+        f"list: {len(page.jobs)} jobs, has_more {page.has_more}, total {page.total}, cursor {page.next_cursor}",
+    )
     if page.next_cursor:
         rest = await client.list_jobs(queue=queue, limit=2, cursor=page.next_cursor)
         seen = {j.id for j in page.jobs} | {j.id for j in rest.jobs}
-        c.check(len(rest.jobs) == 2 and seen == {first.job_id, *batch.job_ids},
-                f"list page 2: {[j.id for j in rest.jobs]}")
+        c.check(
+            len(rest.jobs) == 2 and seen == {first.job_id, *batch.job_ids}, f"list page 2: {[j.id for j in rest.jobs]}"
+        )
 
     # 6. cancel, twice
     await client.cancel_job(first.job_id)
@@ -237,8 +260,10 @@ async def raw_calls(client: Client, queue: str, c: Checks) -> None:
     await c.expect_error(404, "get unknown job", client.get_job(str(uuid.uuid4())))
 
     # 9. workflow
-    steps = [WorkflowStep(name="a", task_name="conf.raw", queue=queue),
-             WorkflowStep(name="b", task_name="conf.raw", depends_on=["a"], queue=queue)]
+    steps = [
+        WorkflowStep(name="a", task_name="conf.raw", queue=queue),
+        WorkflowStep(name="b", task_name="conf.raw", depends_on=["a"], queue=queue),
+    ]
     wf = await client.create_workflow("conf-wf", steps)
     got = await client.get_workflow(wf.workflow_id)
     c.check(got.status in ("created", "running"), f"workflow status {got.status}")
@@ -253,8 +278,10 @@ async def raw_calls(client: Client, queue: str, c: Checks) -> None:
     c.check(any(w.id == wf.workflow_id for w in workflows.workflows), "list_workflows: workflow missing")
 
     # 10. a cycle
-    cycle = [WorkflowStep(name="a", task_name="conf.raw", depends_on=["b"], queue=queue),
-             WorkflowStep(name="b", task_name="conf.raw", depends_on=["a"], queue=queue)]
+    cycle = [
+        WorkflowStep(name="a", task_name="conf.raw", depends_on=["b"], queue=queue),
+        WorkflowStep(name="b", task_name="conf.raw", depends_on=["a"], queue=queue),
+    ]
     await c.expect_error(400, "workflow with a cycle", client.create_workflow("conf-cycle", cycle))
 
     # 11. cron
@@ -299,8 +326,12 @@ async def run_raw_calls(env: dict[str, str]) -> None:
 
 
 async def main(scenario: dict[str, Any]) -> None:
-    env = {"base": os.environ["QF_BASE_URL"], "tenant": os.environ["QF_TENANT_TOKEN"],
-           "worker": os.environ["QF_WORKER_TOKEN"], "queue": os.environ["QF_QUEUE"]}
+    env = {
+        "base": os.environ["QF_BASE_URL"],
+        "tenant": os.environ["QF_TENANT_TOKEN"],
+        "worker": os.environ["QF_WORKER_TOKEN"],
+        "queue": os.environ["QF_QUEUE"],
+    }
     spec = scenario["worker"]
     mode = spec["mode"]
     if mode == "loop":

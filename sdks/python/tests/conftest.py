@@ -25,9 +25,20 @@ def error(status: int, message: str) -> web.Response:
 
 def job_json(task_name: str = "t", payload: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
     now = datetime.now(UTC).isoformat()
-    return {"id": str(uuid.uuid4()), "queue_name": "q", "task_name": task_name, "payload": payload or {},
-            "config": {"priority": 0}, "status": "running", "retry_count": 0, "delivery_count": 1,
-            "created_at": now, "scheduled_at": now, "metadata": {}, **extra}
+    return {
+        "id": str(uuid.uuid4()),
+        "queue_name": "q",
+        "task_name": task_name,
+        "payload": payload or {},
+        "config": {"priority": 0},
+        "status": "running",
+        "retry_count": 0,
+        "delivery_count": 1,
+        "created_at": now,
+        "scheduled_at": now,
+        "metadata": {},
+        **extra,
+    }
 
 
 class Stub:
@@ -49,8 +60,11 @@ class Stub:
         return [j["id"] for j in jobs]
 
     def calls(self, kind: str, job_id: str | None = None) -> list[Any]:
-        return [body for method, path, _, body in self.requests
-                if path.endswith(f"/{kind}") and (job_id is None or f"/{job_id}/" in path)]
+        return [
+            body
+            for method, path, _, body in self.requests
+            if path.endswith(f"/{kind}") and (job_id is None or f"/{job_id}/" in path)
+        ]
 
     @property
     def url(self) -> str:

@@ -18,8 +18,7 @@ from queueflow_sdk.errors import Conflict, NotFound, TransportError, Unauthorize
 async def test_tenant_and_worker_tokens_go_where_they_belong(stub):
     stub.add_jobs(job_json())
     async with Client(stub.url, "tenant", worker_token="worker") as qf:
-        stub.routes[("GET", "/api/v1/whoami")] = lambda r: web.json_response(
-            {"tenant": "acme", "access": "read_only"})
+        stub.routes[("GET", "/api/v1/whoami")] = lambda r: web.json_response({"tenant": "acme", "access": "read_only"})
         me = await qf.whoami()
         leased = await qf.lease("q", max_jobs=3, lease_secs=10, wait_secs=0)
     assert me == m.WhoAmIResponse(tenant="acme", access="read_only")
@@ -41,8 +40,9 @@ async def test_the_worker_token_defaults_to_the_tenant_token(stub):
 async def test_create_job_sends_the_idempotency_key_header(stub):
     stub.routes[("POST", "/api/v1/jobs")] = lambda r: web.json_response({"job_id": "j1"}, status=201)
     async with Client(stub.url, "t") as qf:
-        created = await qf.create_job("send", {"to": "x"}, config=m.JobConfigRequest(queue="mail"),
-                                      idempotency_key="k-1")
+        created = await qf.create_job(
+            "send", {"to": "x"}, config=m.JobConfigRequest(queue="mail"), idempotency_key="k-1"
+        )
     assert created.job_id == "j1"
     _, _, headers, body = stub.requests[0]
     assert headers["Idempotency-Key"] == "k-1"
@@ -51,14 +51,29 @@ async def test_create_job_sends_the_idempotency_key_header(stub):
 
 async def test_list_parameters_are_encoded(stub):
     stub.routes[("GET", "/api/v1/jobs")] = lambda r: web.json_response(
-        {"jobs": [job_json()], "limit": 2, "offset": 0, "has_more": False})
+        {"jobs": [job_json()], "limit": 2, "offset": 0, "has_more": False}
+    )
     async with Client(stub.url, "t") as qf:
-        page = await qf.list_jobs(status="pending", queue="q", limit=2, include_total=True, cursor="c1",
-                                  created_after=datetime(2026, 1, 1, tzinfo=UTC), order_by="created_at ASC")
+        page = await qf.list_jobs(
+            status="pending",
+            queue="q",
+            limit=2,
+            include_total=True,
+            cursor="c1",
+            created_after=datetime(2026, 1, 1, tzinfo=UTC),
+            order_by="created_at ASC",
+        )
     assert len(page.jobs) == 1 and page.total is None and page.next_cursor is None
     path = stub.requests[0][1]
-    for part in ("status=pending", "queue=q", "limit=2", "include_total=true", "cursor=c1",
-                 "created_after=2026-01-01T00:00:00%2B00:00", "order_by=created_at+ASC"):
+    for part in (
+        "status=pending",
+        "queue=q",
+        "limit=2",
+        "include_total=true",
+        "cursor=c1",
+        "created_after=2026-01-01T00:00:00%2B00:00",
+        "order_by=created_at+ASC",
+    ):
         assert part in path, path
 
 
@@ -71,8 +86,12 @@ async def test_path_segments_are_escaped(stub):
 
 
 async def test_iter_jobs_follows_the_cursor(stub):
-    pages = iter([{"jobs": [job_json(), job_json()], "limit": 2, "offset": 0, "has_more": True, "next_cursor": "n"},
-                  {"jobs": [job_json()], "limit": 2, "offset": 0, "has_more": False}])
+    pages = iter(
+        [
+            {"jobs": [job_json(), job_json()], "limit": 2, "offset": 0, "has_more": True, "next_cursor": "n"},
+            {"jobs": [job_json()], "limit": 2, "offset": 0, "has_more": False},
+        ]
+    )
     stub.routes[("GET", "/api/v1/jobs")] = lambda r: web.json_response(next(pages))
     async with Client(stub.url, "t") as qf:
         jobs = [j async for j in qf.iter_jobs(queue="q", limit=2)]
@@ -107,7 +126,8 @@ async def test_a_body_of_the_wrong_shape_is_unexpected(stub):
 
 async def test_health_is_unauthenticated(stub):
     stub.routes[("GET", "/health")] = lambda r: web.json_response(
-        {"status": "healthy", "timestamp": "2026-01-01T00:00:00Z", "version": "1"})
+        {"status": "healthy", "timestamp": "2026-01-01T00:00:00Z", "version": "1"}
+    )
     async with Client(stub.url, "t") as qf:
         health = await qf.health()
     assert health.status == "healthy" and "Authorization" not in stub.requests[0][2]

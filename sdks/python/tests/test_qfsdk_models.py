@@ -15,8 +15,7 @@ from queueflow_sdk.sse import parse_sse
 
 def test_requests_leave_out_unset_fields():
     req = m.CreateJobRequest(task_name="t", config=m.JobConfigRequest(queue="q", priority=5))
-    assert msgspec.json.decode(msgspec.json.encode(req)) == {"task_name": "t",
-                                                             "config": {"priority": 5, "queue": "q"}}
+    assert msgspec.json.decode(msgspec.json.encode(req)) == {"task_name": "t", "config": {"priority": 5, "queue": "q"}}
     assert msgspec.json.encode(m.LeaseJobsRequest(max_jobs=2)) == b'{"max_jobs":2}'
 
 
@@ -28,9 +27,11 @@ def test_step_condition_spells_not_as_on_the_wire():
 
 
 def test_job_decodes_times_and_ignores_unknown_fields():
-    raw = (b'{"id":"j","queue_name":"q","task_name":"t","payload":{"a":1},"config":{"priority":5},'
-           b'"status":"pending","retry_count":0,"delivery_count":0,"created_at":"2026-01-02T03:04:05Z",'
-           b'"scheduled_at":"2026-01-02T03:04:05+00:00","metadata":{},"brand_new_field":true}')
+    raw = (
+        b'{"id":"j","queue_name":"q","task_name":"t","payload":{"a":1},"config":{"priority":5},'
+        b'"status":"pending","retry_count":0,"delivery_count":0,"created_at":"2026-01-02T03:04:05Z",'
+        b'"scheduled_at":"2026-01-02T03:04:05+00:00","metadata":{},"brand_new_field":true}'
+    )
     job = msgspec.json.decode(raw, type=m.Job)
     assert job.created_at == datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
     assert job.payload == {"a": 1} and job.result is None and job.error_message is None
@@ -41,11 +42,22 @@ def test_a_wrong_status_is_a_validation_error():
         msgspec.json.decode(b'{"status":"exploded"}', type=m.HeartbeatResponse)
 
 
-@pytest.mark.parametrize(("status", "cls"), [
-    (400, errors.BadRequest), (401, errors.Unauthorized), (403, errors.Forbidden), (404, errors.NotFound),
-    (405, errors.MethodNotAllowed), (409, errors.Conflict), (413, errors.PayloadTooLarge),
-    (500, errors.ServerError), (502, errors.ServerError), (503, errors.ServiceUnavailable), (418, errors.ApiError),
-])
+@pytest.mark.parametrize(
+    ("status", "cls"),
+    [
+        (400, errors.BadRequest),
+        (401, errors.Unauthorized),
+        (403, errors.Forbidden),
+        (404, errors.NotFound),
+        (405, errors.MethodNotAllowed),
+        (409, errors.Conflict),
+        (413, errors.PayloadTooLarge),
+        (500, errors.ServerError),
+        (502, errors.ServerError),
+        (503, errors.ServiceUnavailable),
+        (418, errors.ApiError),
+    ],
+)
 def test_errors_by_status_carry_the_decoded_body(status, cls):
     err = errors.error_for_status(status, b'{"error":"nope","timestamp":"2026-01-02T03:04:05Z"}')
     assert type(err) is cls and isinstance(err, errors.ApiError)
@@ -84,8 +96,7 @@ def test_backoff_jitter_shrinks_each_delay_within_bounds():
     assert all(0.5 <= s <= 1.0 for s in samples) and len(samples) > 100  # spread, not lockstep
 
 
-@pytest.mark.parametrize("kwargs", [{"initial": 0}, {"initial": 2, "maximum": 1}, {"jitter": 1.5},
-                                    {"factor": 0.5}])
+@pytest.mark.parametrize("kwargs", [{"initial": 0}, {"initial": 2, "maximum": 1}, {"jitter": 1.5}, {"factor": 0.5}])
 def test_backoff_rejects_nonsense(kwargs):
     with pytest.raises(ValueError):
         Backoff(**kwargs)
@@ -97,8 +108,22 @@ async def _lines(*chunks: bytes):
 
 
 async def test_sse_parser_skips_comments_and_joins_data():
-    stream = _lines(b": keep-alive\n", b"\n", b"event: status\n", b"data: {\"a\":\n", b"data: 1}\n", b"\n",
-                    b"id: 7\n", b"data: plain\r\n", b"\r\n", b"event: status\n", b"data: tail\n")
+    stream = _lines(
+        b": keep-alive\n",
+        b"\n",
+        b"event: status\n",
+        b'data: {"a":\n',
+        b"data: 1}\n",
+        b"\n",
+        b"id: 7\n",
+        b"data: plain\r\n",
+        b"\r\n",
+        b"event: status\n",
+        b"data: tail\n",
+    )
     events = [e async for e in parse_sse(stream)]
     assert [(e.event, e.data, e.id) for e in events] == [
-        ("status", '{"a":\n1}', None), ("message", "plain", "7"), ("status", "tail", "7")]
+        ("status", '{"a":\n1}', None),
+        ("message", "plain", "7"),
+        ("status", "tail", "7"),
+    ]

@@ -34,8 +34,14 @@ async def run_until(worker: Worker, done, timeout: float = 10.0) -> None:
 
 
 async def test_results_and_failures_are_reported(stub):
-    ids = stub.add_jobs(job_json("ok", {"n": 1}), job_json("none"), job_json("boom"), job_json("perm"),
-                        job_json("flagged"), job_json("unknown"))
+    ids = stub.add_jobs(
+        job_json("ok", {"n": 1}),
+        job_json("none"),
+        job_json("boom"),
+        job_json("perm"),
+        job_json("flagged"),
+        job_json("unknown"),
+    )
 
     class Flagged(Exception):
         retryable = False
@@ -49,15 +55,17 @@ async def test_results_and_failures_are_reported(stub):
     def flagged(ctx):  # plain functions work too
         raise Flagged("nope")
 
-    handlers = {"ok": lambda ctx: ctx.payload, "none": lambda ctx: None, "boom": boom, "perm": perm,
-                "flagged": flagged}
+    handlers = {"ok": lambda ctx: ctx.payload, "none": lambda ctx: None, "boom": boom, "perm": perm, "flagged": flagged}
     async with Client(stub.url, "t") as qf:
         worker = Worker(qf, "q", handlers, wait_secs=0, concurrency=3, backoff=FAST)
         await run_until(worker, lambda: len(stub.calls("complete")) + len(stub.calls("fail")) == 6)
     assert stub.calls("complete", ids[0])[0]["result"] == {"n": 1}
     assert stub.calls("complete", ids[1])[0]["result"] == {}
-    assert stub.calls("fail", ids[2])[0] | {"lease_token": ""} == {"lease_token": "", "error": "boom",
-                                                                    "retryable": True}
+    assert stub.calls("fail", ids[2])[0] | {"lease_token": ""} == {
+        "lease_token": "",
+        "error": "boom",
+        "retryable": True,
+    }
     assert stub.calls("fail", ids[3])[0]["retryable"] is False
     assert stub.calls("fail", ids[3])[0]["error"] == "invalid input"
     assert stub.calls("fail", ids[4])[0]["retryable"] is False
@@ -134,8 +142,11 @@ async def test_auth_errors_stop_the_loop(stub, status, cls):
 
 async def test_outages_back_off_and_the_loop_recovers(stub, caplog):
     [job_id] = stub.add_jobs(job_json("ok"))
-    stub.lease_answers = [lambda: error(503, "database unavailable"), lambda: error(500, "oops"),
-                          lambda: web.Response(status=502, text="bad gateway")]
+    stub.lease_answers = [
+        lambda: error(503, "database unavailable"),
+        lambda: error(500, "oops"),
+        lambda: web.Response(status=502, text="bad gateway"),
+    ]
     delays = []
 
     class Recording(Backoff):
@@ -146,8 +157,13 @@ async def test_outages_back_off_and_the_loop_recovers(stub, caplog):
 
     caplog.set_level(logging.WARNING, "queueflow_sdk.worker")
     async with Client(stub.url, "t") as qf:
-        worker = Worker(qf, "q", {"ok": lambda ctx: {"done": True}}, wait_secs=0,
-                        backoff=Recording(initial=0.01, maximum=0.03, jitter=0.5))
+        worker = Worker(
+            qf,
+            "q",
+            {"ok": lambda ctx: {"done": True}},
+            wait_secs=0,
+            backoff=Recording(initial=0.01, maximum=0.03, jitter=0.5),
+        )
         await run_until(worker, lambda: bool(stub.calls("complete")))
     assert stub.calls("complete", job_id)[0]["result"] == {"done": True}
     assert len(delays) == 3 and all(0.005 <= d <= 0.03 for d in delays)

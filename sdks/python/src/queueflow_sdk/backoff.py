@@ -15,8 +15,14 @@ class Backoff:
     ``next()`` returns the delay before the next attempt; ``reset()`` after a success.
     """
 
-    def __init__(self, initial: float = 0.1, maximum: float = 5.0, factor: float = 2.0, jitter: float = 0.5,
-                 rng: Callable[[], float] = random.random) -> None:
+    def __init__(
+        self,
+        initial: float = 0.1,
+        maximum: float = 5.0,
+        factor: float = 2.0,
+        jitter: float = 0.5,
+        rng: Callable[[], float] = random.random,
+    ) -> None:
         if initial <= 0 or maximum < initial or factor < 1 or not 0 <= jitter <= 1:
             raise ValueError("need 0 < initial <= maximum, factor >= 1 and 0 <= jitter <= 1")
         self.initial = initial

@@ -67,8 +67,15 @@ class Client:
             created = await qf.create_job("send-email", {"to": "a@example.com"})
     """
 
-    def __init__(self, base_url: str, token: str, worker_token: str | None = None, timeout: float = 30,
-                 *, session: aiohttp.ClientSession | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        worker_token: str | None = None,
+        timeout: float = 30,
+        *,
+        session: aiohttp.ClientSession | None = None,
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.token = token
         self.worker_token = worker_token if worker_token is not None else token
@@ -111,18 +118,45 @@ class Client:
         return headers
 
     @overload
-    async def request(self, method: str, path: str, response_type: type[T], *, body: Any = ...,
-                      params: Mapping[str, str] | None = ..., token: str | None = ...,
-                      headers: Mapping[str, str] | None = ..., timeout: float | None = ...) -> T: ...
+    async def request(
+        self,
+        method: str,
+        path: str,
+        response_type: type[T],
+        *,
+        body: Any = ...,
+        params: Mapping[str, str] | None = ...,
+        token: str | None = ...,
+        headers: Mapping[str, str] | None = ...,
+        timeout: float | None = ...,
+    ) -> T: ...
 
     @overload
-    async def request(self, method: str, path: str, response_type: None = ..., *, body: Any = ...,
-                      params: Mapping[str, str] | None = ..., token: str | None = ...,
-                      headers: Mapping[str, str] | None = ..., timeout: float | None = ...) -> None: ...
+    async def request(
+        self,
+        method: str,
+        path: str,
+        response_type: None = ...,
+        *,
+        body: Any = ...,
+        params: Mapping[str, str] | None = ...,
+        token: str | None = ...,
+        headers: Mapping[str, str] | None = ...,
+        timeout: float | None = ...,
+    ) -> None: ...
 
-    async def request(self, method: str, path: str, response_type: Any = None, *, body: Any = None,
-                      params: Mapping[str, str] | None = None, token: str | None = "",
-                      headers: Mapping[str, str] | None = None, timeout: float | None = None) -> Any:
+    async def request(
+        self,
+        method: str,
+        path: str,
+        response_type: Any = None,
+        *,
+        body: Any = None,
+        params: Mapping[str, str] | None = None,
+        token: str | None = "",
+        headers: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> Any:
         """Send one request and decode the answer as ``response_type`` (``None``: no body expected).
 
         ``token`` defaults to the tenant token; pass ``None`` for an unauthenticated call. Raises
@@ -137,8 +171,9 @@ class Client:
             all_headers["Content-Type"] = "application/json"
         limit = aiohttp.ClientTimeout(total=timeout if timeout is not None else self.timeout)
         try:
-            async with self._http().request(method, self._url(path), data=data, params=params,
-                                            headers=all_headers, timeout=limit) as resp:
+            async with self._http().request(
+                method, self._url(path), data=data, params=params, headers=all_headers, timeout=limit
+            ) as resp:
                 content = await resp.read()
                 status = resp.status
         except (aiohttp.ClientError, TimeoutError, OSError) as err:
@@ -150,8 +185,10 @@ class Client:
         try:
             return _decoder(response_type).decode(content)
         except (msgspec.DecodeError, msgspec.ValidationError) as err:
-            raise UnexpectedResponse(f"{method} {path}: HTTP {status} body is not a "
-                                     f"{getattr(response_type, '__name__', response_type)}: {err}") from err
+            raise UnexpectedResponse(
+                f"{method} {path}: HTTP {status} body is not a "
+                f"{getattr(response_type, '__name__', response_type)}: {err}"
+            ) from err
 
     async def stream(self, path: str, *, token: str | None = "") -> AsyncIterator[ServerSentEvent]:
         """The server-sent events of ``path``, until the server ends the stream."""
@@ -181,37 +218,62 @@ class Client:
 
     # --- jobs ------------------------------------------------------------------------------------
 
-    async def create_job(self, job: m.CreateJobRequest | str, payload: dict[str, Any] | None = None, *,
-                         config: m.JobConfigRequest | None = None, run_at: datetime | None = None,
-                         metadata: dict[str, Any] | None = None,
-                         idempotency_key: str | None = None) -> m.CreateJobResponse:
+    async def create_job(
+        self,
+        job: m.CreateJobRequest | str,
+        payload: dict[str, Any] | None = None,
+        *,
+        config: m.JobConfigRequest | None = None,
+        run_at: datetime | None = None,
+        metadata: dict[str, Any] | None = None,
+        idempotency_key: str | None = None,
+    ) -> m.CreateJobResponse:
         """Enqueue a job: ``POST /api/v1/jobs``. ``job`` is a request, or the task name with the
         other fields as arguments. ``idempotency_key`` is sent as the ``Idempotency-Key`` header:
         creating again with the same key returns the existing job's id."""
         if isinstance(job, str):
-            job = m.CreateJobRequest(task_name=job, payload=payload, config=config, run_at=run_at,
-                                     metadata=metadata)
+            job = m.CreateJobRequest(task_name=job, payload=payload, config=config, run_at=run_at, metadata=metadata)
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key is not None else None
         return await self.request("POST", "/api/v1/jobs", m.CreateJobResponse, body=job, headers=headers)
 
-    async def create_jobs(self, jobs: list[m.CreateJobRequest] | m.CreateBatchJobsRequest,
-                          ) -> m.CreateBatchJobsResponse:
+    async def create_jobs(
+        self,
+        jobs: list[m.CreateJobRequest] | m.CreateBatchJobsRequest,
+    ) -> m.CreateBatchJobsResponse:
         """Enqueue many jobs at once: ``POST /api/v1/jobs/batch`` (per-item ``idempotency_key``)."""
         body = jobs if isinstance(jobs, m.CreateBatchJobsRequest) else m.CreateBatchJobsRequest(jobs=list(jobs))
         return await self.request("POST", "/api/v1/jobs/batch", m.CreateBatchJobsResponse, body=body)
 
     create_batch = create_jobs
 
-    async def list_jobs(self, *, status: m.JobStatus | None = None, queue: str | None = None,
-                        task_name: str | None = None, limit: int | None = None, offset: int | None = None,
-                        order_by: str | None = None, include_total: bool | None = None,
-                        cursor: str | None = None, created_after: datetime | str | None = None,
-                        created_before: datetime | str | None = None) -> m.ListJobsResponse:
+    async def list_jobs(
+        self,
+        *,
+        status: m.JobStatus | None = None,
+        queue: str | None = None,
+        task_name: str | None = None,
+        limit: int | None = None,
+        offset: int | None = None,
+        order_by: str | None = None,
+        include_total: bool | None = None,
+        cursor: str | None = None,
+        created_after: datetime | str | None = None,
+        created_before: datetime | str | None = None,
+    ) -> m.ListJobsResponse:
         """One page of jobs: ``GET /api/v1/jobs``. Pass a page's ``next_cursor`` as ``cursor`` for
         the next one; ``order_by`` is ``"created_at ASC"`` or ``"created_at DESC"`` (default)."""
-        params = _list_params(status=status, queue=queue, task_name=task_name, limit=limit, offset=offset,
-                              order_by=order_by, include_total=include_total, cursor=cursor,
-                              created_after=created_after, created_before=created_before)
+        params = _list_params(
+            status=status,
+            queue=queue,
+            task_name=task_name,
+            limit=limit,
+            offset=offset,
+            order_by=order_by,
+            include_total=include_total,
+            cursor=cursor,
+            created_after=created_after,
+            created_before=created_before,
+        )
         return await self.request("GET", "/api/v1/jobs", m.ListJobsResponse, params=params)
 
     async def iter_jobs(self, **filters: Any) -> AsyncIterator[m.Job]:
@@ -242,32 +304,52 @@ class Client:
     def job_events(self, job_id: str) -> AsyncIterator[m.Job]:
         """The job at each status change (``GET /api/v1/jobs/{id}/events``), until it is terminal::
 
-            async for job in qf.job_events(job_id):
-                print(job.status)
+        async for job in qf.job_events(job_id):
+            print(job.status)
         """
         return self._events(f"/api/v1/jobs/{_seg(job_id)}/events", m.Job)
 
     # --- workflows -------------------------------------------------------------------------------
 
-    async def create_workflow(self, workflow: m.CreateWorkflowRequest | str,
-                              steps: list[m.WorkflowStep] | None = None, *,
-                              context: dict[str, Any] | None = None, metadata: dict[str, Any] | None = None,
-                              timeout_secs: int | None = None) -> m.CreateWorkflowResponse:
+    async def create_workflow(
+        self,
+        workflow: m.CreateWorkflowRequest | str,
+        steps: list[m.WorkflowStep] | None = None,
+        *,
+        context: dict[str, Any] | None = None,
+        metadata: dict[str, Any] | None = None,
+        timeout_secs: int | None = None,
+    ) -> m.CreateWorkflowResponse:
         """``POST /api/v1/workflows``: a request, or the name and steps. A cycle is a `BadRequest`."""
         if isinstance(workflow, str):
-            workflow = m.CreateWorkflowRequest(name=workflow, steps=list(steps or []), context=context,
-                                               metadata=metadata, timeout_secs=timeout_secs)
+            workflow = m.CreateWorkflowRequest(
+                name=workflow, steps=list(steps or []), context=context, metadata=metadata, timeout_secs=timeout_secs
+            )
         return await self.request("POST", "/api/v1/workflows", m.CreateWorkflowResponse, body=workflow)
 
-    async def list_workflows(self, *, status: m.WorkflowStatus | None = None, limit: int | None = None,
-                             offset: int | None = None, order_by: str | None = None,
-                             include_total: bool | None = None, cursor: str | None = None,
-                             created_after: datetime | str | None = None,
-                             created_before: datetime | str | None = None) -> m.ListWorkflowsResponse:
+    async def list_workflows(
+        self,
+        *,
+        status: m.WorkflowStatus | None = None,
+        limit: int | None = None,
+        offset: int | None = None,
+        order_by: str | None = None,
+        include_total: bool | None = None,
+        cursor: str | None = None,
+        created_after: datetime | str | None = None,
+        created_before: datetime | str | None = None,
+    ) -> m.ListWorkflowsResponse:
         """One page of workflows: ``GET /api/v1/workflows``."""
-        params = _list_params(status=status, limit=limit, offset=offset, order_by=order_by,
-                              include_total=include_total, cursor=cursor, created_after=created_after,
-                              created_before=created_before)
+        params = _list_params(
+            status=status,
+            limit=limit,
+            offset=offset,
+            order_by=order_by,
+            include_total=include_total,
+            cursor=cursor,
+            created_after=created_after,
+            created_before=created_before,
+        )
         return await self.request("GET", "/api/v1/workflows", m.ListWorkflowsResponse, params=params)
 
     async def get_workflow(self, workflow_id: str) -> m.Workflow:
@@ -276,13 +358,11 @@ class Client:
 
     async def workflow_steps(self, workflow_id: str) -> m.WorkflowStepStatesResponse:
         """Live state of every step, in declaration order: ``GET /api/v1/workflows/{id}/steps``."""
-        return await self.request("GET", f"/api/v1/workflows/{_seg(workflow_id)}/steps",
-                                  m.WorkflowStepStatesResponse)
+        return await self.request("GET", f"/api/v1/workflows/{_seg(workflow_id)}/steps", m.WorkflowStepStatesResponse)
 
     async def workflow_diagram(self, workflow_id: str) -> m.WorkflowDiagramResponse:
         """Mermaid diagram of the DAG: ``GET /api/v1/workflows/{id}/diagram``."""
-        return await self.request("GET", f"/api/v1/workflows/{_seg(workflow_id)}/diagram",
-                                  m.WorkflowDiagramResponse)
+        return await self.request("GET", f"/api/v1/workflows/{_seg(workflow_id)}/diagram", m.WorkflowDiagramResponse)
 
     async def cancel_workflow(self, workflow_id: str) -> None:
         """``POST /api/v1/workflows/{id}/cancel``."""
@@ -304,13 +384,27 @@ class Client:
         body = cron if cron is not None else m.CreateCronRequest(**fields)
         return await self.request("POST", "/api/v1/cron", m.CreateCronResponse, body=body)
 
-    async def list_crons(self, *, limit: int | None = None, offset: int | None = None,
-                         order_by: str | None = None, include_total: bool | None = None,
-                         cursor: str | None = None, created_after: datetime | str | None = None,
-                         created_before: datetime | str | None = None) -> m.ListCronsResponse:
+    async def list_crons(
+        self,
+        *,
+        limit: int | None = None,
+        offset: int | None = None,
+        order_by: str | None = None,
+        include_total: bool | None = None,
+        cursor: str | None = None,
+        created_after: datetime | str | None = None,
+        created_before: datetime | str | None = None,
+    ) -> m.ListCronsResponse:
         """One page of cron schedules: ``GET /api/v1/cron``."""
-        params = _list_params(limit=limit, offset=offset, order_by=order_by, include_total=include_total,
-                              cursor=cursor, created_after=created_after, created_before=created_before)
+        params = _list_params(
+            limit=limit,
+            offset=offset,
+            order_by=order_by,
+            include_total=include_total,
+            cursor=cursor,
+            created_after=created_after,
+            created_before=created_before,
+        )
         return await self.request("GET", "/api/v1/cron", m.ListCronsResponse, params=params)
 
     async def get_cron(self, cron_id: str) -> m.CronSchedule:
@@ -331,16 +425,33 @@ class Client:
 
     # --- dead letters ----------------------------------------------------------------------------
 
-    async def list_dead_letters(self, *, queue: str | None = None, task_name: str | None = None,
-                                replayed: bool | None = None, limit: int | None = None,
-                                offset: int | None = None, order_by: str | None = None,
-                                include_total: bool | None = None, cursor: str | None = None,
-                                created_after: datetime | str | None = None,
-                                created_before: datetime | str | None = None) -> m.ListDeadLettersResponse:
+    async def list_dead_letters(
+        self,
+        *,
+        queue: str | None = None,
+        task_name: str | None = None,
+        replayed: bool | None = None,
+        limit: int | None = None,
+        offset: int | None = None,
+        order_by: str | None = None,
+        include_total: bool | None = None,
+        cursor: str | None = None,
+        created_after: datetime | str | None = None,
+        created_before: datetime | str | None = None,
+    ) -> m.ListDeadLettersResponse:
         """One page of dead letters: ``GET /api/v1/dlq``."""
-        params = _list_params(queue=queue, task_name=task_name, replayed=replayed, limit=limit, offset=offset,
-                              order_by=order_by, include_total=include_total, cursor=cursor,
-                              created_after=created_after, created_before=created_before)
+        params = _list_params(
+            queue=queue,
+            task_name=task_name,
+            replayed=replayed,
+            limit=limit,
+            offset=offset,
+            order_by=order_by,
+            include_total=include_total,
+            cursor=cursor,
+            created_after=created_after,
+            created_before=created_before,
+        )
         return await self.request("GET", "/api/v1/dlq", m.ListDeadLettersResponse, params=params)
 
     async def get_dead_letter(self, dead_letter_id: int) -> m.DeadLetter:
@@ -349,11 +460,11 @@ class Client:
 
     async def replay_dead_letter(self, dead_letter_id: int) -> m.ReplayDeadLetterResponse:
         """Replay one dead letter as a fresh job: ``POST /api/v1/dlq/{id}/replay``."""
-        return await self.request("POST", f"/api/v1/dlq/{_seg(dead_letter_id)}/replay",
-                                  m.ReplayDeadLetterResponse)
+        return await self.request("POST", f"/api/v1/dlq/{_seg(dead_letter_id)}/replay", m.ReplayDeadLetterResponse)
 
-    async def replay_dead_letters(self, filter: m.ReplayDeadLettersRequest | None = None,
-                                  **fields: Any) -> m.ReplayDeadLettersResponse:
+    async def replay_dead_letters(
+        self, filter: m.ReplayDeadLettersRequest | None = None, **fields: Any
+    ) -> m.ReplayDeadLettersResponse:
         """Replay matching dead letters: ``POST /api/v1/dlq/replay`` (a request, or its fields)."""
         body = filter if filter is not None else m.ReplayDeadLettersRequest(**fields)
         return await self.request("POST", "/api/v1/dlq/replay", m.ReplayDeadLettersResponse, body=body)
@@ -394,20 +505,28 @@ class Client:
 
     # --- worker protocol (worker token) ----------------------------------------------------------
 
-    async def lease(self, queue: str, max_jobs: int = 1, lease_secs: int = 30,
-                    wait_secs: int = 0) -> m.LeaseJobsResponse:
+    async def lease(
+        self, queue: str, max_jobs: int = 1, lease_secs: int = 30, wait_secs: int = 0
+    ) -> m.LeaseJobsResponse:
         """Lease up to ``max_jobs`` jobs from ``queue``, waiting up to ``wait_secs`` (<= 30) for one:
         ``POST /api/v1/queues/{queue}/lease``. Each leased job comes with its lease token."""
         body = m.LeaseJobsRequest(max_jobs=max_jobs, lease_secs=lease_secs, wait_secs=wait_secs)
-        return await self.request("POST", f"/api/v1/queues/{_seg(queue)}/lease", m.LeaseJobsResponse,
-                                  body=body, token=self.worker_token, timeout=self.timeout + wait_secs)
+        return await self.request(
+            "POST",
+            f"/api/v1/queues/{_seg(queue)}/lease",
+            m.LeaseJobsResponse,
+            body=body,
+            token=self.worker_token,
+            timeout=self.timeout + wait_secs,
+        )
 
     async def heartbeat(self, job_id: str, lease_token: str, extend_secs: int = 30) -> m.HeartbeatResponse:
         """Extend a lease to ``extend_secs`` from now: ``POST /api/v1/jobs/{id}/heartbeat``. A
         status other than ``running`` (or a `Conflict`) means: stop and report nothing."""
         body = m.HeartbeatRequest(lease_token=lease_token, extend_secs=extend_secs)
-        return await self.request("POST", f"/api/v1/jobs/{_seg(job_id)}/heartbeat", m.HeartbeatResponse,
-                                  body=body, token=self.worker_token)
+        return await self.request(
+            "POST", f"/api/v1/jobs/{_seg(job_id)}/heartbeat", m.HeartbeatResponse, body=body, token=self.worker_token
+        )
 
     async def complete(self, job_id: str, lease_token: str, result: dict[str, Any] | None = None) -> None:
         """Record success: ``POST /api/v1/jobs/{id}/complete`` (idempotent)."""
@@ -419,5 +538,3 @@ class Client:
         job at once; otherwise it is retried while its budget lasts."""
         body = m.FailJobRequest(lease_token=lease_token, error=error, retryable=retryable)
         await self.request("POST", f"/api/v1/jobs/{_seg(job_id)}/fail", body=body, token=self.worker_token)
-
-

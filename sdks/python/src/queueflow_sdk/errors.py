@@ -15,9 +15,21 @@ import msgspec
 from queueflow_sdk.models import ErrorBody
 
 __all__ = [
-    "ApiError", "BadRequest", "Conflict", "Forbidden", "MethodNotAllowed", "NotFound", "PayloadTooLarge",
-    "PermanentError", "QueueFlowError", "ServerError", "ServiceUnavailable", "TransportError",
-    "Unauthorized", "UnexpectedResponse", "error_for_status",
+    "ApiError",
+    "BadRequest",
+    "Conflict",
+    "Forbidden",
+    "MethodNotAllowed",
+    "NotFound",
+    "PayloadTooLarge",
+    "PermanentError",
+    "QueueFlowError",
+    "ServerError",
+    "ServiceUnavailable",
+    "TransportError",
+    "Unauthorized",
+    "UnexpectedResponse",
+    "error_for_status",
 ]
 
 _error_decoder = msgspec.json.Decoder(ErrorBody)
@@ -99,8 +111,14 @@ class ServiceUnavailable(ServerError):
 
 
 _BY_STATUS: dict[int, type[ApiError]] = {
-    400: BadRequest, 401: Unauthorized, 403: Forbidden, 404: NotFound, 405: MethodNotAllowed,
-    409: Conflict, 413: PayloadTooLarge, 503: ServiceUnavailable,
+    400: BadRequest,
+    401: Unauthorized,
+    403: Forbidden,
+    404: NotFound,
+    405: MethodNotAllowed,
+    409: Conflict,
+    413: PayloadTooLarge,
+    503: ServiceUnavailable,
 }
 
 

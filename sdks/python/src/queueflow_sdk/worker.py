@@ -105,9 +105,20 @@ class Worker:
     `Forbidden` (and other non-retryable 4xx answers to a lease) instead of spinning.
     """
 
-    def __init__(self, client: Client, queue: str, handlers: Mapping[str, Handler], lease_secs: int = 30,
-                 wait_secs: int = 20, concurrency: int = 1, batch_size: int | None = None, *,
-                 drain_timeout: float = 30.0, cancel_grace: float = 1.0, backoff: Backoff | None = None) -> None:
+    def __init__(
+        self,
+        client: Client,
+        queue: str,
+        handlers: Mapping[str, Handler],
+        lease_secs: int = 30,
+        wait_secs: int = 20,
+        concurrency: int = 1,
+        batch_size: int | None = None,
+        *,
+        drain_timeout: float = 30.0,
+        cancel_grace: float = 1.0,
+        backoff: Backoff | None = None,
+    ) -> None:
         if not 1 <= lease_secs <= 3600:
             raise ValueError("lease_secs must be within 1..=3600")
         if not 0 <= wait_secs <= 30:
@@ -178,8 +189,9 @@ class Worker:
                 continue
             max_jobs = max(1, min(self.batch_size, capacity - len(self._held)))
             try:
-                leased = await self.client.lease(self.queue, max_jobs=max_jobs, lease_secs=self.lease_secs,
-                                                 wait_secs=self.wait_secs)
+                leased = await self.client.lease(
+                    self.queue, max_jobs=max_jobs, lease_secs=self.lease_secs, wait_secs=self.wait_secs
+                )
             except ApiError as err:
                 if not err.retryable:
                     log.error("lease on %s rejected: %s", self.queue, err)
@@ -254,13 +266,15 @@ class Worker:
             raise
         except Exception as exc:
             if ctx.is_cancelled:
-                log.info("job %s: handler raised after cancellation (%s); reporting nothing",
-                         ctx.job.id, ctx.cancel_reason)
+                log.info(
+                    "job %s: handler raised after cancellation (%s); reporting nothing", ctx.job.id, ctx.cancel_reason
+                )
                 return None
             return _failure_of(exc)
         if ctx.is_cancelled:
-            log.info("job %s: handler returned after cancellation (%s); reporting nothing",
-                     ctx.job.id, ctx.cancel_reason)
+            log.info(
+                "job %s: handler returned after cancellation (%s); reporting nothing", ctx.job.id, ctx.cancel_reason
+            )
             return None
         try:
             return _Outcome(ok=True, result=_result_of(value))
@@ -306,8 +320,7 @@ class Worker:
     async def _report(self, ctx: JobContext, outcome: _Outcome) -> None:
         """Send the outcome, retrying transport errors and 5xx (complete and fail are safe to
         repeat with the same token). A rejected report is logged, never turned into a failure."""
-        backoff = Backoff(initial=self.backoff.initial, maximum=self.backoff.maximum,
-                          jitter=self.backoff.jitter)
+        backoff = Backoff(initial=self.backoff.initial, maximum=self.backoff.maximum, jitter=self.backoff.jitter)
         deadline = time.monotonic() + max(30.0, 2.0 * self.lease_secs)
         what = "complete" if outcome.ok else "fail"
         while True:
@@ -342,8 +355,11 @@ class Worker:
             return
         _, pending = await asyncio.wait(tasks, timeout=self.drain_timeout)
         if pending:
-            log.warning("%d job(s) still running after the %.1fs drain timeout; abandoning them",
-                        len(pending), self.drain_timeout)
+            log.warning(
+                "%d job(s) still running after the %.1fs drain timeout; abandoning them",
+                len(pending),
+                self.drain_timeout,
+            )
             await self._abandon_all("worker shut down before the job finished")
 
     async def _abandon_all(self, reason: str) -> None:
