@@ -31,6 +31,7 @@ from shared.domain.jobs import (
     QueueGauge,
     ReplayedDeadLetter,
     StatsSnapshot,
+    new_job_ids,
     retry_refusal,
 )
 from shared.domain.paging import ListQuery, Page
@@ -52,7 +53,7 @@ def to_dead_letter(r: asyncpg.Record) -> DeadLetter:
 async def insert_jobs(db: Executor, tenant: str | None, jobs: Sequence[NewJob]) -> list[uuid.UUID]:
     """Insert `jobs` in one statement; returns their ids in input order. A job whose idempotency key
     the tenant already used gets the original job's id and inserts nothing."""
-    ids = [uuid.uuid4() for _ in jobs]
+    ids = new_job_ids(len(jobs))
     inserted = await db.fetch(
         Q.insert_jobs,
         ids,
@@ -277,7 +278,7 @@ async def list_dead_letters(db: Executor, tenant: str, query: ListQuery) -> Page
 
 async def _replay(conn: Connection, tenant: str, dl_id: int) -> uuid.UUID:
     """Replay one dead letter as a fresh detached job, at most once, in its own transaction."""
-    new_id = uuid.uuid4()
+    [new_id] = new_job_ids(1)
     tx = conn.transaction()
     await tx.start()
     try:

@@ -9,7 +9,9 @@ the records; only request bodies and envelopes are wire types of their own).
 from __future__ import annotations
 
 import enum
+import os
 import re
+import time
 import uuid
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any
@@ -20,6 +22,25 @@ from msgspec import Meta, Struct
 from shared.domain.errors import ValidationFailed
 
 Object = dict[str, Any]
+
+_RAND_A = (1 << 12) - 1
+_RAND_B = (1 << 62) - 1
+_V7 = (0x7 << 76) | (0b10 << 62)
+
+
+def new_job_ids(count: int) -> list[uuid.UUID]:
+    """`count` new job ids: UUIDs of version 7 (RFC 9562), a millisecond timestamp followed by 74
+    random bits. Ids written together land side by side in the primary-key index instead of on
+    random pages, which keeps inserts and lookups cheap however many jobs the table holds; they are
+    as unique as version 4 ids and still say nothing a tenant could use (lease tokens, which are
+    secrets, stay random)."""
+    stamp = (time.time_ns() // 1_000_000) << 80 | _V7
+    rand = os.urandom(10 * count)
+    ids = []
+    for i in range(count):
+        r = int.from_bytes(rand[10 * i : 10 * i + 10])
+        ids.append(uuid.UUID(int=stamp | (r >> 68 & _RAND_A) << 64 | (r & _RAND_B)))
+    return ids
 
 
 class JobStatus(enum.StrEnum):

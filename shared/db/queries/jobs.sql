@@ -233,8 +233,9 @@ WITH target AS (
 SELECT u.id, u.status, u.queue_name, u.workflow_id FROM updated u;
 
 -- name: next_due
+-- A job due when it was written never waits (migration 8): only the delayed index is probed.
 SELECT min(scheduled_at) AS at, now() AS now FROM queueflow.jobs
-WHERE status IN ('pending', 'retrying') AND scheduled_at > now();
+WHERE status IN ('pending', 'retrying') AND scheduled_at > created_at AND scheduled_at > now();
 
 -- name: get_dead_letter
 SELECT * FROM queueflow.dead_letters WHERE id = $1 AND tenant_id = $2;
@@ -332,7 +333,8 @@ WHERE heartbeat_at > now() - make_interval(secs => $1) ORDER BY task_name;
 -- Wake the waiters of every queue whose delayed or retrying job fell due in ($1, now()].
 WITH due AS (
     SELECT DISTINCT queue_name FROM queueflow.jobs
-    WHERE status IN ('pending', 'retrying') AND scheduled_at > $1 AND scheduled_at <= now()
+    WHERE status IN ('pending', 'retrying') AND scheduled_at > created_at
+      AND scheduled_at > $1 AND scheduled_at <= now()
 )
 SELECT now() AS now, (SELECT count(pg_notify('queueflow_work', queue_name)) FROM due) AS woken;
 
