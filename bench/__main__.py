@@ -44,6 +44,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=0,
         help="W1a: run the loops in N client processes, --remote-loops in each (default 0: in the harness)",
     )
+    p.add_argument(
+        "--remote-ack",
+        choices=("each", "batch"),
+        default="each",
+        help="W1a raw loops: one complete call per job (the seed's protocol) or one batch call per lease",
+    )
+    p.add_argument(
+        "--remote-client",
+        choices=("raw", "sdk"),
+        default="raw",
+        help="W1a: raw HTTP calls, or the Python SDK's worker loop (needs --remote-processes)",
+    )
     p.add_argument("--latency-loops", type=int, default=4, help="W2: remote loops parked in long-poll")
     p.add_argument("--latency-max-jobs", type=int, default=1, help="W2: max_jobs of their lease calls")
     p.add_argument(
@@ -185,6 +197,8 @@ def measure(
             remote_loops=args.remote_loops,
             remote_batch=args.remote_batch,
             remote_processes=args.remote_processes,
+            remote_ack=args.remote_ack,
+            remote_client=args.remote_client,
             latency_loops=args.latency_loops,
             latency_max_jobs=args.latency_max_jobs,
         )

@@ -86,6 +86,18 @@ async def complete(http: aiohttp.ClientSession, base: str, leased: dict[str, Any
     )
 
 
+async def complete_many(http: aiohttp.ClientSession, base: str, leased: list[dict[str, Any]]) -> None:
+    """The batch acknowledgement (POST /api/v1/jobs/complete), every item expected to complete."""
+    items = [{"id": i["job"]["id"], "lease_token": i["lease_token"], "result": {"ok": True}} for i in leased]
+    raw = await _post(http, f"{base}/api/v1/jobs/complete", {"jobs": items}, 200)
+    refused = [r for r in _decode(raw)["results"] if r["status"] != 204]
+    if refused:
+        raise RuntimeError(f"batch complete refused {len(refused)} items: {refused[:3]}")
+
+
+ACKS = ("each", "batch")
+
+
 async def worker_loop(
     http: aiohttp.ClientSession,
     base: str,
@@ -94,11 +106,13 @@ async def worker_loop(
     wait_secs: int,
     stop: asyncio.Event,
     on_lease: Callable[[str, float], None] | None = None,
+    ack: str = "each",
 ) -> int:
     """The seed's worker loop, without heartbeats (no-op jobs finish far inside the lease): lease
-    up to `max_jobs`, then one complete call per job, sent concurrently; repeat until `stop`.
-    `on_lease(job_id, perf_counter)` sees every job as its lease response arrives. Returns the
-    number of jobs this loop completed."""
+    up to `max_jobs`, then acknowledge them: one complete call per job, sent concurrently (`ack`
+    "each", the seed page's protocol), or one batch call for all of them (`ack` "batch"); repeat
+    until `stop`. `on_lease(job_id, perf_counter)` sees every job as its lease response arrives.
+    Returns the number of jobs this loop completed."""
     done = 0
     while not stop.is_set():
         jobs = await lease(http, base, queue, max_jobs, wait_secs)
@@ -107,7 +121,10 @@ async def worker_loop(
             for item in jobs:
                 on_lease(item["job"]["id"], now)
         if jobs:
-            await asyncio.gather(*(complete(http, base, item) for item in jobs))
+            if ack == "batch":
+                await complete_many(http, base, jobs)
+            else:
+                await asyncio.gather(*(complete(http, base, item) for item in jobs))
             done += len(jobs)
     return done
 

@@ -94,10 +94,32 @@ def rows(quick: bool) -> list[Row]:
             "jobs/s",
         ),
         Row(
+            "remote_batch_drain_jobs_per_s",
+            "drain, remote HTTP, batch ack",
+            "as above, each lease acknowledged with one POST /api/v1/jobs/complete (QueueFlow, W1a "
+            "--remote-ack batch); peers: their in-process drain, the figure goal 2 compares with",
+            "jobs/s",
+        ),
+        Row(
+            "remote_sdk_drain_jobs_per_s",
+            "drain, remote HTTP, Python SDK loops",
+            f"drain {drain_n} no-op jobs through the Python SDK's worker loop: {REMOTE_PROCESSES} client "
+            f"processes x {REMOTE_LOOPS} workers, concurrency and batch {REMOTE_BATCH} (QueueFlow, W1a "
+            "--remote-client sdk); peers: their in-process drain, as above",
+            "jobs/s",
+        ),
+        Row(
             "enqueue_jobs_per_s",
             "batch enqueue, 1,000 per call",
             "batch enqueue, 1,000 jobs per call, one call at a time (QueueFlow: POST /jobs/batch, E)",
             "jobs/s",
+        ),
+        Row(
+            "single_enqueue_jobs_per_s",
+            "single POST /jobs, 16 clients",
+            "single POST /api/v1/jobs, 16 concurrent clients (QueueFlow only, E)",
+            "jobs/s",
+            ratio=False,
         ),
         Row(
             "latency_p50_ms",
@@ -277,7 +299,36 @@ def queueflow_steps(ctx: Context, run_no: int, workers: int) -> list[Step]:
             ),
             lambda r: {"remote_drain_jobs_per_s": r["jobs_per_s"]},
         ),
-        Step("E", scenario("E"), lambda r: {"enqueue_jobs_per_s": r["batch_jobs_per_s"]}),
+        Step(
+            f"W1a {REMOTE_PROCESSES} processes x {REMOTE_LOOPS} loops x max_jobs {REMOTE_BATCH}, batch ack",
+            scenario(
+                "W1a",
+                remote_processes=REMOTE_PROCESSES,
+                remote_loops=REMOTE_LOOPS,
+                remote_batch=REMOTE_BATCH,
+                remote_ack="batch",
+            ),
+            lambda r: {"remote_batch_drain_jobs_per_s": r["jobs_per_s"]},
+        ),
+        Step(
+            f"W1a {REMOTE_PROCESSES} processes x {REMOTE_LOOPS} Python SDK workers x {REMOTE_BATCH}",
+            scenario(
+                "W1a",
+                remote_processes=REMOTE_PROCESSES,
+                remote_loops=REMOTE_LOOPS,
+                remote_batch=REMOTE_BATCH,
+                remote_client="sdk",
+            ),
+            lambda r: {"remote_sdk_drain_jobs_per_s": r["jobs_per_s"]},
+        ),
+        Step(
+            "E",
+            scenario("E"),
+            lambda r: {
+                "enqueue_jobs_per_s": r["batch_jobs_per_s"],
+                "single_enqueue_jobs_per_s": r["single_jobs_per_s"],
+            },
+        ),
     ]
     for prefix, (loops, max_jobs) in LATENCY_SHAPES.items():
         steps.append(
@@ -338,7 +389,13 @@ def peer_steps(ctx: Context, system: str, run_no: int) -> list[Step]:
         Step(
             "drain",
             go("drain"),
-            lambda r: {"drain_jobs_per_s": r["jobs_per_s"], "commit_p50_ms": r["commit_p50_ms"]},
+            # Goal 2 sets QueueFlow's remote drain beside the peers' in-process drain.
+            lambda r: {
+                "drain_jobs_per_s": r["jobs_per_s"],
+                "remote_batch_drain_jobs_per_s": r["jobs_per_s"],
+                "remote_sdk_drain_jobs_per_s": r["jobs_per_s"],
+                "commit_p50_ms": r["commit_p50_ms"],
+            },
         ),
         Step("enqueue", go("enqueue"), lambda r: {"enqueue_jobs_per_s": r["jobs_per_s"]}),
         Step("latency", go("latency"), latency),

@@ -7,7 +7,10 @@ batches of 1,000 *before* any worker runs, so the measurement is a pure drain of
   (default 8) in one aiohttp session; each leases `remote_batch` jobs (default 50, wait_secs 1),
   then sends one complete call per job, concurrently, as a real worker with a batch would. With
   `remote_processes` N > 0 the loops run instead in N client processes (`bench.remote_worker`),
-  `remote_loops` in each, started and ready before the timer starts.
+  `remote_loops` in each, started and ready before the timer starts. `remote_ack` "batch" makes
+  the loops acknowledge a whole lease with one `POST /api/v1/jobs/complete`; `remote_client` "sdk"
+  runs the Python SDK's worker loop in those processes instead (concurrency and batch size
+  `remote_batch`), which acknowledges the way the SDK does.
 - W1b: the backlog is enqueued through a separate `--mode api` process, which is then stopped;
   then `--mode all --workers N` starts and drains the default queue with the built-in `echo`.
 
@@ -56,6 +59,10 @@ async def _db_rate(conn, total: int) -> float:
 
 def remote_figures(ctx: Context) -> list[Figure]:
     shape = f"{ctx.remote_loops} loops x max_jobs {ctx.remote_batch}"
+    if ctx.remote_client == "sdk":
+        shape = f"Python SDK worker loops: {shape}"
+    elif ctx.remote_ack == "batch":
+        shape = f"{shape}, batch acknowledgement"
     if ctx.remote_processes:
         shape = f"{ctx.remote_processes} processes x {shape}"
     return [
@@ -92,6 +99,10 @@ async def remote_processes(ctx: Context, base_url: str) -> AsyncIterator[list[Ch
         str(ctx.remote_batch),
         "--wait-secs",
         "1",
+        "--client",
+        ctx.remote_client,
+        "--ack",
+        ctx.remote_ack,
     ]
     procs: list[ChildProcess] = []
     try:
@@ -146,7 +157,9 @@ async def _drain_in_harness(
     meter = CpuMeter(pids, ctx.postmaster)
     started = time.monotonic()
     loops = [
-        asyncio.create_task(client.worker_loop(http, api_url, QUEUE, ctx.remote_batch, 1, stop))
+        asyncio.create_task(
+            client.worker_loop(http, api_url, QUEUE, ctx.remote_batch, 1, stop, ack=ctx.remote_ack)
+        )
         for _ in range(ctx.remote_loops)
     ]
     try:
@@ -158,6 +171,8 @@ async def _drain_in_harness(
 
 
 async def run_remote(ctx: Context, run_no: int) -> dict[str, float]:
+    if ctx.remote_client == "sdk" and not ctx.remote_processes:
+        raise ValueError("W1a: the SDK's worker loops run in client processes (--remote-processes N)")
     total = ctx.n(20_000, 2_000)
     async with ctx.database("w1a") as dsn:
         api, janitor = ctx.server(dsn, "api"), ctx.server(dsn, "janitor")

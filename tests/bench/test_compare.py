@@ -137,13 +137,14 @@ def test_system_names_and_defaults():
         compare.parse_args(["--systems", "sidekiq"])
 
 
-def test_queueflow_fills_every_row_and_each_peer_every_row_but_the_remote_drain():
+def test_queueflow_fills_every_row_and_each_peer_every_row_but_queueflow_only_ones():
     ctx = Context(pg=None, quick=True, log_dir=Path("."), out_dir=Path("."))  # type: ignore[arg-type]
     canned = {
         "w16_jobs_per_s": 1.0,
         "w16_commit_p50_ms": 0.3,
         "jobs_per_s": 2.0,
         "batch_jobs_per_s": 3.0,
+        "single_jobs_per_s": 3.5,
         "client_p50_ms": 4.0,
         "client_p99_ms": 5.0,
         "p50_ms": 6.0,
@@ -154,7 +155,7 @@ def test_queueflow_fills_every_row_and_each_peer_every_row_but_the_remote_drain(
     qf = {k for step in compare.queueflow_steps(ctx, 1, 16) for k in step.extract(canned)}
     peer = {k for step in compare.peer_steps(ctx, "pg-boss", 1) for k in step.extract(canned)}
     assert qf == keys
-    assert peer == keys - {"remote_drain_jobs_per_s"}
+    assert peer == keys - {"remote_drain_jobs_per_s", "single_enqueue_jobs_per_s"}
 
 
 def test_the_peers_get_the_sizes_queueflow_scenarios_use():
