@@ -11,6 +11,7 @@ use crate::sse::EventStream;
 use crate::types::*;
 
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+const BATCH_COMPLETE_PATH: &str = "/api/v1/jobs/complete";
 
 /// A QueueFlow API client. Cheap to clone (the connection pool is shared).
 ///
@@ -219,6 +220,21 @@ impl Client {
             .await
     }
 
+    /// `POST /api/v1/jobs/complete` (worker token): acknowledge 1 to [`MAX_COMPLETIONS`] jobs in
+    /// one call. Each item is answered as the per-job [`complete`](Self::complete) would be
+    /// (`status` 204, 409 or 404), in request order. An extension: a server without it answers
+    /// 404 (see [`offers_batch_complete`](Self::offers_batch_complete)). An empty or oversized
+    /// batch is refused with [`Error::InvalidArgument`] before any call.
+    pub async fn complete_many(&self, req: &CompleteJobsRequest) -> Result<CompleteJobsResponse> {
+        if req.jobs.is_empty() || req.jobs.len() > MAX_COMPLETIONS {
+            return Err(Error::InvalidArgument(format!(
+                "a batch acknowledgement takes 1 to {MAX_COMPLETIONS} jobs, not {}",
+                req.jobs.len()
+            )));
+        }
+        self.json(self.request(Method::POST, BATCH_COMPLETE_PATH, Auth::Worker).json(req)).await
+    }
+
     /// `POST /api/v1/jobs/{id}/fail` (worker token): record a failure; `retryable: false`
     /// dead-letters at once.
     pub async fn fail(&self, id: &str, req: &FailJobRequest) -> Result<()> {
@@ -357,6 +373,25 @@ impl Client {
     /// `GET /health` (no credential): liveness.
     pub async fn health(&self) -> Result<HealthStatus> {
         self.json(self.request(Method::GET, "/health", Auth::None)).await
+    }
+
+    /// `GET /openapi.json` (no credential): the server's OpenAPI document, as JSON.
+    pub async fn openapi(&self) -> Result<serde_json::Value> {
+        self.json(self.request(Method::GET, "/openapi.json", Auth::None)).await
+    }
+
+    /// Whether the server offers the batch acknowledgement ([`complete_many`](Self::complete_many)):
+    /// reads `GET /openapi.json` and looks for `paths["/api/v1/jobs/complete"].post`. `Ok(false)`
+    /// for any answer without it (a 404, a document of another shape); an `Err` only when no
+    /// answer came: a transport error or a 5xx, after which the question is still open.
+    pub async fn offers_batch_complete(&self) -> Result<bool> {
+        match self.openapi().await {
+            Ok(doc) => {
+                Ok(doc.get("paths").and_then(|p| p.get(BATCH_COMPLETE_PATH)).and_then(|r| r.get("post")).is_some())
+            }
+            Err(err) if matches!(err, Error::Transport(_)) || err.status().is_some_and(|s| s >= 500) => Err(err),
+            Err(_) => Ok(false),
+        }
     }
 
     /// `GET /ready` (no credential): readiness; an [`Error::Api`] with 503 when not ready.

@@ -6,7 +6,8 @@
 //!   queues, system, SSE event streams) and the remote-worker protocol (lease, heartbeat,
 //!   complete, fail).
 //! * [`Worker`]: the remote worker loop: long-poll leasing, concurrent handlers, heartbeats for
-//!   every held job at half the lease, cancellation, jittered backoff, graceful shutdown.
+//!   every held job at half the lease, cancellation, jittered backoff, graceful shutdown, and
+//!   successes acknowledged in batches (`POST /api/v1/jobs/complete`) when the server offers it.
 //!
 //! ```no_run
 //! use queueflow_sdk::{Client, Map, Worker, WorkerOptions};

@@ -285,6 +285,56 @@ pub struct CompleteJobRequest {
     pub result: Option<Object>,
 }
 
+/// The most completions one `POST /api/v1/jobs/complete` call takes.
+pub const MAX_COMPLETIONS: usize = 100;
+
+/// One job of a batch acknowledgement (`POST /api/v1/jobs/complete`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CompletionItem {
+    pub id: String,
+    pub lease_token: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<Object>,
+}
+
+/// `POST /api/v1/jobs/complete`: 1 to [`MAX_COMPLETIONS`] completions in one call (an extension
+/// of the worker protocol; a server without it answers 404 and its `/openapi.json` omits it).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CompleteJobsRequest {
+    pub jobs: Vec<CompletionItem>,
+}
+
+/// How one item of a batch acknowledgement went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CompletionOutcome {
+    /// Recorded (`status` 204).
+    Completed,
+    /// The lease is no longer held (`status` 409).
+    Conflict,
+    /// No such job (`status` 404).
+    NotFound,
+    /// An outcome this SDK does not know; go by `status`.
+    #[serde(other)]
+    Other,
+}
+
+/// The answer for one item, in request order: `status` is what the per-job route
+/// (`POST /api/v1/jobs/{id}/complete`) would have answered, `error` its error message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CompletionAnswer {
+    pub id: String,
+    pub outcome: CompletionOutcome,
+    pub status: u16,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CompleteJobsResponse {
+    pub results: Vec<CompletionAnswer>,
+}
+
 /// `POST /api/v1/jobs/{id}/fail`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FailJobRequest {

@@ -1,22 +1,28 @@
 //! The remote worker runtime: lease with long-poll, run handlers concurrently, heartbeat every
-//! held job at half the lease, obey the heartbeat's answer, report the outcome.
+//! held job at half the lease, obey the heartbeat's answer, report the outcome (successes in
+//! batches through `POST /api/v1/jobs/complete` when the server offers it, one call per job
+//! otherwise; failures one call per job).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Map, Value};
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::{mpsc, oneshot, Notify, Semaphore};
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 
 use crate::backoff::{backoff_delay, XorShift};
 use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::types::{CompleteJobRequest, FailJobRequest, HeartbeatRequest, Job, LeaseJobsRequest, LeasedJob};
+use crate::types::{
+    CompleteJobRequest, CompleteJobsRequest, CompletionAnswer, CompletionItem, FailJobRequest, HeartbeatRequest, Job,
+    LeaseJobsRequest, LeasedJob, MAX_COMPLETIONS,
+};
 
 // --- cancellation -------------------------------------------------------------------------------
 
@@ -276,6 +282,9 @@ impl Worker {
         let mut rng = XorShift::from_entropy();
         let mut failures = 0u32;
         let mut outcome = Ok(());
+        let (acks, buffered) = Acks::new();
+        let mut flusher =
+            AbortOnDrop(tokio::spawn(flush_acks(self.client.clone(), acks.mode.clone(), buffered, opts.lease_secs)));
 
         loop {
             while held.try_join_next().is_some() {}
@@ -300,7 +309,9 @@ impl Worker {
                     failures = 0;
                     for item in leased.jobs {
                         let handler = handlers.get(&item.job.task_name).cloned();
-                        held.spawn(hold_job(self.client.clone(), item, handler, slots.clone(), opts.clone()));
+                        let job =
+                            hold_job(self.client.clone(), item, handler, slots.clone(), acks.clone(), opts.clone());
+                        held.spawn(job);
                     }
                 }
                 Err(err) if err.is_transient() => {
@@ -319,7 +330,11 @@ impl Worker {
                 }
             }
         }
+        // Every held job waits for its acknowledgement's answer, so once they are all done the
+        // buffer is empty; closing the channel then ends the flusher.
         while held.join_next().await.is_some() {}
+        drop(acks);
+        let _ = (&mut flusher.0).await;
         outcome
     }
 }
@@ -350,6 +365,7 @@ async fn hold_job(
     leased: LeasedJob,
     handler: Option<Handler>,
     slots: Arc<Semaphore>,
+    acks: Acks,
     opts: WorkerOptions,
 ) {
     let LeasedJob { job, lease_token } = leased;
@@ -404,7 +420,12 @@ async fn hold_job(
         Err(err) if err.is_panic() => Err(HandlerError::new(format!("handler panicked: {}", panic_message(err)))),
         Err(_) => return,
     };
-    report(&client, &job_id, outcome, &lease_token, opts.lease_secs, heartbeat.as_mut()).await;
+    match outcome {
+        Ok(result) => {
+            acknowledge(&client, &acks, &job_id, result, &lease_token, opts.lease_secs, heartbeat.as_mut()).await
+        }
+        Err(err) => report(&client, &job_id, Err(err), &lease_token, opts.lease_secs, heartbeat.as_mut()).await,
+    }
 }
 
 struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
@@ -424,6 +445,11 @@ fn panic_message(err: tokio::task::JoinError) -> String {
     } else {
         "unknown panic".to_string()
     }
+}
+
+/// How long a report that gets no answer is sent again: `2 * lease_secs`, 20 s to 5 min.
+fn report_budget(lease_secs: u32) -> Duration {
+    Duration::from_secs(u64::from(lease_secs) * 2).clamp(Duration::from_secs(20), Duration::from_secs(300))
 }
 
 /// Sends the outcome. A report that the server answered is final: 2xx is done, and 409 (the
@@ -453,8 +479,7 @@ async fn report<H>(
             }),
         ),
     };
-    let budget =
-        Duration::from_secs(u64::from(lease_secs) * 2).clamp(Duration::from_secs(20), Duration::from_secs(300));
+    let budget = report_budget(lease_secs);
     let send = async {
         let started = tokio::time::Instant::now();
         let mut rng = XorShift::from_entropy();
@@ -485,5 +510,244 @@ async fn report<H>(
     tokio::select! {
         _ = send => {}
         why = heartbeat => eprintln!("queueflow worker: job {job_id} is no longer held ({why}); its report is dropped"),
+    }
+}
+
+// --- acknowledgements ---------------------------------------------------------------------------
+
+/// Not known yet whether the server offers `POST /api/v1/jobs/complete` (nothing asked, or the
+/// last probe got no answer).
+const MODE_UNKNOWN: u8 = 0;
+/// Successes go through the buffer and the batch route.
+const MODE_BATCH: u8 = 1;
+/// One call per job, for the rest of the loop's life.
+const MODE_PER_JOB: u8 = 2;
+
+/// What a held job hears back about its buffered success.
+enum AckReply {
+    /// The server answered (or gave no answer for longer than the report budget): nothing more
+    /// is sent.
+    Settled,
+    /// To be sent with the per-job route, by the held job itself (the result comes back with it).
+    PerJob(Map<String, Value>),
+}
+
+/// A success in the buffer, and the held job waiting for its answer.
+struct Pending {
+    item: CompletionItem,
+    /// When it entered the buffer: the report budget counts from here.
+    since: Instant,
+    reply: oneshot::Sender<AckReply>,
+}
+
+impl Pending {
+    fn settle(self) {
+        let _ = self.reply.send(AckReply::Settled);
+    }
+
+    fn per_job(mut self) {
+        let result = self.item.result.take().unwrap_or_default();
+        let _ = self.reply.send(AckReply::PerJob(result));
+    }
+}
+
+/// The held jobs' end of the acknowledgement buffer.
+#[derive(Clone)]
+struct Acks {
+    mode: Arc<AtomicU8>,
+    buffer: mpsc::UnboundedSender<Pending>,
+}
+
+impl Acks {
+    fn new() -> (Acks, mpsc::UnboundedReceiver<Pending>) {
+        let (buffer, buffered) = mpsc::unbounded_channel();
+        (Acks { mode: Arc::new(AtomicU8::new(MODE_UNKNOWN)), buffer }, buffered)
+    }
+
+    fn per_job(&self) -> bool {
+        self.mode.load(Ordering::SeqCst) == MODE_PER_JOB
+    }
+}
+
+/// How a held job's wait for its acknowledgement ended.
+enum AckWait {
+    Answered(std::result::Result<AckReply, oneshot::error::RecvError>),
+    Lost(String),
+}
+
+/// Acknowledges a success: into the buffer that the flusher sends through the batch route, unless
+/// the loop already knows the server lacks it; then (or when the flusher hands it back) with the
+/// per-job route, exactly as [`report`] does. The job stays held, its heartbeat running, until
+/// the answer comes; when the server takes the job back meanwhile, nothing more is sent for it.
+async fn acknowledge<H>(
+    client: &Client,
+    acks: &Acks,
+    job_id: &str,
+    result: Map<String, Value>,
+    lease_token: &str,
+    lease_secs: u32,
+    mut heartbeat: Pin<&mut H>,
+) where
+    H: Future<Output = String>,
+{
+    if acks.per_job() {
+        return report(client, job_id, Ok(result), lease_token, lease_secs, heartbeat).await;
+    }
+    let (reply, answer) = oneshot::channel();
+    let item = CompletionItem { id: job_id.to_string(), lease_token: lease_token.to_string(), result: Some(result) };
+    if let Err(mpsc::error::SendError(pending)) = acks.buffer.send(Pending { item, since: Instant::now(), reply }) {
+        // The flusher lives as long as the loop, so this does not happen; should it, send it alone.
+        let result = pending.item.result.unwrap_or_default();
+        return report(client, job_id, Ok(result), lease_token, lease_secs, heartbeat).await;
+    }
+    let waited = tokio::select! {
+        answer = answer => AckWait::Answered(answer),
+        why = heartbeat.as_mut() => AckWait::Lost(why),
+    };
+    match waited {
+        AckWait::Answered(Ok(AckReply::Settled)) => {}
+        AckWait::Answered(Ok(AckReply::PerJob(result))) => {
+            report(client, job_id, Ok(result), lease_token, lease_secs, heartbeat).await
+        }
+        AckWait::Answered(Err(_)) => {
+            eprintln!("queueflow worker: the acknowledgement of job {job_id} was abandoned by the flusher")
+        }
+        AckWait::Lost(why) => {
+            eprintln!("queueflow worker: job {job_id} is no longer held ({why}); its report is dropped")
+        }
+    }
+}
+
+/// The flusher: one flush at a time, each sending up to [`MAX_COMPLETIONS`] buffered successes in
+/// one `POST /api/v1/jobs/complete`; what arrives while a call is in flight waits for the next
+/// one. There is no timer: a lone success goes at once. Before the first flush it asks
+/// `/openapi.json` whether the server offers the route; no answer (transport error, 5xx) leaves
+/// the question open, and that flush goes one call per job. A 404 or 405 from the route switches
+/// the loop to one call per job for good. Transport errors and 5xx are retried with the loop's
+/// backoff for the report budget. Returns when the buffer's senders are gone and it is empty.
+async fn flush_acks(
+    client: Client,
+    mode: Arc<AtomicU8>,
+    mut buffered: mpsc::UnboundedReceiver<Pending>,
+    lease_secs: u32,
+) {
+    let budget = report_budget(lease_secs);
+    let mut queue: VecDeque<Pending> = VecDeque::new();
+    let mut rng = XorShift::from_entropy();
+    let mut failures = 0u32;
+    loop {
+        if queue.is_empty() {
+            match buffered.recv().await {
+                Some(pending) => queue.push_back(pending),
+                None => return,
+            }
+        }
+        while let Ok(pending) = buffered.try_recv() {
+            queue.push_back(pending);
+        }
+        // A job the server took back meanwhile has nobody waiting for its answer.
+        queue.retain(|pending| !pending.reply.is_closed());
+        if queue.is_empty() {
+            continue;
+        }
+
+        let batch_route = match mode.load(Ordering::SeqCst) {
+            MODE_BATCH => true,
+            MODE_PER_JOB => false,
+            _ => match client.offers_batch_complete().await {
+                Ok(offered) => {
+                    mode.store(if offered { MODE_BATCH } else { MODE_PER_JOB }, Ordering::SeqCst);
+                    offered
+                }
+                Err(err) => {
+                    eprintln!("queueflow worker: /openapi.json gave no answer ({err}); acknowledging one job at a time until it does");
+                    false
+                }
+            },
+        };
+        if !batch_route {
+            queue.drain(..).for_each(Pending::per_job);
+            continue;
+        }
+
+        let take = queue.len().min(MAX_COMPLETIONS);
+        let (jobs, waiting): (Vec<_>, Vec<_>) =
+            queue.drain(..take).map(|pending| (pending.item, (pending.since, pending.reply))).unzip();
+        let request = CompleteJobsRequest { jobs };
+        let sent = client.complete_many(&request).await;
+        let flushed =
+            request.jobs.into_iter().zip(waiting).map(|(item, (since, reply))| Pending { item, since, reply });
+        let mut again = Vec::new();
+        match sent {
+            Ok(answer) => settle(flushed, &answer.results, &mut again),
+            Err(err) if matches!(err.status(), Some(404) | Some(405)) => {
+                mode.store(MODE_PER_JOB, Ordering::SeqCst);
+                eprintln!(
+                    "queueflow worker: the server has no batch acknowledgement after all ({err}); acknowledging one job at a time from now on"
+                );
+                flushed.for_each(Pending::per_job);
+                queue.drain(..).for_each(Pending::per_job);
+            }
+            Err(err) if err.is_transient() => {
+                eprintln!("queueflow worker: a batch acknowledgement got no answer ({err}); sending it again");
+                again.extend(flushed);
+            }
+            Err(err) => {
+                eprintln!(
+                    "queueflow worker: a batch acknowledgement was refused ({err}); sending its jobs one at a time"
+                );
+                flushed.for_each(Pending::per_job);
+            }
+        }
+        if again.is_empty() {
+            failures = 0;
+            continue;
+        }
+        // Back to the front of the buffer, in order, unless past the budget or no longer held.
+        let mut waiting_again = false;
+        for pending in again.into_iter().rev() {
+            if pending.reply.is_closed() {
+                continue;
+            }
+            if pending.since.elapsed() >= budget {
+                eprintln!(
+                    "queueflow worker: acknowledging job {} got no answer for {budget:?}; not re-sent",
+                    pending.item.id
+                );
+                pending.settle();
+            } else {
+                queue.push_front(pending);
+                waiting_again = true;
+            }
+        }
+        if waiting_again {
+            failures = failures.saturating_add(1);
+            tokio::time::sleep(backoff_delay(failures, rng.next_f64())).await;
+        }
+    }
+}
+
+/// Hands each flushed success its answer, found by position (the answers are in request order)
+/// or, failing that, by id. 2xx is done; 409, 404 and any other 4xx are final and logged, as the
+/// per-job answer is; a 5xx goes to `again`. A success the answer says nothing of is sent alone.
+fn settle(flushed: impl Iterator<Item = Pending>, answers: &[CompletionAnswer], again: &mut Vec<Pending>) {
+    for (i, pending) in flushed.enumerate() {
+        let id = pending.item.id.as_str();
+        let answer = answers.get(i).filter(|a| a.id == id).or_else(|| answers.iter().find(|a| a.id == id));
+        match answer {
+            Some(a) if (200..300).contains(&a.status) => pending.settle(),
+            Some(a) if (Error::Api { status: a.status, body: None }).is_transient() => again.push(pending),
+            Some(a) => {
+                let why = a.error.as_deref().unwrap_or("no message");
+                eprintln!("queueflow worker: reporting job {id} failed (HTTP {}: {why}); not re-sent", a.status);
+                pending.settle();
+            }
+            None => {
+                eprintln!(
+                    "queueflow worker: the batch acknowledgement's answer has nothing for job {id}; sending it alone"
+                );
+                pending.per_job();
+            }
+        }
     }
 }

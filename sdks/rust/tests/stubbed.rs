@@ -453,3 +453,335 @@ fn the_documented_call_shape_compiles() {
         .register("resize-image", |job| async move { Ok(Map::new()) })
         .run();
 }
+
+// --- batch acknowledgement ----------------------------------------------------------------------
+
+const BATCH: &str = "/api/v1/jobs/complete";
+
+/// `/openapi.json`, with or without the batch acknowledgement route.
+fn openapi(offered: bool) -> Resp {
+    let mut paths = json!({"/api/v1/jobs/{job_id}/complete": {"post": {"summary": "complete"}}});
+    if offered {
+        paths[BATCH] = json!({"post": {"summary": "complete many"}});
+    }
+    Resp::json(200, json!({"openapi": "3.1.0", "paths": paths}))
+}
+
+/// The batch route's answer to `req`: 204 for every item but those `special` names.
+fn batch_answer(req: &Req, special: &[(&str, u16)]) -> Resp {
+    let results: Vec<_> = req.json()["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|item| {
+            let id = item["id"].as_str().unwrap();
+            match special.iter().find(|(s, _)| *s == id) {
+                Some((_, 409)) => {
+                    json!({"id": id, "outcome": "conflict", "status": 409, "error": "lease is no longer held"})
+                }
+                Some((_, 404)) => json!({"id": id, "outcome": "not_found", "status": 404, "error": "job not found"}),
+                Some((_, status)) => json!({"id": id, "outcome": "other", "status": status, "error": "odd"}),
+                None => json!({"id": id, "outcome": "completed", "status": 204}),
+            }
+        })
+        .collect();
+    Resp::json(200, json!({"results": results}))
+}
+
+/// The ids of each batch acknowledgement call, in order.
+fn batches(log: &stub::Log) -> Vec<Vec<String>> {
+    log.lock()
+        .unwrap()
+        .iter()
+        .filter(|r| r.method == "POST" && r.path == BATCH)
+        .map(|r| r.json()["jobs"].as_array().unwrap().iter().map(|j| j["id"].as_str().unwrap().to_string()).collect())
+        .collect()
+}
+
+/// The ids completed with the per-job route, in order.
+fn completed_alone(log: &stub::Log) -> Vec<String> {
+    requests(log, "POST", "/complete")
+        .into_iter()
+        .filter(|r| r.path != BATCH)
+        .map(|r| r.path.split('/').nth(4).unwrap().to_string())
+        .collect()
+}
+
+fn probes(log: &stub::Log) -> usize {
+    requests(log, "GET", "/openapi.json").len()
+}
+
+/// A worker whose handlers of task `t` return the payload, and that stops after `n` of them.
+fn stopping_worker(base: &str, options: WorkerOptions, n: usize, delay: Duration) -> Worker {
+    let worker = Worker::new(client(base), "q", options);
+    let stop = worker.shutdown_token();
+    let done = Arc::new(AtomicUsize::new(0));
+    worker.register("t", move |job| {
+        let (stop, done) = (stop.clone(), done.clone());
+        async move {
+            tokio::time::sleep(delay).await;
+            if done.fetch_add(1, Ordering::SeqCst) + 1 >= n {
+                stop.cancel();
+            }
+            Ok(job.payload)
+        }
+    })
+}
+
+#[tokio::test]
+async fn successes_go_through_the_batch_route_when_the_server_offers_it() {
+    let batch: Vec<_> = (1..=4).map(|n| job(&format!("j{n}"), "t", json!({"n": n}))).collect();
+    let lease = leases(vec![batch]);
+    let (base, log) = serve(move |req| {
+        lease(req).unwrap_or_else(|| match req.path.as_str() {
+            "/openapi.json" => openapi(true),
+            BATCH => batch_answer(req, &[]).after(Duration::from_millis(300)),
+            _ => Resp::empty(204),
+        })
+    })
+    .await;
+    // One handler at a time, each instant: the first success goes alone at once (no timer), the
+    // other three finish while that call is in flight and go together in the next.
+    let options = WorkerOptions { wait_secs: 1, concurrency: 1, batch_size: Some(4), ..Default::default() };
+    let worker = stopping_worker(&base, options, 4, Duration::ZERO);
+    tokio::time::timeout(LIMIT, worker.run()).await.expect("run finished").expect("run ok");
+    assert_eq!(batches(&log), vec![vec!["j1"], vec!["j2", "j3", "j4"]]);
+    assert_eq!(probes(&log), 1);
+    assert!(completed_alone(&log).is_empty());
+    let calls = requests(&log, "POST", BATCH);
+    assert_eq!(calls[0].header("authorization"), Some("Bearer worker-key"));
+    assert_eq!(calls[0].json(), json!({"jobs": [{"id": "j1", "lease_token": "tok-j1", "result": {"n": 1}}]}));
+    assert_eq!(calls[1].json()["jobs"][2], json!({"id": "j4", "lease_token": "tok-j4", "result": {"n": 4}}));
+    let probe = &requests(&log, "GET", "/openapi.json")[0];
+    assert_eq!(probe.header("authorization"), None);
+    let first_ack = log.lock().unwrap().iter().position(|r| r.path == BATCH).unwrap();
+    let probe_at = log.lock().unwrap().iter().position(|r| r.path == "/openapi.json").unwrap();
+    assert!(probe_at < first_ack, "the probe comes before the first acknowledgement");
+}
+
+#[tokio::test]
+async fn item_answers_are_final_failures_stay_per_job_and_a_stop_flushes_the_buffer() {
+    let batch = vec![
+        job("j1", "t", json!({})),
+        job("j2", "t", json!({})),
+        job("j3", "t", json!({})),
+        job("j4", "t", json!({})),
+        job("j5", "bad", json!({})),
+    ];
+    let lease = leases(vec![batch]);
+    let (base, log) = serve(move |req| {
+        lease(req).unwrap_or_else(|| match req.path.as_str() {
+            "/openapi.json" => openapi(true),
+            BATCH => batch_answer(req, &[("j2", 409), ("j3", 404), ("j4", 422)]).after(Duration::from_millis(400)),
+            _ => Resp::empty(204),
+        })
+    })
+    .await;
+    let options = WorkerOptions { wait_secs: 1, concurrency: 5, ..Default::default() };
+    let worker = stopping_worker(&base, options, 4, Duration::from_millis(50))
+        .register("bad", |_job| async move { Err(HandlerError::permanent("invalid input")) });
+    let started = std::time::Instant::now();
+    tokio::time::timeout(LIMIT, worker.run()).await.expect("run finished").expect("run ok");
+    // The stop came with the last success; run() returned only once its acknowledgement was answered.
+    assert!(started.elapsed() >= Duration::from_millis(450), "returned before the flush: {:?}", started.elapsed());
+    let mut acked: Vec<String> = batches(&log).concat();
+    acked.sort();
+    assert_eq!(acked, ["j1", "j2", "j3", "j4"], "each success sent once: 409, 404 and 422 are final");
+    assert!(completed_alone(&log).is_empty());
+    let fails = requests(&log, "POST", "/fail");
+    assert_eq!(fails.len(), 1);
+    assert_eq!(fails[0].path, "/api/v1/jobs/j5/fail");
+}
+
+#[tokio::test]
+async fn without_the_route_in_openapi_each_job_is_completed_alone() {
+    for probe in 0..3 {
+        let lease = leases(vec![vec![job("j1", "t", json!({})), job("j2", "t", json!({})), job("j3", "t", json!({}))]]);
+        let (base, log) = serve(move |req| {
+            lease(req).unwrap_or_else(|| match (req.path.as_str(), probe) {
+                ("/openapi.json", 0) => openapi(false),
+                ("/openapi.json", 1) => Resp::error(404, "not found"),
+                ("/openapi.json", _) => Resp::text(200, "<html>not json</html>"),
+                (BATCH, _) => batch_answer(req, &[]),
+                _ => Resp::empty(204),
+            })
+        })
+        .await;
+        let options = WorkerOptions { wait_secs: 1, concurrency: 3, ..Default::default() };
+        let worker = stopping_worker(&base, options, 3, Duration::from_millis(20));
+        tokio::time::timeout(LIMIT, worker.run()).await.expect("run finished").expect("run ok");
+        let mut alone = completed_alone(&log);
+        alone.sort();
+        assert_eq!(alone, ["j1", "j2", "j3"], "probe answer {probe}");
+        assert!(batches(&log).is_empty(), "probe answer {probe}");
+        assert_eq!(probes(&log), 1, "any answer settles the question (probe answer {probe})");
+    }
+}
+
+#[tokio::test]
+async fn a_probe_without_an_answer_is_asked_again_at_the_next_flush() {
+    let lease = leases(vec![vec![job("j1", "t", json!({}))], vec![job("j2", "t", json!({}))]]);
+    let probed = AtomicUsize::new(0);
+    let (base, log) = serve(move |req| {
+        lease(req).unwrap_or_else(|| match req.path.as_str() {
+            "/openapi.json" if probed.fetch_add(1, Ordering::SeqCst) == 0 => Resp::error(503, "starting"),
+            "/openapi.json" => openapi(true),
+            BATCH => batch_answer(req, &[]),
+            _ => Resp::empty(204),
+        })
+    })
+    .await;
+    // One job held at a time: j2 is leased only once j1's acknowledgement was answered.
+    let options = WorkerOptions { wait_secs: 1, concurrency: 1, ..Default::default() };
+    let worker = stopping_worker(&base, options, 2, Duration::ZERO);
+    tokio::time::timeout(LIMIT, worker.run()).await.expect("run finished").expect("run ok");
+    assert_eq!(completed_alone(&log), ["j1"], "the open question sends that flush one call per job");
+    assert_eq!(batches(&log), vec![vec!["j2"]]);
+    assert_eq!(probes(&log), 2);
+}
+
+#[tokio::test]
+async fn a_404_or_405_from_the_batch_route_switches_to_one_call_per_job_for_good() {
+    for status in [404u16, 405] {
+        let lease = leases(vec![
+            vec![job("j1", "t", json!({"n": 1})), job("j2", "t", json!({"n": 2}))],
+            vec![job("j3", "t", json!({"n": 3}))],
+        ]);
+        let (base, log) = serve(move |req| {
+            lease(req).unwrap_or_else(|| match req.path.as_str() {
+                "/openapi.json" => openapi(true),
+                BATCH => Resp::error(status, "no such route").after(Duration::from_millis(100)),
+                _ => Resp::empty(204),
+            })
+        })
+        .await;
+        let options = WorkerOptions { wait_secs: 1, concurrency: 2, ..Default::default() };
+        let worker = stopping_worker(&base, options, 3, Duration::ZERO);
+        tokio::time::timeout(LIMIT, worker.run()).await.expect("run finished").expect("run ok");
+        assert_eq!(batches(&log).len(), 1, "HTTP {status}: the batch route is not tried again");
+        let mut alone = completed_alone(&log);
+        alone.sort();
+        assert_eq!(alone, ["j1", "j2", "j3"], "HTTP {status}: every success resent or sent alone");
+        let j1 = requests(&log, "POST", "/j1/complete");
+        assert_eq!(j1[0].json(), json!({"lease_token": "tok-j1", "result": {"n": 1}}));
+        assert_eq!(probes(&log), 1);
+    }
+}
+
+#[tokio::test]
+async fn an_unanswered_batch_is_sent_again_with_backoff_while_its_job_stays_heartbeated() {
+    let lease = leases(vec![vec![job("j1", "t", json!({"n": 1}))]]);
+    let calls = AtomicUsize::new(0);
+    let (base, log) = serve(move |req| {
+        lease(req).unwrap_or_else(|| match req.path.as_str() {
+            "/openapi.json" => openapi(true),
+            BATCH => match calls.fetch_add(1, Ordering::SeqCst) {
+                0 => Resp::error(503, "database unavailable").after(Duration::from_millis(700)),
+                1 => Resp::text(502, "bad gateway").after(Duration::from_millis(500)),
+                _ => batch_answer(req, &[]),
+            },
+            p if p.ends_with("/heartbeat") => Resp::json(200, json!({"status": "running"})),
+            _ => Resp::empty(204),
+        })
+    })
+    .await;
+    let options = WorkerOptions { lease_secs: 1, wait_secs: 1, ..Default::default() };
+    let worker = stopping_worker(&base, options, 1, Duration::ZERO);
+    tokio::time::timeout(LIMIT, worker.run()).await.expect("run finished").expect("run ok");
+    assert_eq!(batches(&log), vec![vec!["j1"], vec!["j1"], vec!["j1"]]);
+    let bodies: Vec<_> = requests(&log, "POST", BATCH).iter().map(Req::json).collect();
+    assert!(bodies.iter().all(|b| *b == bodies[0]), "the same acknowledgement is sent again");
+    assert!(completed_alone(&log).is_empty());
+    let beats = requests(&log, "POST", "/j1/heartbeat").len();
+    assert!(beats >= 2, "the job waited ~1.3 s for its answer with a 1 s lease but got {beats} heartbeats");
+}
+
+#[tokio::test]
+async fn a_job_taken_back_while_its_acknowledgement_waits_is_dropped() {
+    let lease = leases(vec![vec![job("j1", "t", json!({}))]]);
+    let (base, log) = serve(move |req| {
+        lease(req).unwrap_or_else(|| match req.path.as_str() {
+            "/openapi.json" => openapi(true),
+            BATCH => Resp::error(503, "database unavailable").after(Duration::from_millis(300)),
+            p if p.ends_with("/heartbeat") => Resp::error(409, "lease is no longer held"),
+            _ => Resp::empty(204),
+        })
+    })
+    .await;
+    let options = WorkerOptions { lease_secs: 1, wait_secs: 1, ..Default::default() };
+    let worker = stopping_worker(&base, options, 1, Duration::ZERO);
+    tokio::time::timeout(LIMIT, worker.run()).await.expect("run finished").expect("run ok");
+    // The heartbeat at 500 ms says the lease is gone: no more attempts after that.
+    let sent = batches(&log).len();
+    assert!((1..=2).contains(&sent), "{sent} batch calls");
+    assert!(completed_alone(&log).is_empty());
+}
+
+// --- batch acknowledgement, raw -----------------------------------------------------------------
+
+#[tokio::test]
+async fn complete_many_sends_the_items_and_decodes_each_answer() {
+    let (base, log) = serve(|req| batch_answer(req, &[("b", 409), ("c", 404)])).await;
+    let c = client(&base);
+    let item = |id: &str, result: Option<Map<String, Value>>| CompletionItem {
+        id: id.into(),
+        lease_token: format!("tok-{id}"),
+        result,
+    };
+    let request = CompleteJobsRequest {
+        jobs: vec![item("a", Some(json!({"x": 1}).as_object().unwrap().clone())), item("b", None), item("c", None)],
+    };
+    let answer = c.complete_many(&request).await.unwrap();
+    let outcomes: Vec<_> = answer.results.iter().map(|a| (a.id.as_str(), a.outcome, a.status)).collect();
+    assert_eq!(
+        outcomes,
+        [
+            ("a", CompletionOutcome::Completed, 204),
+            ("b", CompletionOutcome::Conflict, 409),
+            ("c", CompletionOutcome::NotFound, 404)
+        ]
+    );
+    assert_eq!(answer.results[0].error, None);
+    assert_eq!(answer.results[1].error.as_deref(), Some("lease is no longer held"));
+    {
+        let log = log.lock().unwrap();
+        assert_eq!((log[0].method.as_str(), log[0].path.as_str()), ("POST", BATCH));
+        assert_eq!(log[0].header("authorization"), Some("Bearer worker-key"));
+        assert_eq!(
+            log[0].json(),
+            json!({"jobs": [
+                {"id": "a", "lease_token": "tok-a", "result": {"x": 1}},
+                {"id": "b", "lease_token": "tok-b"},
+                {"id": "c", "lease_token": "tok-c"}
+            ]})
+        );
+    }
+    for n in [0, MAX_COMPLETIONS + 1] {
+        let request = CompleteJobsRequest { jobs: (0..n).map(|i| item(&format!("j{i}"), None)).collect() };
+        let err = c.complete_many(&request).await.unwrap_err();
+        assert!(matches!(err, Error::InvalidArgument(_)), "{n} items: {err}");
+    }
+    assert_eq!(log.lock().unwrap().len(), 1, "refused batches are not sent");
+}
+
+#[tokio::test]
+async fn offers_batch_complete_reads_openapi() {
+    let (base, log) = serve(|_req| openapi(true)).await;
+    assert!(client(&base).offers_batch_complete().await.unwrap());
+    assert_eq!(log.lock().unwrap()[0].path, "/openapi.json");
+    assert_eq!(log.lock().unwrap()[0].header("authorization"), None);
+    for (answer, expected) in [
+        (openapi(false), Some(false)),
+        (Resp::error(404, "not found"), Some(false)),
+        (Resp::error(401, "invalid token"), Some(false)),
+        (Resp::text(200, "not json"), Some(false)),
+        (Resp::error(503, "starting"), None),
+    ] {
+        let shared = std::sync::Mutex::new(Some(answer));
+        let (base, _log) = serve(move |_req| shared.lock().unwrap().take().unwrap_or_else(|| Resp::empty(500))).await;
+        let got = client(&base).offers_batch_complete().await;
+        assert_eq!(got.as_ref().ok().copied(), expected, "{got:?}");
+    }
+    let err = Client::new("http://127.0.0.1:9", "k").offers_batch_complete().await.unwrap_err();
+    assert!(matches!(err, Error::Transport(_)));
+}

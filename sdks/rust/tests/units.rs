@@ -198,3 +198,38 @@ fn a_job_decodes_with_optional_fields_absent_or_present() {
     assert_eq!(job.error_message, None);
     assert_eq!(job.config["priority"], json!(5));
 }
+
+#[test]
+fn batch_acknowledgement_wire_shapes() {
+    let req = CompleteJobsRequest {
+        jobs: vec![
+            CompletionItem { id: "a".into(), lease_token: "t".into(), result: None },
+            CompletionItem { id: "b".into(), lease_token: "u".into(), result: Some(Map::new()) },
+        ],
+    };
+    assert_eq!(
+        serde_json::to_value(&req).unwrap(),
+        json!({"jobs": [{"id": "a", "lease_token": "t"}, {"id": "b", "lease_token": "u", "result": {}}]})
+    );
+    let answer: CompleteJobsResponse = serde_json::from_value(json!({"results": [
+        {"id": "a", "outcome": "completed", "status": 204},
+        {"id": "b", "outcome": "conflict", "status": 409, "error": "lease is no longer held"},
+        {"id": "c", "outcome": "not_found", "status": 404, "error": null},
+        {"id": "d", "outcome": "something_new", "status": 422, "extra": 1}
+    ]}))
+    .unwrap();
+    let outcomes: Vec<_> = answer.results.iter().map(|a| a.outcome).collect();
+    assert_eq!(
+        outcomes,
+        [
+            CompletionOutcome::Completed,
+            CompletionOutcome::Conflict,
+            CompletionOutcome::NotFound,
+            CompletionOutcome::Other
+        ]
+    );
+    assert_eq!(answer.results[1].error.as_deref(), Some("lease is no longer held"));
+    assert_eq!(answer.results[2].error, None);
+    assert_eq!(answer.results[3].status, 422);
+    assert_eq!(MAX_COMPLETIONS, 100);
+}
