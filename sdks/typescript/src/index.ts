@@ -2,10 +2,11 @@
 
 export { QueueFlow, SDK_VERSION, Jobs, Workflows, Cron, DeadLetters, Queues, System } from "./client.js";
 export type { QueueFlowOptions, WaitOptions } from "./client.js";
-export { Worker, toResult } from "./worker.js";
+export { Worker, toResult, MAX_COMPLETIONS } from "./worker.js";
 export { wf, WorkflowBuilder, validateWorkflow } from "./builder.js";
 export type { StepOptions } from "./builder.js";
 export type {
+  Completion,
   Handler,
   HandlerResult,
   Handlers,

@@ -167,6 +167,36 @@ export interface CompleteJobRequest {
   result?: JsonObject;
 }
 
+/** One job of a batch acknowledgement (`POST /api/v1/jobs/complete`). */
+export interface CompletionItem {
+  id: string;
+  lease_token: string;
+  result?: JsonObject;
+}
+
+/** `POST /api/v1/jobs/complete`: 1 to 100 completions in one call (a server extension). */
+export interface CompleteJobsRequest {
+  jobs: CompletionItem[];
+}
+
+export type CompletionOutcome = "completed" | "conflict" | "not_found";
+
+/**
+ * The answer for one item, in request order: `status` is what `POST /api/v1/jobs/{id}/complete`
+ * would have answered for it (204 completed, 409 lease lost, 404 no such job), `error` its error
+ * message.
+ */
+export interface CompletionAnswer {
+  id: string;
+  outcome: CompletionOutcome;
+  status: number;
+  error?: string;
+}
+
+export interface CompleteJobsResponse {
+  results: CompletionAnswer[];
+}
+
 export interface FailJobRequest {
   lease_token: string;
   error: string;

@@ -7,7 +7,10 @@ import {
   AbortError,
   ApiError,
   ConflictError,
+  ConnectionError,
   NotFoundError,
+  TimeoutError,
+  apiErrorFor,
   isNonRetryable,
   isTransient,
 } from "./errors.js";
@@ -82,6 +85,18 @@ export interface LeaseOptions {
 
 /** Anything that names a held lease: a {@link T.LeasedJob}, or a job id and token. */
 export type LeaseRef = T.LeasedJob | { jobId: string; leaseToken: string };
+
+/** One success for {@link Worker.completeMany}: the lease it settles and the job's result. */
+export interface Completion {
+  lease: LeaseRef;
+  /** The job's result; default `{}`. */
+  result?: T.JsonObject;
+}
+
+/** The most completions one {@link Worker.completeMany} call takes. */
+export const MAX_COMPLETIONS = 100;
+
+const COMPLETE_MANY_PATH = "/api/v1/jobs/complete";
 
 function refOf(lease: LeaseRef): { id: string; token: string } {
   return "job" in lease ? { id: lease.job.id, token: lease.lease_token } : { id: lease.jobId, token: lease.leaseToken };
@@ -188,6 +203,59 @@ export class Worker {
   }
 
   /**
+   * `POST /api/v1/jobs/complete`: record 1 to {@link MAX_COMPLETIONS} successes in one call. The
+   * route is a server extension: ask {@link Worker.offersCompleteMany} first; a server without it
+   * answers 404 ({@link NotFoundError}) or 405. Each item is answered in `results`, in request
+   * order, as `complete` would have answered it: `status` 204 (completed), 409 (the lease is no
+   * longer held) or 404 (no such job). A failure of the whole call (no answer, 5xx) throws.
+   */
+  completeMany(completions: readonly Completion[], call: CallOptions = {}): Promise<T.CompleteJobsResponse> {
+    const body: T.CompleteJobsRequest = {
+      jobs: completions.map(({ lease, result }) => {
+        const { id, token } = refOf(lease);
+        return { id, lease_token: token, result: result ?? {} };
+      }),
+    };
+    return this.transport.json<T.CompleteJobsResponse>({
+      method: "POST",
+      path: COMPLETE_MANY_PATH,
+      token: this.token,
+      body,
+      ...call,
+    });
+  }
+
+  /**
+   * Whether the server offers {@link Worker.completeMany}: reads `GET /openapi.json` and looks
+   * for `paths["/api/v1/jobs/complete"].post`. Any answer settles the question (an error status,
+   * or a document without the route, is `false`); no answer or a 5xx leaves it open, and throws
+   * that error.
+   */
+  async offersCompleteMany(call: CallOptions = {}): Promise<boolean> {
+    let doc: unknown;
+    try {
+      doc = await this.transport.json<unknown>({
+        method: "GET",
+        path: "/openapi.json",
+        token: this.token,
+        idempotent: true,
+        ...call,
+      });
+    } catch (err) {
+      const open =
+        err instanceof ConnectionError ||
+        err instanceof TimeoutError ||
+        err instanceof AbortError ||
+        (err instanceof ApiError && err.status >= 500);
+      if (open) throw err;
+      return false; // an answer all the same: an error status, or a body that is not JSON
+    }
+    const paths = isPlainObject(doc) ? doc.paths : undefined;
+    const route = isPlainObject(paths) ? paths[COMPLETE_MANY_PATH] : undefined;
+    return isPlainObject(route) && route.post !== undefined && route.post !== null;
+  }
+
+  /**
    * `POST /api/v1/jobs/{id}/fail`: record a failure. `retryable: true` (default) retries while
    * budget remains, then dead-letters; `false` dead-letters at once.
    */
@@ -228,12 +296,29 @@ interface Held {
   beating: boolean;
 }
 
+/** A success waiting for its acknowledgement (batch route) to be answered. */
+interface Ack {
+  held: Held;
+  result: T.JsonObject;
+  /** After this (ms since the epoch) a transient failure is no longer retried. */
+  deadline: number;
+  /** The last transient failure, reported should the acknowledgement be given up. */
+  lastError: unknown;
+  /** Resolves the job's report: its heartbeat stops and it stops counting as held. */
+  settle: () => void;
+}
+
 function positiveInt(name: string, value: number | undefined, fallback: number, min: number, max: number): number {
   const v = value ?? fallback;
   if (!Number.isInteger(v) || v < min || v > max) {
     throw new RangeError(`worker option ${name} must be an integer in ${min}..${max}, not ${String(v)}`);
   }
   return v;
+}
+
+/** A batch item's 409 or 404 as the error the per-job route would have thrown. */
+function itemError(answer: T.CompletionAnswer): ApiError {
+  return apiErrorFor(answer.status, answer.error ?? "", `POST ${COMPLETE_MANY_PATH} (job ${answer.id})`);
 }
 
 class WorkerLoop {
@@ -243,11 +328,20 @@ class WorkerLoop {
   private readonly waitSecs: number;
   private readonly concurrency: number;
   private readonly batchSize: number;
+  /** Jobs whose handler finished but whose report is not settled yet, beyond which leasing waits. */
+  private readonly settlingCap: number;
   private readonly onError: (error: unknown, info: WorkerErrorInfo) => void;
   private readonly waiting: Held[] = [];
   private readonly tasks = new Set<Promise<void>>();
   private running = 0;
+  private settling = 0;
   private wakeUp: () => void = () => {};
+  /** Successes waiting for the next flush (batch acknowledgement). */
+  private readonly acks: Ack[] = [];
+  private flushing = false;
+  /** Whether the server offers the batch route: `undefined` until an answer to the probe settles it. */
+  private batchAcks: boolean | undefined = undefined;
+  private ackFailures = 0;
 
   constructor(
     private readonly worker: Worker,
@@ -259,6 +353,7 @@ class WorkerLoop {
     this.waitSecs = positiveInt("waitSecs", options.waitSecs, 20, 0, 30);
     this.concurrency = positiveInt("concurrency", options.concurrency, 1, 1, 10_000);
     this.batchSize = positiveInt("batchSize", options.batchSize, Math.min(this.concurrency, 100), 1, 100);
+    this.settlingCap = Math.max(this.batchSize, this.concurrency);
     this.onError = options.onError ?? throttledWarn();
     const external = options.signal;
     if (external) {
@@ -286,7 +381,7 @@ class WorkerLoop {
     }
   }
 
-  /** Resolves at the next job finish or stop request. */
+  /** Resolves at the next handler finish, report settled, or stop request. */
   private nextWake(): Promise<void> {
     return new Promise((resolve) => {
       this.wakeUp = () => {
@@ -302,8 +397,9 @@ class WorkerLoop {
     let failures = 0;
     let fatal: unknown;
     while (!this.stopping) {
-      // Lease only when a handler slot is free and nothing leased is still waiting its turn.
-      if (this.running >= this.concurrency || this.waiting.length > 0) {
+      // Lease only when a handler slot is free, nothing leased is still waiting its turn, and not
+      // too many finished jobs still wait for their report to be answered.
+      if (this.running >= this.concurrency || this.waiting.length > 0 || this.settling >= this.settlingCap) {
         await this.nextWake();
         continue;
       }
@@ -328,7 +424,8 @@ class WorkerLoop {
       for (const item of leased.jobs) this.waiting.push(this.hold(item));
       this.dispatch();
     }
-    // Graceful drain: every job held (running or waiting its turn) runs and reports.
+    // Graceful drain: every job held (running, waiting its turn, or waiting for its report to be
+    // answered, buffered acknowledgements included) runs and reports.
     while (this.tasks.size > 0) await Promise.allSettled([...this.tasks]);
     if (fatal !== undefined) throw fatal;
   }
@@ -371,11 +468,23 @@ class WorkerLoop {
     while (this.running < this.concurrency && this.waiting.length > 0) {
       const held = this.waiting.shift() as Held;
       this.running++;
-      const task: Promise<void> = this.execute(held)
+      // The handler slot frees as soon as the handler is done; the job itself stays held (and
+      // heartbeated) until its report is answered.
+      let handlerDone = false;
+      const finishHandler = (): void => {
+        if (handlerDone) return;
+        handlerDone = true;
+        this.running--;
+        this.settling++;
+        this.dispatch();
+        this.wakeUp();
+      };
+      const task: Promise<void> = this.execute(held, finishHandler)
         .catch((err) => this.report(err, { phase: "report", jobId: held.leased.job.id }))
         .finally(() => {
           this.release(held);
-          this.running--;
+          if (handlerDone) this.settling--;
+          else this.running--;
           this.tasks.delete(task);
           this.dispatch();
           this.wakeUp();
@@ -384,13 +493,14 @@ class WorkerLoop {
     }
   }
 
-  private async execute(held: Held): Promise<void> {
+  private async execute(held: Held, finishHandler: () => void): Promise<void> {
     if (held.lost) return; // taken back while it waited its turn
     const { job, lease_token } = held.leased;
     const handler = Object.prototype.hasOwnProperty.call(this.handlers, job.task_name)
       ? this.handlers[job.task_name]
       : undefined;
     if (handler === undefined) {
+      finishHandler();
       await this.send(held, () =>
         this.worker.fail(held.leased, `no worker handler for task '${job.task_name}'`, { retryable: false }),
       );
@@ -403,15 +513,20 @@ class WorkerLoop {
     } catch (error) {
       outcome = { ok: false, error };
     }
+    finishHandler();
     if (held.lost) return; // cancelled or lease lost: report nothing
     if (outcome.ok) {
-      const result = outcome.result;
-      await this.send(held, () => this.worker.complete(held.leased, result));
+      await this.acknowledge(held, outcome.result);
     } else {
       const message = messageOf(outcome.error);
       const retryable = !isNonRetryable(outcome.error);
       await this.send(held, () => this.worker.fail(held.leased, message, { retryable }));
     }
+  }
+
+  /** When a report that is sent (or buffered) now stops being retried. */
+  private reportDeadline(): number {
+    return Date.now() + Math.max(this.leaseSecs * 1000, 10_000);
   }
 
   /**
@@ -420,8 +535,7 @@ class WorkerLoop {
    * never a different one. Anything else (409: the lease is gone) is logged and dropped; the
    * server then redelivers or has already decided.
    */
-  private async send(held: Held, call: () => Promise<void>): Promise<void> {
-    const deadline = Date.now() + Math.max(this.leaseSecs * 1000, 10_000);
+  private async send(held: Held, call: () => Promise<void>, deadline = this.reportDeadline()): Promise<void> {
     for (let attempt = 0; ; attempt++) {
       try {
         await call();
@@ -433,10 +547,161 @@ class WorkerLoop {
           return;
         }
         await sleep(delay);
-      } finally {
-        // nothing: the caller's finally stops the heartbeat once the report is settled
       }
     }
   }
-}
 
+  // --- acknowledgements ------------------------------------------------------------------------
+
+  /**
+   * Acknowledges a success; resolves once the acknowledgement is answered (or given up). Through
+   * the batch route when the server offers it (buffered, see {@link WorkerLoop.flush}), else one
+   * call per job.
+   */
+  private acknowledge(held: Held, result: T.JsonObject): Promise<void> {
+    if (this.batchAcks === false) return this.send(held, () => this.worker.complete(held.leased, result));
+    return new Promise<void>((settle) => {
+      this.acks.push({ held, result, deadline: this.reportDeadline(), lastError: undefined, settle });
+      if (!this.flushing) void this.flush();
+    });
+  }
+
+  /**
+   * Sends the buffered acknowledgements until none is left, one call at a time: up to
+   * {@link MAX_COMPLETIONS} per call, and whatever arrives while a call is in flight goes in the
+   * next one. There is no timer: the first success of an idle worker is sent at once.
+   */
+  private async flush(): Promise<void> {
+    this.flushing = true;
+    let taken: Ack[] = [];
+    try {
+      while (this.acks.length > 0) {
+        if (this.batchAcks === undefined) this.batchAcks = await this.probe();
+        if (this.batchAcks === true) {
+          taken = this.acks.splice(0, MAX_COMPLETIONS);
+          await this.flushBatch(taken);
+          taken = [];
+        } else if (this.batchAcks === false) {
+          for (const ack of this.acks.splice(0)) void this.completeOne(ack);
+        } else {
+          // Still unknown: this flush goes one call per job, and the next one asks again.
+          taken = this.acks.splice(0);
+          await Promise.all(taken.map((ack) => this.completeOne(ack)));
+          taken = [];
+        }
+      }
+    } catch (err) {
+      // Not expected (each step handles its own errors), but never leave a held job hanging.
+      for (const ack of [...taken, ...this.acks.splice(0)]) {
+        this.report(err, { phase: "report", jobId: ack.held.leased.job.id });
+        ack.settle();
+      }
+    } finally {
+      this.flushing = false;
+    }
+  }
+
+  /** Reads `/openapi.json`: `undefined` when it got no answer (or a 5xx), to ask again later. */
+  private async probe(): Promise<boolean | undefined> {
+    try {
+      return await this.worker.offersCompleteMany({ maxRetries: 0 });
+    } catch (err) {
+      this.report(err, { phase: "report" });
+      return undefined;
+    }
+  }
+
+  /** Settles, without a call, acknowledgements of jobs the server took back meanwhile. */
+  private dropLost(acks: Ack[]): Ack[] {
+    const live: Ack[] = [];
+    for (const ack of acks) {
+      if (!ack.held.lost) {
+        live.push(ack);
+        continue;
+      }
+      if (ack.lastError !== undefined) this.report(ack.lastError, { phase: "report", jobId: ack.held.leased.job.id });
+      ack.settle(); // cancelled or lease lost: report nothing
+    }
+    return live;
+  }
+
+  /** One buffered acknowledgement through the per-job route, with the report's usual retries. */
+  private async completeOne(ack: Ack): Promise<void> {
+    try {
+      if (this.dropLost([ack]).length === 0) return;
+      const { held, result } = ack;
+      await this.send(held, () => this.worker.complete(held.leased, result), ack.deadline);
+    } finally {
+      ack.settle();
+    }
+  }
+
+  private async flushBatch(taken: Ack[]): Promise<void> {
+    const batch = this.dropLost(taken);
+    if (batch.length === 0) return;
+    let answer: T.CompleteJobsResponse;
+    try {
+      answer = await this.worker.completeMany(batch.map((ack) => ({ lease: ack.held.leased, result: ack.result })));
+    } catch (err) {
+      if (err instanceof ApiError && (err.status === 404 || err.status === 405)) {
+        // The route is not there after all (a proxy, a downgrade): one call per job from now on,
+        // these included.
+        this.batchAcks = false;
+        for (const ack of batch) void this.completeOne(ack);
+      } else if (isTransient(err)) {
+        await this.retryLater(batch, err);
+      } else {
+        // The whole call was refused (400, 401, 403, ...): each job gets the per-job route's answer.
+        await Promise.all(batch.map((ack) => this.completeOne(ack)));
+      }
+      return;
+    }
+    this.ackFailures = 0;
+    const results = Array.isArray(answer?.results) ? answer.results : [];
+    const again: Ack[] = [];
+    let transient: unknown;
+    batch.forEach((ack, i) => {
+      const item = results[i];
+      const jobId = ack.held.leased.job.id;
+      if (item === undefined || item.id !== jobId) {
+        void this.completeOne(ack); // no answer for it in the batch: ask the per-job route
+        return;
+      }
+      if (item.status >= 200 && item.status < 300) {
+        ack.settle();
+        return;
+      }
+      const err = itemError(item);
+      if (isTransient(err)) {
+        transient = err;
+        again.push(ack);
+        return;
+      }
+      this.report(err, { phase: "report", jobId }); // 409 lease lost, 404 gone: logged and dropped
+      ack.settle();
+    });
+    if (again.length > 0) await this.retryLater(again, transient);
+  }
+
+  /**
+   * A transient failure (no answer, 5xx): puts the acknowledgements back at the front of the
+   * buffer and waits the loop's back-off before the next flush; those whose lease can no longer be
+   * held (past their deadline, or taken back) are logged and given up.
+   */
+  private async retryLater(acks: Ack[], err: unknown): Promise<void> {
+    const delay = backoffDelay(this.ackFailures++, { baseMs: 200, capMs: 5000 });
+    const keep: Ack[] = [];
+    for (const ack of acks) {
+      ack.lastError = err;
+      if (ack.held.lost || Date.now() + delay > ack.deadline) {
+        this.report(err, { phase: "report", jobId: ack.held.leased.job.id });
+        ack.settle();
+      } else {
+        keep.push(ack);
+      }
+    }
+    if (keep.length === 0) return;
+    this.acks.unshift(...keep);
+    await sleep(delay);
+  }
+}

@@ -188,3 +188,60 @@ test("constructor validates its options", () => {
   assert.throws(() => new QueueFlow({ baseUrl: "", token: "t" }), TypeError);
   assert.throws(() => new QueueFlow({ baseUrl: "http://x", token: "" }), TypeError);
 });
+
+test("worker.completeMany sends the batch acknowledgement; offersCompleteMany reads /openapi.json", async () => {
+  let doc: ((res: import("node:http").ServerResponse) => void) | undefined;
+  const stub = await startStub((req, res) => {
+    if (req.path === "/openapi.json") return doc!(res);
+    const jobs = (req.body as { jobs: Array<{ id: string }> }).jobs;
+    json(res, 200, {
+      results: jobs.map((j, i) =>
+        i === 0 ? { id: j.id, outcome: "completed", status: 204 } : { id: j.id, outcome: "conflict", status: 409, error: "lease is no longer held" },
+      ),
+    });
+  });
+  try {
+    const qf = new QueueFlow({ baseUrl: stub.url, token: "tenant", workerToken: "worker" });
+    const leased = { job: fakeJob("j1") as unknown as Job, lease_token: "t1" };
+    const answer = await qf.worker.completeMany([
+      { lease: leased, result: { ok: true } },
+      { lease: { jobId: "j2", leaseToken: "t2" } },
+    ]);
+    const sent = stub.requests[0]!;
+    assert.equal(sent.method, "POST");
+    assert.equal(sent.path, "/api/v1/jobs/complete");
+    assert.equal(sent.headers.authorization, "Bearer worker");
+    assert.deepEqual(sent.body, {
+      jobs: [
+        { id: "j1", lease_token: "t1", result: { ok: true } },
+        { id: "j2", lease_token: "t2", result: {} },
+      ],
+    });
+    assert.deepEqual(answer.results, [
+      { id: "j1", outcome: "completed", status: 204 },
+      { id: "j2", outcome: "conflict", status: 409, error: "lease is no longer held" },
+    ]);
+
+    doc = (res) => json(res, 200, { paths: { "/api/v1/jobs/complete": { post: { summary: "x" } } } });
+    assert.equal(await qf.worker.offersCompleteMany(), true);
+    assert.equal(stub.requests.at(-1)!.method, "GET");
+    doc = (res) => json(res, 200, { paths: { "/api/v1/jobs/complete": { get: {} } } });
+    assert.equal(await qf.worker.offersCompleteMany(), false);
+    doc = (res) => errorBody(res, 404, "not found");
+    assert.equal(await qf.worker.offersCompleteMany(), false);
+    doc = (res) => {
+      res.writeHead(200, { "Content-Type": "text/html" });
+      res.end("<html>not json</html>");
+    };
+    assert.equal(await qf.worker.offersCompleteMany(), false, "an answer all the same");
+    doc = (res) => errorBody(res, 503, "starting");
+    await assert.rejects(qf.worker.offersCompleteMany({ maxRetries: 0 }), (err: unknown) => {
+      assert.equal((err as { status?: number }).status, 503);
+      return true;
+    });
+    doc = (res) => res.socket?.destroy();
+    await assert.rejects(qf.worker.offersCompleteMany({ maxRetries: 0 }), ConnectionError);
+  } finally {
+    await stub.close();
+  }
+});

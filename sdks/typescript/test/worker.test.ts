@@ -2,7 +2,9 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 
 import {
+  ConflictError,
   ForbiddenError,
+  NotFoundError,
   NonRetryableError,
   QueueFlow,
   UnauthorizedError,
@@ -20,10 +22,23 @@ class FakeServer {
   heartbeatAnswer: (id: string, res: ServerResponse) => void = (_id, res) => json(res, 200, { status: "running" });
   reportAnswer: (kind: string, id: string, res: ServerResponse) => void = (_k, _id, res) => json(res, 204);
   batchPerLease = 100;
+  /** `GET /openapi.json`; by default there is none (404), so the loop acknowledges one job per call. */
+  openapiAnswer: (res: ServerResponse) => void = (res) => errorBody(res, 404, "no route");
+  /** `POST /api/v1/jobs/complete`; by default every item is completed. */
+  batchAnswer: (items: BatchItem[], res: ServerResponse) => void | Promise<void> = (items, res) =>
+    json(res, 200, { results: items.map((i) => ({ id: i.id, outcome: "completed", status: 204 })) });
 
   async start(): Promise<this> {
     this.stub = await startStub(async (req, res) => {
       const now = Date.now();
+      if (req.method === "GET" && req.path === "/openapi.json") {
+        this.log.push({ at: now, kind: "openapi" });
+        return this.openapiAnswer(res);
+      }
+      if (req.method === "POST" && req.path === "/api/v1/jobs/complete") {
+        this.log.push({ at: now, kind: "complete_many", body: req.body });
+        return this.batchAnswer((req.body as { jobs: BatchItem[] }).jobs, res);
+      }
       const m = /^\/api\/v1\/(?:queues\/[^/]+\/(lease)|jobs\/([^/]+)\/(heartbeat|complete|fail))$/.exec(req.path);
       if (!m) return errorBody(res, 404, "no route");
       if (m[1] === "lease") {
@@ -51,9 +66,26 @@ class FakeServer {
     return this.log.filter((e) => e.kind === kind && (id === undefined || e.id === id));
   }
 
+  /** Advertises the batch acknowledgement route in /openapi.json. */
+  offerBatch(): this {
+    this.openapiAnswer = (res) => json(res, 200, { openapi: "3.1.0", paths: { "/api/v1/jobs/complete": { post: {} } } });
+    return this;
+  }
+
+  /** The ids of every batch call, one array per call. */
+  batches(): string[][] {
+    return this.calls("complete_many").map((c) => (c.body as { jobs: BatchItem[] }).jobs.map((i) => i.id));
+  }
+
   close(): Promise<void> {
     return this.stub.close();
   }
+}
+
+interface BatchItem {
+  id: string;
+  lease_token: string;
+  result?: unknown;
 }
 
 const quiet = (): void => {};
@@ -349,4 +381,383 @@ test("invalid options are rejected", () => {
   assert.throws(() => qf.worker.start("q", {}, { leaseSecs: 0 }), RangeError);
   assert.throws(() => qf.worker.start("q", {}, { batchSize: 101 }), RangeError);
   assert.throws(() => qf.worker.start("q", {}, { concurrency: 1.5 }), RangeError);
+});
+
+// --- batch acknowledgement ----------------------------------------------------------------------
+
+const completed = (items: BatchItem[]): { results: unknown[] } => ({
+  results: items.map((i) => ({ id: i.id, outcome: "completed", status: 204 })),
+});
+
+test("successes go through the batch route when /openapi.json offers it; failures stay one call per job", async () => {
+  const fake = (await new FakeServer().start()).offerBatch();
+  fake.pending = [1, 2, 3, 4, 5, 6].map((n) => fakeJob(`j${n}`, "ok", { n }));
+  fake.pending.push(fakeJob("bad", "fails"));
+  const stop = stopAfter(7);
+  try {
+    await fake.client().worker.run(
+      "q",
+      {
+        ok: (job) => {
+          stop.tick();
+          return job.payload;
+        },
+        fails: () => {
+          stop.tick();
+          throw new NonRetryableError("invalid input");
+        },
+      },
+      { waitSecs: 0, concurrency: 4, batchSize: 7, signal: stop.signal, onError: quiet },
+    );
+    assert.equal(fake.calls("openapi").length, 1, "asked once");
+    assert.ok(
+      fake.log.findIndex((e) => e.kind === "openapi") < fake.log.findIndex((e) => e.kind === "complete_many"),
+      "asked before the first acknowledgement",
+    );
+    assert.equal(fake.calls("complete").length, 0, "no per-job acknowledgement");
+    const items = fake.calls("complete_many").flatMap((c) => (c.body as { jobs: BatchItem[] }).jobs);
+    items.sort((x, y) => x.id.localeCompare(y.id));
+    assert.deepEqual(
+      items,
+      [1, 2, 3, 4, 5, 6].map((n) => ({ id: `j${n}`, lease_token: `tok-j${n}`, result: { n } })),
+    );
+    assert.ok(fake.batches().some((b) => b.length > 1), `several per call: ${JSON.stringify(fake.batches())}`);
+    assert.deepEqual(
+      fake.calls("fail").map((c) => [c.id, c.body]),
+      [["bad", { lease_token: "tok-bad", error: "invalid input", retryable: false }]],
+    );
+  } finally {
+    await fake.close();
+  }
+});
+
+test("one batch call at a time: an idle worker acknowledges at once, the next batch builds meanwhile", async () => {
+  const fake = (await new FakeServer().start()).offerBatch();
+  fake.pending = [fakeJob("first", "now"), ...[1, 2, 3, 4, 5].map((n) => fakeJob(`later${n}`, "later"))];
+  let inFlight = 0;
+  let peak = 0;
+  fake.batchAnswer = async (items, res) => {
+    inFlight += 1;
+    peak = Math.max(peak, inFlight);
+    await wait(300);
+    inFlight -= 1;
+    json(res, 200, completed(items));
+  };
+  let firstDone = 0;
+  const stop = stopAfter(6);
+  try {
+    await fake.client().worker.run(
+      "q",
+      {
+        now: () => {
+          firstDone = Date.now();
+          stop.tick();
+        },
+        later: async () => {
+          await wait(50);
+          stop.tick();
+        },
+      },
+      { waitSecs: 0, concurrency: 6, batchSize: 6, signal: stop.signal, onError: quiet },
+    );
+    assert.equal(peak, 1, "never two batch calls at once");
+    const batches = fake.batches();
+    assert.deepEqual(batches[0], ["first"]);
+    assert.deepEqual(batches.slice(1).flat().sort(), ["later1", "later2", "later3", "later4", "later5"]);
+    assert.equal(batches.length, 2, `the rest waited for the first call: ${JSON.stringify(batches)}`);
+    const sentAt = fake.calls("complete_many")[0]!.at;
+    assert.ok(sentAt - firstDone < 250, `the first success was sent at once (${sentAt - firstDone} ms)`);
+  } finally {
+    await fake.close();
+  }
+});
+
+test("more than 100 waiting successes go out 100 at a time", async () => {
+  const fake = (await new FakeServer().start()).offerBatch();
+  fake.pending = Array.from({ length: 130 }, (_, i) => fakeJob(`m${i}`, "t"));
+  fake.batchAnswer = async (items, res) => {
+    await wait(200);
+    json(res, 200, completed(items));
+  };
+  const stop = stopAfter(130);
+  try {
+    await fake.client().worker.run(
+      "q",
+      { t: () => stop.tick() },
+      { waitSecs: 0, concurrency: 130, batchSize: 100, signal: stop.signal, onError: quiet },
+    );
+    const batches = fake.batches();
+    assert.ok(batches.every((b) => b.length >= 1 && b.length <= 100), `sizes ${batches.map((b) => b.length).join(",")}`);
+    assert.ok(batches.some((b) => b.length === 100), `sizes ${batches.map((b) => b.length).join(",")}`);
+    const all = batches.flat();
+    assert.equal(all.length, 130);
+    assert.equal(new Set(all).size, 130, "each acknowledged once");
+    assert.equal(fake.calls("complete").length, 0);
+  } finally {
+    await fake.close();
+  }
+});
+
+test("a batch item's 409 or 404 is handled as the per-job answer: logged and dropped", async () => {
+  const fake = (await new FakeServer().start()).offerBatch();
+  fake.pending = [fakeJob("ok", "t"), fakeJob("stale", "t"), fakeJob("gone", "t")];
+  fake.batchAnswer = (items, res) =>
+    json(res, 200, {
+      results: items.map((i) =>
+        i.id === "stale"
+          ? { id: i.id, outcome: "conflict", status: 409, error: "lease is no longer held" }
+          : i.id === "gone"
+            ? { id: i.id, outcome: "not_found", status: 404, error: "job not found" }
+            : { id: i.id, outcome: "completed", status: 204 },
+      ),
+    });
+  const errors: Array<[unknown, WorkerErrorInfo]> = [];
+  const stop = stopAfter(3);
+  try {
+    await fake.client().worker.run("q", { t: () => stop.tick() }, {
+      waitSecs: 0,
+      concurrency: 3,
+      batchSize: 3,
+      signal: stop.signal,
+      onError: (e, info) => errors.push([e, info]),
+    });
+    assert.deepEqual(fake.batches().flat().sort(), ["gone", "ok", "stale"], "each sent once, never resent");
+    assert.equal(fake.calls("complete").length, 0);
+    assert.equal(fake.calls("fail").length, 0, "never turned into a failure report");
+    const byJob = new Map(errors.map(([e, info]) => [info.jobId, [e, info] as const]));
+    assert.equal(errors.length, 2);
+    const [conflict, conflictInfo] = byJob.get("stale")!;
+    assert.ok(conflict instanceof ConflictError);
+    assert.equal(conflict.status, 409);
+    assert.match(conflict.message, /lease is no longer held/);
+    assert.equal(conflictInfo.phase, "report");
+    const [missing, missingInfo] = byJob.get("gone")!;
+    assert.ok(missing instanceof NotFoundError);
+    assert.equal(missing.status, 404);
+    assert.equal(missingInfo.phase, "report");
+  } finally {
+    await fake.close();
+  }
+});
+
+for (const status of [404, 405]) {
+  test(`a ${status} from the batch route itself: those items are resent per job, and so is everything after`, async () => {
+    const fake = (await new FakeServer().start()).offerBatch();
+    fake.pending = ["a", "b", "c", "d"].map((id) => fakeJob(id, "t", { id }));
+    fake.batchAnswer = (_items, res) => errorBody(res, status, "no such route");
+    const stop = stopAfter(4);
+    try {
+      await fake.client().worker.run("q", { t: (job) => { stop.tick(); return job.payload; } }, {
+        waitSecs: 0,
+        concurrency: 1,
+        batchSize: 1, // one job at a time: b is leased once a's acknowledgement is answered
+        signal: stop.signal,
+        onError: quiet,
+      });
+      assert.equal(fake.calls("complete_many").length, 1, "the batch route is not tried again");
+      assert.deepEqual(fake.batches()[0], ["a"]);
+      assert.deepEqual(
+        fake.calls("complete").map((c) => [c.id, c.body]),
+        ["a", "b", "c", "d"].map((id) => [id, { lease_token: `tok-${id}`, result: { id } }]),
+      );
+      assert.equal(fake.calls("openapi").length, 1);
+    } finally {
+      await fake.close();
+    }
+  });
+}
+
+test("a batch call without an answer or with a 5xx is retried with back-off; the job stays heartbeated until answered", async () => {
+  const fake = (await new FakeServer().start()).offerBatch();
+  fake.pending = [fakeJob("x", "t", { v: 1 })];
+  let calls = 0;
+  let answeredAt = 0;
+  fake.batchAnswer = async (items, res) => {
+    calls += 1;
+    if (calls === 1) {
+      await wait(700);
+      errorBody(res, 503, "restarting");
+    } else if (calls === 2) {
+      res.socket?.destroy(); // no answer at all
+    } else {
+      answeredAt = Date.now();
+      json(res, 200, completed(items));
+    }
+  };
+  const errors: WorkerErrorInfo[] = [];
+  let handlerDone = 0;
+  const stop = stopAfter(1);
+  try {
+    await fake.client().worker.run(
+      "q",
+      {
+        t: (job) => {
+          handlerDone = Date.now();
+          stop.tick();
+          return job.payload;
+        },
+      },
+      { leaseSecs: 1, waitSecs: 0, signal: stop.signal, onError: (_e, info) => errors.push(info) },
+    );
+    const batches = fake.calls("complete_many");
+    assert.equal(batches.length, 3);
+    for (const b of batches) assert.deepEqual(b.body, { jobs: [{ id: "x", lease_token: "tok-x", result: { v: 1 } }] });
+    assert.ok(batches[2]!.at - batches[1]!.at >= 90, "backed off before resending");
+    assert.equal(fake.calls("complete").length, 0);
+    assert.deepEqual(errors, [], "retried quietly, as a per-job report is");
+    const meanwhile = fake.calls("heartbeat", "x").filter((h) => h.at > handlerDone && h.at < answeredAt);
+    assert.ok(meanwhile.length >= 1, "heartbeated while its acknowledgement was unanswered");
+    assert.ok(answeredAt > 0 && answeredAt <= Date.now());
+  } finally {
+    await fake.close();
+  }
+});
+
+for (const [label, answer] of [
+  ["no answer", (res: ServerResponse) => res.socket?.destroy()],
+  ["a 503", (res: ServerResponse) => errorBody(res, 503, "starting")],
+] as const) {
+  test(`${label} to /openapi.json: that flush goes per job and the next one asks again`, async () => {
+    const fake = await new FakeServer().start();
+    let probes = 0;
+    fake.openapiAnswer = (res) => {
+      probes += 1;
+      if (probes === 1) answer(res);
+      else json(res, 200, { paths: { "/api/v1/jobs/complete": { post: {} } } });
+    };
+    fake.pending = [fakeJob("a", "t"), fakeJob("b", "t")];
+    const stop = stopAfter(2);
+    try {
+      await fake.client().worker.run("q", { t: () => stop.tick() }, {
+        waitSecs: 0,
+        concurrency: 1,
+        batchSize: 1, // b is leased once a's acknowledgement is answered
+        signal: stop.signal,
+        onError: quiet,
+      });
+      assert.equal(fake.calls("openapi").length, 2);
+      assert.deepEqual(fake.calls("complete").map((c) => c.id), ["a"]);
+      assert.deepEqual(fake.batches(), [["b"]]);
+    } finally {
+      await fake.close();
+    }
+  });
+}
+
+for (const [label, answer] of [
+  ["a 404", (res: ServerResponse) => errorBody(res, 404, "no route")],
+  ["a document without the route", (res: ServerResponse) => json(res, 200, { paths: { "/api/v1/jobs": { post: {} } } })],
+] as const) {
+  test(`${label} from /openapi.json settles it: one call per job, asked once`, async () => {
+    const fake = await new FakeServer().start();
+    fake.openapiAnswer = answer;
+    fake.pending = [fakeJob("a", "t"), fakeJob("b", "t"), fakeJob("c", "t")];
+    const stop = stopAfter(3);
+    try {
+      await fake.client().worker.run("q", { t: () => stop.tick() }, {
+        waitSecs: 0,
+        concurrency: 1,
+        batchSize: 3,
+        signal: stop.signal,
+        onError: quiet,
+      });
+      assert.equal(fake.calls("openapi").length, 1);
+      assert.deepEqual(fake.calls("complete").map((c) => c.id), ["a", "b", "c"]);
+      assert.equal(fake.calls("complete_many").length, 0);
+    } finally {
+      await fake.close();
+    }
+  });
+}
+
+test("a graceful stop returns only once the buffered acknowledgements are answered", async () => {
+  const fake = (await new FakeServer().start()).offerBatch();
+  fake.pending = [fakeJob("a", "t"), fakeJob("b", "t"), fakeJob("c", "t")];
+  let lastAnswer = 0;
+  fake.batchAnswer = async (items, res) => {
+    await wait(300);
+    lastAnswer = Date.now();
+    json(res, 200, completed(items));
+  };
+  let ran = 0;
+  try {
+    const handle = fake.client().worker.start("q", { t: () => void (ran += 1) }, {
+      waitSecs: 0,
+      concurrency: 3,
+      batchSize: 3,
+      onError: quiet,
+    });
+    while (ran < 3) await wait(10);
+    await handle.stop();
+    const stoppedAt = Date.now();
+    assert.deepEqual(fake.batches().flat().sort(), ["a", "b", "c"]);
+    assert.ok(lastAnswer > 0 && stoppedAt >= lastAnswer, "stop() waited for the last answer");
+  } finally {
+    await fake.close();
+  }
+});
+
+test("a job taken back while its acknowledgement waits in the buffer is not acknowledged", async () => {
+  const fake = (await new FakeServer().start()).offerBatch();
+  fake.pending = [fakeJob("a", "now"), fakeJob("b", "soon")];
+  fake.heartbeatAnswer = (id, res) =>
+    id === "b" ? errorBody(res, 409, "lease is no longer held") : json(res, 200, { status: "running" });
+  fake.batchAnswer = async (items, res) => {
+    await wait(1500); // b's heartbeat (every 500 ms) learns meanwhile that its lease is gone
+    json(res, 200, completed(items));
+  };
+  const errors: WorkerErrorInfo[] = [];
+  const stop = stopAfter(2);
+  try {
+    await fake.client().worker.run(
+      "q",
+      {
+        now: () => stop.tick(),
+        soon: async () => {
+          await wait(100);
+          stop.tick();
+        },
+      },
+      { leaseSecs: 1, waitSecs: 0, concurrency: 2, batchSize: 2, signal: stop.signal, onError: (_e, info) => errors.push(info) },
+    );
+    assert.deepEqual(fake.batches(), [["a"]]);
+    assert.equal(fake.calls("complete").length, 0);
+    assert.equal(fake.calls("fail").length, 0);
+    assert.deepEqual(errors.filter((e) => e.jobId === "b"), [], "nothing reported for b");
+  } finally {
+    await fake.close();
+  }
+});
+
+test("a handler slot frees when the handler returns, while its job stays held until the acknowledgement is answered", async () => {
+  const fake = (await new FakeServer().start()).offerBatch();
+  fake.pending = [fakeJob("a", "t"), fakeJob("b", "t"), fakeJob("c", "t")];
+  let firstAnswer = 0;
+  fake.batchAnswer = async (items, res) => {
+    await wait(700);
+    if (firstAnswer === 0) firstAnswer = Date.now();
+    json(res, 200, completed(items));
+  };
+  const started: Record<string, number> = {};
+  const stop = stopAfter(3);
+  try {
+    await fake.client().worker.run(
+      "q",
+      {
+        t: (job) => {
+          started[job.id] = Date.now();
+          stop.tick();
+        },
+      },
+      { leaseSecs: 1, waitSecs: 0, concurrency: 1, batchSize: 3, signal: stop.signal, onError: quiet },
+    );
+    assert.ok(started.b! < firstAnswer && started.c! < firstAnswer, "b and c ran while a's acknowledgement was in flight");
+    assert.deepEqual(fake.batches().flat().sort(), ["a", "b", "c"]);
+    // a was heartbeated (every 500 ms) until its acknowledgement was answered, and not after.
+    const beats = fake.calls("heartbeat", "a");
+    assert.ok(beats.length >= 1, "heartbeated while its acknowledgement was in flight");
+    assert.ok(beats.every((h) => h.at <= firstAnswer + 50), "no heartbeat after the answer");
+  } finally {
+    await fake.close();
+  }
 });
