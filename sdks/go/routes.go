@@ -107,6 +107,26 @@ func (c *Client) Complete(ctx context.Context, jobID, leaseToken string, result 
 	return c.do(ctx, http.MethodPost, "/api/v1/jobs/"+seg(jobID)+"/complete", nil, body, nil, callOpts{worker: true})
 }
 
+// CompleteMany records the success of up to MaxCompletions jobs in one call
+// (POST /api/v1/jobs/complete, an extension: see OpenAPIDocument.Offers). A nil result is sent as
+// {}. Each item gets, in request order, the answer the per-job route would have given it
+// (CompletionAnswer.Err); an error is returned only when the call as a whole failed: a server
+// without the route answers 404 (or 405).
+func (c *Client) CompleteMany(ctx context.Context, items []CompletionItem) (*CompleteJobsResponse, error) {
+	body := CompleteJobsRequest{Jobs: make([]CompletionItem, len(items))}
+	for i, item := range items {
+		if item.Result == nil {
+			item.Result = map[string]any{}
+		}
+		body.Jobs[i] = item
+	}
+	var out CompleteJobsResponse
+	if err := c.do(ctx, http.MethodPost, "/api/v1/jobs/complete", nil, body, &out, callOpts{worker: true}); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // Fail records a failure. retryable=false dead-letters the job at once; true lets the engine
 // retry while budget remains. A 409 means the lease was lost.
 func (c *Client) Fail(ctx context.Context, jobID, leaseToken, message string, retryable bool) error {
@@ -318,6 +338,16 @@ func (c *Client) Tasks(ctx context.Context) (*TasksResponse, error) {
 func (c *Client) WhoAmI(ctx context.Context) (*WhoAmI, error) {
 	var out WhoAmI
 	if err := c.do(ctx, http.MethodGet, "/api/v1/whoami", nil, nil, &out, callOpts{}); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// OpenAPI reads the server's route list (GET /openapi.json), e.g. to learn whether it offers an
+// extension. It is sent with the worker token (the server itself does not ask for one).
+func (c *Client) OpenAPI(ctx context.Context) (*OpenAPIDocument, error) {
+	var out OpenAPIDocument
+	if err := c.do(ctx, http.MethodGet, "/openapi.json", nil, nil, &out, callOpts{worker: true}); err != nil {
 		return nil, err
 	}
 	return &out, nil

@@ -2,6 +2,7 @@ package queueflow
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -39,6 +40,8 @@ func TestEveryRoute(t *testing.T) {
 		{"POST /api/v1/jobs/j/heartbeat", func() error { _, err := c.Heartbeat(ctx, "j", "l", 1); return err }},
 		{"POST /api/v1/jobs/j/complete", func() error { return c.Complete(ctx, "j", "l", nil) }},
 		{"POST /api/v1/jobs/j/fail", func() error { return c.Fail(ctx, "j", "l", "e", true) }},
+		{"POST /api/v1/jobs/complete", func() error { _, err := c.CompleteMany(ctx, nil); return err }},
+		{"GET /openapi.json", func() error { _, err := c.OpenAPI(ctx); return err }},
 		{"POST /api/v1/workflows", func() error { _, err := c.CreateWorkflow(ctx, CreateWorkflowRequest{}); return err }},
 		{"GET /api/v1/workflows", func() error { _, err := c.ListWorkflows(ctx, ListWorkflowsParams{}); return err }},
 		{"GET /api/v1/workflows/w", func() error { _, err := c.GetWorkflow(ctx, "w"); return err }},
@@ -100,5 +103,80 @@ func TestMalformedSuccessBodyIsAnError(t *testing.T) {
 	defer srv.Close()
 	if _, err := NewClient(srv.URL, "t").WhoAmI(context.Background()); err == nil || StatusOf(err) != 0 {
 		t.Fatalf("got %v", err)
+	}
+}
+
+func TestCompleteMany(t *testing.T) {
+	srv, reqs := recorder(t, 200, `{"results": [
+		{"id": "a", "outcome": "completed", "status": 204},
+		{"id": "b", "outcome": "conflict", "status": 409, "error": "lease is no longer held"},
+		{"id": "c", "outcome": "not_found", "status": 404, "error": "job not found"}]}`)
+	c := NewClient(srv.URL, "tenant", WithWorkerToken("worker"))
+	items := []CompletionItem{
+		{ID: "a", LeaseToken: "ta", Result: map[string]any{"n": 1}},
+		{ID: "b", LeaseToken: "tb"},
+		{ID: "c", LeaseToken: "tc", Result: map[string]any{}},
+	}
+	resp, err := c.CompleteMany(context.Background(), items)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if items[1].Result != nil {
+		t.Error("CompleteMany changed the caller's items")
+	}
+	got := reqs()[0]
+	if got.method != "POST" || got.path != "/api/v1/jobs/complete" || got.header.Get("Authorization") != "Bearer worker" {
+		t.Errorf("request %s %s with %q", got.method, got.path, got.header.Get("Authorization"))
+	}
+	want := `[map[id:a lease_token:ta result:map[n:1]] map[id:b lease_token:tb result:map[]] map[id:c lease_token:tc result:map[]]]`
+	if fmt.Sprint(got.body["jobs"]) != want {
+		t.Errorf("body %v, want jobs %s", got.body, want)
+	}
+	if len(resp.Results) != 3 {
+		t.Fatalf("results %+v", resp.Results)
+	}
+	if a := resp.Results[0]; a.ID != "a" || a.Outcome != CompletionCompleted || a.Err() != nil {
+		t.Errorf("a: %+v, err %v", a, a.Err())
+	}
+	if b := resp.Results[1]; b.Outcome != CompletionConflict || !IsConflict(b.Err()) || !strings.Contains(b.Err().Error(), "lease is no longer held") {
+		t.Errorf("b: %+v, err %v", b, b.Err())
+	}
+	if c := resp.Results[2]; c.Outcome != CompletionNotFound || !IsNotFound(c.Err()) || IsTransient(c.Err()) {
+		t.Errorf("c: %+v, err %v", c, c.Err())
+	}
+}
+
+func TestCompleteManyWithoutTheRoute(t *testing.T) {
+	srv, _ := recorder(t, 404, `{"error": "not found", "timestamp": "2026-01-01T00:00:00Z"}`)
+	_, err := NewClient(srv.URL, "t").CompleteMany(context.Background(), []CompletionItem{{ID: "a", LeaseToken: "t"}})
+	if !IsNotFound(err) {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestOpenAPIOffers(t *testing.T) {
+	srv, _ := recorder(t, 200, `{"openapi": "3.1.0", "paths": {
+		"/api/v1/jobs/complete": {"summary": "batch", "post": {"operationId": "completeJobs"}},
+		"/api/v1/jobs/{id}/complete": {"post": {}}}}`)
+	doc, err := NewClient(srv.URL, "t").OpenAPI(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		method, path string
+		want         bool
+	}{
+		{"POST", "/api/v1/jobs/complete", true},
+		{"post", "/api/v1/jobs/complete", true},
+		{"GET", "/api/v1/jobs/complete", false},
+		{"POST", "/api/v1/jobs/batch", false},
+	} {
+		if got := doc.Offers(tc.method, tc.path); got != tc.want {
+			t.Errorf("Offers(%s, %s) = %v", tc.method, tc.path, got)
+		}
+	}
+	var none *OpenAPIDocument
+	if none.Offers("POST", "/api/v1/jobs/complete") {
+		t.Error("a nil document offers nothing")
 	}
 }

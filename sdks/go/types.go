@@ -2,6 +2,7 @@ package queueflow
 
 import (
 	"encoding/json"
+	"strings"
 	"time"
 )
 
@@ -198,6 +199,66 @@ type HeartbeatResponse struct {
 type CompleteRequest struct {
 	LeaseToken string         `json:"lease_token"`
 	Result     map[string]any `json:"result"`
+}
+
+// MaxCompletions is the most items one POST /api/v1/jobs/complete takes.
+const MaxCompletions = 100
+
+// CompletionItem is one job of a batch acknowledgement: its id, its lease token and its result
+// (nil is sent as {}).
+type CompletionItem struct {
+	ID         string         `json:"id"`
+	LeaseToken string         `json:"lease_token"`
+	Result     map[string]any `json:"result"`
+}
+
+// CompleteJobsRequest is the body of POST /api/v1/jobs/complete: 1 to MaxCompletions items.
+type CompleteJobsRequest struct {
+	Jobs []CompletionItem `json:"jobs"`
+}
+
+// Outcomes of one item of a batch acknowledgement.
+const (
+	CompletionCompleted = "completed" // status 204
+	CompletionConflict  = "conflict"  // status 409: the lease was lost
+	CompletionNotFound  = "not_found" // status 404: the job is gone
+)
+
+// CompletionAnswer is the answer for one item, in request order: Status is what
+// POST /api/v1/jobs/{id}/complete would have answered for it (204, 409 or 404), Error its message.
+type CompletionAnswer struct {
+	ID      string `json:"id"`
+	Outcome string `json:"outcome"`
+	Status  int    `json:"status"`
+	Error   string `json:"error,omitempty"`
+}
+
+// Err returns nil for a completed item, else the *APIError the per-job route would have returned.
+func (a CompletionAnswer) Err() error {
+	if a.Status >= 200 && a.Status < 300 {
+		return nil
+	}
+	return &APIError{Status: a.Status, Body: ErrorBody{Error: a.Error}, Method: "POST",
+		Path: "/api/v1/jobs/" + seg(a.ID) + "/complete"}
+}
+
+// CompleteJobsResponse answers a batch acknowledgement: one answer per item, in request order.
+type CompleteJobsResponse struct {
+	Results []CompletionAnswer `json:"results"`
+}
+
+// OpenAPIDocument is the part of GET /openapi.json the SDK reads: the routes the server offers.
+type OpenAPIDocument struct {
+	Paths map[string]map[string]json.RawMessage `json:"paths"`
+}
+
+// Offers reports whether the document lists the route, e.g. Offers("POST", "/api/v1/jobs/complete").
+func (d *OpenAPIDocument) Offers(method, path string) bool {
+	if d == nil {
+		return false
+	}
+	_, ok := d.Paths[path][strings.ToLower(method)]
+	return ok
 }
 
 // FailRequest is the body of POST /api/v1/jobs/{id}/fail.

@@ -92,7 +92,8 @@ func (o WorkerOptions) withDefaults() WorkerOptions {
 
 // Worker leases jobs from one queue and runs the registered handlers: long-poll lease, a batch
 // run up to Concurrency at once, a heartbeat for every held job at half the lease, and complete or
-// fail once each handler returns.
+// fail once each handler returns. Successes are acknowledged many per call
+// (POST /api/v1/jobs/complete) when the server offers that route, one call per job otherwise.
 type Worker struct {
 	client  *Client
 	queue   string
@@ -136,6 +137,13 @@ func fatalLeaseError(err error) bool {
 // jobs (running or waiting their turn) finish and be reported, and returns nil. A lease answered
 // with 401, 403 or another non-retryable 4xx ends Run with that *APIError (after draining).
 // Transport errors and 5xx are retried with a jittered backoff capped at MaxBackoff.
+//
+// Before its first acknowledgement Run reads GET /openapi.json once to learn whether the server
+// offers the batch acknowledgement. If so, successes wait in a buffer that one call at a time
+// sends (up to MaxCompletions items; the next batch builds while a call is in flight, and an idle
+// worker sends at once); each job stays held and heartbeated until its item is answered. A batch
+// route answering 404 or 405 sends Run back to one call per job for good. Failures are always
+// reported one call per job.
 func (w *Worker) Run(ctx context.Context) error {
 	if !w.running.CompareAndSwap(false, true) {
 		return errors.New("queueflow: this worker is already running")
@@ -152,6 +160,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	close(turn)
 	backoff := NewBackoff(100*time.Millisecond, o.MaxBackoff)
 	var runErr error
+	acks := startAcker(bg, w.client, log)
 
 loop:
 	for ctx.Err() == nil {
@@ -195,18 +204,21 @@ loop:
 					default:
 					}
 				}()
-				w.hold(bg, log, &lj, slots, prev, mine)
+				w.hold(bg, log, acks, &lj, slots, prev, mine)
 			}(turn, next)
 			turn = next
 		}
 	}
-	wg.Wait()
+	wg.Wait() // every held job reported: the acknowledgement buffer is empty
+	acks.stop()
 	return runErr
 }
 
 // hold owns one leased job from lease to report: it heartbeats it from the start (also while it
-// waits for a handler slot), runs its handler, and reports the outcome unless the job was lost.
-func (w *Worker) hold(bg context.Context, log *slog.Logger, lj *LeasedJob, slots chan struct{},
+// waits for a handler slot), runs its handler, and reports the outcome unless the job was lost. A
+// success goes through the loop's acknowledgement buffer (acks) and the job stays held until it is
+// answered; without the batch route it is completed with its own call.
+func (w *Worker) hold(bg context.Context, log *slog.Logger, acks *acker, lj *LeasedJob, slots chan struct{},
 	prev <-chan struct{}, mine chan struct{}) {
 	o := w.opts
 	job := &lj.Job
@@ -289,6 +301,11 @@ func (w *Worker) hold(bg context.Context, log *slog.Logger, lj *LeasedJob, slots
 	if outcome == OutcomeOK {
 		if result == nil {
 			result = map[string]any{}
+		}
+		p := &pendingAck{item: CompletionItem{ID: job.ID, LeaseToken: lj.LeaseToken, Result: result},
+			until: until, log: log, verdict: make(chan ackVerdict, 1)}
+		if acks.submit(p) == ackDone {
+			return
 		}
 		w.report(bg, log, "complete", until, func(ctx context.Context) error {
 			return w.client.Complete(ctx, job.ID, lj.LeaseToken, result)

@@ -32,15 +32,26 @@ type fakeServer struct {
 	report   func(w http.ResponseWriter)
 	reports  []report
 	reported chan report
+	// offers lists POST /api/v1/jobs/complete in /openapi.json; probes answer /openapi.json in turn
+	// before that (nil: the default answer).
+	offers     bool
+	probes     []func(w http.ResponseWriter)
+	probeCalls int
+	// batch answers POST /api/v1/jobs/complete (call counts from 0); nil answers 200 with
+	// itemStatus per item (nil: 204 each).
+	batch      func(call int, ids []string, w http.ResponseWriter)
+	itemStatus func(id string) int
+	batchCalls [][]string
 }
 
 type report struct {
 	kind, id string
 	body     map[string]any
+	batch    bool // an item of POST /api/v1/jobs/complete
 }
 
 func newFake(t *testing.T) (*fakeServer, *Client) {
-	f := &fakeServer{t: t, heartbeats: map[string]int{}, beatTimes: map[string][]time.Time{}, reported: make(chan report, 100)}
+	f := &fakeServer{t: t, heartbeats: map[string]int{}, beatTimes: map[string][]time.Time{}, reported: make(chan report, 1000)}
 	srv := httptest.NewServer(f)
 	t.Cleanup(srv.Close)
 	return f, NewClient(srv.URL, "tenant", WithWorkerToken("worker"))
@@ -77,6 +88,14 @@ func (f *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	raw, _ := io.ReadAll(r.Body)
 	var body map[string]any
 	json.Unmarshal(raw, &body)
+	switch r.Method + " " + r.URL.Path {
+	case "GET /openapi.json":
+		f.serveOpenAPI(w)
+		return
+	case "POST /api/v1/jobs/complete":
+		f.serveBatch(w, raw)
+		return
+	}
 	parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/") // api v1 {jobs|queues} {id} {action}
 	action, id := parts[len(parts)-1], parts[len(parts)-2]
 	f.mu.Lock()
@@ -106,7 +125,7 @@ func (f *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			hb(id, w)
 		}
 	case "complete", "fail":
-		rep := report{action, id, body}
+		rep := report{kind: action, id: id, body: body}
 		f.reports = append(f.reports, rep)
 		answer := f.report
 		f.mu.Unlock()
@@ -120,6 +139,78 @@ func (f *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		f.mu.Unlock()
 		f.t.Errorf("unexpected %s %s", r.Method, r.URL.Path)
 	}
+}
+
+func (f *fakeServer) serveOpenAPI(w http.ResponseWriter) {
+	f.mu.Lock()
+	var answer func(w http.ResponseWriter)
+	if f.probeCalls < len(f.probes) {
+		answer = f.probes[f.probeCalls]
+	}
+	f.probeCalls++
+	offers := f.offers
+	f.mu.Unlock()
+	if answer != nil {
+		answer(w)
+		return
+	}
+	paths := map[string]any{"/api/v1/jobs/{id}/complete": map[string]any{"post": map[string]any{}}}
+	if offers {
+		paths["/api/v1/jobs/complete"] = map[string]any{"post": map[string]any{}}
+	}
+	writeJSON(w, 200, map[string]any{"openapi": "3.1.0", "paths": paths})
+}
+
+func (f *fakeServer) serveBatch(w http.ResponseWriter, raw []byte) {
+	var req struct {
+		Jobs []map[string]any `json:"jobs"`
+	}
+	if err := json.Unmarshal(raw, &req); err != nil || len(req.Jobs) == 0 || len(req.Jobs) > 100 {
+		f.t.Errorf("bad batch acknowledgement (%v): %s", err, raw)
+		errorBody(w, 400, "bad request")
+		return
+	}
+	ids := make([]string, len(req.Jobs))
+	f.mu.Lock()
+	call := len(f.batchCalls)
+	for i, item := range req.Jobs {
+		ids[i], _ = item["id"].(string)
+		rep := report{kind: "complete", id: ids[i], body: item, batch: true}
+		f.reports = append(f.reports, rep)
+		f.reported <- rep
+	}
+	f.batchCalls = append(f.batchCalls, ids)
+	answer, itemStatus := f.batch, f.itemStatus
+	f.mu.Unlock()
+	if answer != nil {
+		answer(call, ids, w)
+		return
+	}
+	writeBatchAnswer(w, ids, itemStatus)
+}
+
+// writeBatchAnswer answers a batch acknowledgement with status(id) per item (nil: 204 each).
+func writeBatchAnswer(w http.ResponseWriter, ids []string, status func(id string) int) {
+	results := make([]map[string]any, len(ids))
+	for i, id := range ids {
+		st := 204
+		if status != nil {
+			st = status(id)
+		}
+		results[i] = map[string]any{"id": id, "status": st, "outcome": map[int]string{204: "completed",
+			409: "conflict", 404: "not_found"}[st]}
+		if st != 204 {
+			results[i]["error"] = "no"
+		}
+	}
+	writeJSON(w, 200, map[string]any{"results": results})
+}
+
+// calls returns the ids of each batch acknowledgement and the number of /openapi.json reads.
+func (f *fakeServer) calls() (batches [][]string, probes int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([][]string(nil), f.batchCalls...), f.probeCalls
 }
 
 func (f *fakeServer) snapshot() (reports []report, beats map[string]int, leaseCalls int) {
@@ -164,7 +255,14 @@ func runUntil(t *testing.T, w *Worker, f *fakeServer, reports int) error {
 }
 
 func TestWorkerReportsOutcomes(t *testing.T) {
+	for _, offers := range []bool{false, true} {
+		t.Run(fmt.Sprintf("batch route offered %v", offers), func(t *testing.T) { testWorkerReportsOutcomes(t, offers) })
+	}
+}
+
+func testWorkerReportsOutcomes(t *testing.T, offers bool) {
 	f, c := newFake(t)
+	f.offers = offers
 	f.leases = []func(http.ResponseWriter){leased("ok#1", "nil#2", "err#3", "perm#4", "panic#5", "unknown#6")}
 	var doneMu sync.Mutex
 	done := map[string]Outcome{}
@@ -197,6 +295,11 @@ func TestWorkerReportsOutcomes(t *testing.T) {
 		}
 		if r.body["lease_token"] != "tok-"+id {
 			t.Errorf("%s: lease token %v", id, r.body["lease_token"])
+		}
+	}
+	for _, r := range reports {
+		if r.batch != (offers && r.kind == "complete") {
+			t.Errorf("%s %s sent in a batch: %v", r.kind, r.id, r.batch)
 		}
 	}
 	check("ok#1", "complete", "result", map[string]any{"i": 0.0})
@@ -432,7 +535,14 @@ func TestWorkerUnansweredReportIsResentWithinTheLease(t *testing.T) {
 }
 
 func TestWorkerDrainsOnCancel(t *testing.T) {
+	for _, offers := range []bool{false, true} {
+		t.Run(fmt.Sprintf("batch route offered %v", offers), func(t *testing.T) { testWorkerDrainsOnCancel(t, offers) })
+	}
+}
+
+func testWorkerDrainsOnCancel(t *testing.T, offers bool) {
 	f, c := newFake(t)
+	f.offers = offers
 	f.leases = []func(http.ResponseWriter){leased("slow#1")}
 	started := make(chan struct{})
 	var handlerErr error
@@ -455,7 +565,7 @@ func TestWorkerDrainsOnCancel(t *testing.T) {
 		t.Fatalf("draining cancelled the handler: %v", handlerErr)
 	}
 	reports, _, _ := f.snapshot()
-	if len(reports) != 1 || reports[0].kind != "complete" {
+	if len(reports) != 1 || reports[0].kind != "complete" || reports[0].batch != offers {
 		t.Fatalf("the running job was not reported before Run returned: %v", reports)
 	}
 	if err := w.Run(ctx); err != nil {
