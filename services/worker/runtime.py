@@ -153,8 +153,7 @@ class WorkerRuntime:
 
     async def _queue_loop(self, queue: str) -> None:
         s = self.settings
-        budget = _Budget(2 * s.workers)  # running plus claimed ahead; a job stops counting once
-        # its handler has finished, so the next claim overlaps the previous jobs' completions
+        budget = _Budget(ahead=2 * s.workers, held=4 * s.workers)
         while not self._stopping and not self.lifecycle.draining:
             free = budget.free
             if free < max(1, s.workers // 2):  # claim in batches of at least half the workers
@@ -179,12 +178,12 @@ class WorkerRuntime:
                 continue
             claimed_at = asyncio.get_running_loop().time()
             for lease in leases:
-                handled = budget.take()
+                handled, ended = budget.take()
                 task = asyncio.create_task(self._run(lease, claimed_at, handled))
                 self._inflight.add(task)
                 self._leases[task] = (lease.job.id, lease.token)
                 task.add_done_callback(self._forget)
-                task.add_done_callback(_released_by(handled))
+                task.add_done_callback(ended)
 
     def _forget(self, task: asyncio.Task[None]) -> None:
         self._inflight.discard(task)
@@ -401,46 +400,50 @@ class WorkerRuntime:
 
 
 class _Budget:
-    """How many more jobs a queue loop may hold. `take()` counts one in and returns its release,
-    which counts it out once, however often it is called (when its handler finishes, and when its
-    task ends, whichever comes first)."""
+    """How many more jobs a queue loop may claim. A job counts as *unfinished* from its claim until
+    its handler finishes, and as *held* until its task ends (its outcome written). Unfinished jobs
+    are capped at `ahead` (running plus claimed ahead), held ones at `held`: a finished job stops
+    holding a run slot, so the next claim overlaps the previous jobs' completions, but only so far,
+    or a database slower to write outcomes than to hand out jobs would let claims run away from
+    the completions (each claimed job a lease ticking)."""
 
-    def __init__(self, size: int) -> None:
-        self.size = size
+    def __init__(self, ahead: int, held: int) -> None:
+        self.ahead = ahead
+        self.held = max(held, ahead)
+        self._unfinished = 0
         self._held = 0
         self._freed = asyncio.Event()
 
     @property
     def free(self) -> int:
-        return self.size - self._held
+        return min(self.ahead - self._unfinished, self.held - self._held)
 
     async def wait(self) -> None:
-        """Until at least one held job has been counted out."""
+        """Until at least one job has been counted out."""
         self._freed.clear()
         await self._freed.wait()
 
-    def take(self) -> Callable[[], None]:
+    def take(self) -> tuple[Callable[[], None], Callable[[asyncio.Task[None]], None]]:
+        """Count one job in: returns `handled` (its handler finished; idempotent) and `ended`, the
+        done-callback of its task, which counts it out entirely (a task that ended before its
+        handler finished, e.g. cancelled while it waited, counts as handled too)."""
+        self._unfinished += 1
         self._held += 1
-        released = False
+        finished = False
 
-        def release() -> None:
-            nonlocal released
-            if not released:
-                released = True
-                self._held -= 1
+        def handled() -> None:
+            nonlocal finished
+            if not finished:
+                finished = True
+                self._unfinished -= 1
                 self._freed.set()
 
-        return release
+        def ended(_task: asyncio.Task[None]) -> None:
+            handled()
+            self._held -= 1
+            self._freed.set()
 
-
-def _released_by(release: Callable[[], None]) -> Callable[[asyncio.Task[None]], None]:
-    """A task's done-callback that calls `release` (a job task that ended before its handler
-    finished, e.g. cancelled while it waited, still gives its place back)."""
-
-    def done(_task: asyncio.Task[None]) -> None:
-        release()
-
-    return done
+        return handled, ended
 
 
 def _observed(handler: asyncio.Future[Any]) -> None:

@@ -10,7 +10,8 @@ import pytest
 
 from services.worker.registry import JobContext, PermanentError
 from services.worker.runtime import default_registry
-from tests.protocol.helpers import cancel, create_job, dead_letters, finished, get_job, job_row, reaches
+from tests.protocol.helpers import AUTH, cancel, create_job, dead_letters, finished, get_job, job_row, reaches
+from tests.support.api import database_of
 from tests.support.waiting import eventually
 
 
@@ -210,4 +211,35 @@ async def test_an_async_callable_object_is_awaited_as_a_handler(worker_app):
         "completed",
         {"resized": "a.png"},
         None,
+    )
+
+
+async def test_claims_never_run_away_from_completions_the_database_has_not_written(worker_app, db):
+    """Finished jobs stop holding run slots, so the next claim overlaps their completions; but while
+    completions are stuck, the runtime holds at most four times --workers jobs, not the backlog."""
+    client = await worker_app(workers=2)
+    completer = database_of(client).completer
+    stuck = asyncio.Event()
+    waiting: list[object] = []
+    write = completer.complete
+
+    async def stalled(job_id, token, result):
+        waiting.append(job_id)
+        await stuck.wait()
+        await write(job_id, token, result)
+
+    completer.complete = stalled  # type: ignore[method-assign]
+    resp = await client.post(
+        "/api/v1/jobs/batch", json={"jobs": [{"task_name": "echo"} for _ in range(40)]}, headers=AUTH
+    )
+    assert resp.status == 201
+
+    await eventually(lambda: len(waiting) >= 8)
+    await asyncio.sleep(0.3)  # room for a runaway claim to show itself
+    assert len(waiting) == 8
+    assert await db.fetchval("SELECT count(*) FROM queueflow.jobs WHERE status = 'running'") == 8
+
+    stuck.set()
+    await eventually(
+        lambda: db.fetchval("SELECT count(*) = 40 FROM queueflow.jobs WHERE status = 'completed'"), timeout=20
     )
