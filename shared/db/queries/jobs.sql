@@ -282,15 +282,23 @@ SELECT
      WHERE tenant_id = $1 AND status IN ('failed', 'partially_failed')) AS workflows_failed;
 
 -- name: queue_gauges
--- Fleet-wide backlog per queue for the Prometheus gauges.
-SELECT queue_name,
-       count(*) FILTER (WHERE status IN ('pending', 'retrying') AND scheduled_at <= now()) AS pending,
-       count(*) FILTER (WHERE status IN ('pending', 'retrying') AND scheduled_at > now()) AS scheduled,
-       count(*) FILTER (WHERE status = 'running') AS running,
-       COALESCE(EXTRACT(EPOCH FROM now() - min(scheduled_at)
-           FILTER (WHERE status IN ('pending', 'retrying') AND scheduled_at <= now())), 0) AS oldest_age
-FROM queueflow.jobs
-WHERE status IN ('pending', 'retrying', 'running')
+-- Fleet-wide backlog per queue for the Prometheus gauges: waiting jobs through the claim index,
+-- running ones through the expired-lease index (migration 9), never the whole table.
+SELECT queue_name, sum(pending)::bigint AS pending, sum(scheduled)::bigint AS scheduled,
+       sum(running)::bigint AS running, COALESCE(max(oldest_age), 0) AS oldest_age
+FROM (
+    SELECT queue_name,
+           count(*) FILTER (WHERE scheduled_at <= now()) AS pending,
+           count(*) FILTER (WHERE scheduled_at > now()) AS scheduled,
+           0 AS running,
+           EXTRACT(EPOCH FROM now() - min(scheduled_at) FILTER (WHERE scheduled_at <= now())) AS oldest_age
+    FROM queueflow.jobs WHERE status IN ('pending', 'retrying')
+    GROUP BY queue_name
+    UNION ALL
+    SELECT queue_name, 0, 0, count(*), NULL
+    FROM queueflow.jobs WHERE status = 'running' AND locked_until IS NOT NULL
+    GROUP BY queue_name
+) AS per_status
 GROUP BY queue_name;
 
 -- name: prune_dead_letters
