@@ -18,6 +18,38 @@ from aiohttp.test_utils import TestServer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
+from queueflow_sdk import Backoff, Worker  # noqa: E402  (importable once src is on the path)
+
+FAST = Backoff(initial=0.01, maximum=0.05)
+
+
+async def until(condition: Callable[[], Any], timeout: float = 5.0) -> None:
+    """Wait until `condition()` holds, polling (the stub's request log has no events to wait on)."""
+    async with asyncio.timeout(timeout):
+        while True:
+            if condition():
+                return
+            await asyncio.sleep(0.005)
+
+
+async def run_until(worker: Worker, done: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Run the worker; stop it once `done()` holds."""
+    runner = asyncio.create_task(worker.run())
+
+    async def watch() -> None:
+        while True:
+            if done():
+                break
+            await asyncio.sleep(0.01)  # polling the stub's request log
+        worker.stop()
+
+    watcher = asyncio.create_task(watch())
+    try:
+        async with asyncio.timeout(timeout):
+            await runner
+    finally:
+        watcher.cancel()
+
 
 def error(status: int, message: str) -> web.Response:
     return web.json_response({"error": message, "timestamp": datetime.now(UTC).isoformat()}, status=status)
@@ -41,9 +73,18 @@ def job_json(task_name: str = "t", payload: dict[str, Any] | None = None, **extr
     }
 
 
+BATCH_ROUTE = "/api/v1/jobs/complete"
+
+
 class Stub:
     """A fake QueueFlow server: records every request; `lease_answers` and the `on_*` hooks decide
-    the answers. By default jobs in `queue` are leased, heartbeats answer running, reports 204."""
+    the answers. By default jobs in `queue` are leased, heartbeats answer running, reports 204.
+
+    The batch acknowledgement (`POST /api/v1/jobs/complete`) is there when `offer_batch` is set
+    (`/openapi.json` lists it then; otherwise that answers 404, as the route does): `openapi_answers`
+    and `batch_answers` come first (one whole answer per call, in order), then `item_status` answers
+    each item (default 204); `batch_delay` holds each call that long, and `max_batches_in_flight`
+    records how many were ever answered at once."""
 
     def __init__(self) -> None:
         self.requests: list[tuple[str, str, dict[str, str], Any]] = []
@@ -53,6 +94,13 @@ class Stub:
         self.heartbeat_answer: Callable[[str], web.Response | None] = lambda job_id: None
         self.report_answer: Callable[[str, str], web.Response | None] = lambda kind, job_id: None
         self.routes: dict[tuple[str, str], Callable[[web.Request], Any]] = {}
+        self.offer_batch = False
+        self.openapi_answers: list[Callable[[], web.Response]] = []
+        self.batch_answers: list[Callable[[], web.Response]] = []
+        self.item_status: Callable[[str], int] = lambda job_id: 204
+        self.batch_delay = 0.0
+        self.batches_in_flight = 0
+        self.max_batches_in_flight = 0
         self.server: TestServer | None = None
 
     def add_jobs(self, *jobs: dict[str, Any]) -> list[str]:
@@ -60,11 +108,23 @@ class Stub:
         return [j["id"] for j in jobs]
 
     def calls(self, kind: str, job_id: str | None = None) -> list[Any]:
+        """Bodies of the per-job calls `kind` (lease, heartbeat, complete, fail), optionally of one job."""
         return [
             body
             for method, path, _, body in self.requests
-            if path.endswith(f"/{kind}") and (job_id is None or f"/{job_id}/" in path)
+            if path.endswith(f"/{kind}") and path != BATCH_ROUTE and (job_id is None or f"/{job_id}/" in path)
         ]
+
+    def batches(self) -> list[list[dict[str, Any]]]:
+        """The items of every batch acknowledgement call, in order."""
+        return [body["jobs"] for method, path, _, body in self.requests if method == "POST" and path == BATCH_ROUTE]
+
+    def batch_acked(self) -> list[str]:
+        """Job ids sent through the batch route, every call and every item."""
+        return [item["id"] for batch in self.batches() for item in batch]
+
+    def probes(self) -> int:
+        return sum(1 for method, path, _, _ in self.requests if path == "/openapi.json")
 
     @property
     def url(self) -> str:
@@ -79,6 +139,15 @@ class Stub:
         if custom is not None:
             result = custom(request)
             return await result if asyncio.iscoroutine(result) else result
+        if request.path == "/openapi.json":
+            if self.openapi_answers:
+                return self.openapi_answers.pop(0)()
+            paths: dict[str, Any] = {"/api/v1/jobs/{id}/complete": {"post": {}}}
+            if self.offer_batch:
+                paths[BATCH_ROUTE] = {"post": {"operationId": "completeJobs"}}
+            return web.json_response({"openapi": "3.1.0", "info": {"title": "stub"}, "paths": paths})
+        if request.path == BATCH_ROUTE:
+            return await self.batch(request.method, body)
         parts = request.path.strip("/").split("/")
         if request.method == "POST" and parts[-1] == "lease":
             if self.lease_answers:
@@ -98,6 +167,31 @@ class Stub:
             answer = self.report_answer(parts[-1], parts[-2])
             return answer if answer is not None else web.Response(status=204)
         return error(404, "not found")
+
+    async def batch(self, method: str, body: Any) -> web.Response:
+        if not self.offer_batch:
+            return error(404, "not found")
+        if method != "POST":
+            return error(405, "method not allowed")
+        self.batches_in_flight += 1
+        self.max_batches_in_flight = max(self.max_batches_in_flight, self.batches_in_flight)
+        try:
+            if self.batch_delay:
+                await asyncio.sleep(self.batch_delay)
+            if self.batch_answers:
+                return self.batch_answers.pop(0)()
+            assert 1 <= len(body["jobs"]) <= 100, len(body["jobs"])
+            results = []
+            for item in body["jobs"]:
+                status = self.item_status(item["id"])
+                outcome = {204: "completed", 409: "conflict", 404: "not_found"}.get(status, "conflict")
+                result = {"id": item["id"], "outcome": outcome, "status": status}
+                if status != 204:
+                    result["error"] = f"item answered {status}"
+                results.append(result)
+            return web.json_response({"results": results})
+        finally:
+            self.batches_in_flight -= 1
 
 
 @pytest.fixture

@@ -117,6 +117,66 @@ async def test_204_routes_return_none_and_fail_sends_retryable(stub):
     assert stub.requests[0][3] == {"lease_token": "tok", "error": "bad", "retryable": False}
 
 
+async def test_complete_many_sends_the_items_with_the_worker_token(stub):
+    stub.offer_batch = True
+    stub.item_status = lambda job_id: {"j2": 409, "j3": 404}.get(job_id, 204)
+    items = [m.CompletionItem(id=f"j{n}", lease_token=f"tok{n}", result={"n": n}) for n in (1, 2, 3)]
+    async with Client(stub.url, "tenant", worker_token="worker") as qf:
+        answer = await qf.complete_many(items)
+        again = await qf.complete_many(m.CompleteJobsRequest(jobs=items[:1]))
+    assert [(r.id, r.outcome, r.status, r.ok) for r in answer.results] == [
+        ("j1", "completed", 204, True),
+        ("j2", "conflict", 409, False),
+        ("j3", "not_found", 404, False),
+    ]
+    assert answer.results[0].error is None and answer.results[1].error == "item answered 409"
+    assert [r.id for r in again.results] == ["j1"]
+    method, path, headers, body = stub.requests[0]
+    assert (method, path, headers["Authorization"]) == ("POST", "/api/v1/jobs/complete", "Bearer worker")
+    assert body == {"jobs": [{"id": f"j{n}", "lease_token": f"tok{n}", "result": {"n": n}} for n in (1, 2, 3)]}
+
+
+@pytest.mark.parametrize("count", [0, 101])
+async def test_complete_many_takes_1_to_100_jobs(stub, count):
+    items = [m.CompletionItem(id=str(n), lease_token="tok") for n in range(count)]
+    async with Client(stub.url, "t") as qf:
+        with pytest.raises(ValueError, match="1..=100"):
+            await qf.complete_many(items)
+    assert stub.requests == []
+
+
+@pytest.mark.parametrize(
+    "results",
+    [[], [{"id": "b", "outcome": "completed", "status": 204}, {"id": "a", "outcome": "completed", "status": 204}]],
+    ids=["missing", "out-of-order"],
+)
+async def test_complete_many_answers_must_be_one_per_job_in_order(stub, results):
+    stub.routes[("POST", "/api/v1/jobs/complete")] = lambda r: web.json_response({"results": results})
+    async with Client(stub.url, "t") as qf:
+        with pytest.raises(UnexpectedResponse, match="request order"):
+            await qf.complete_many(
+                [m.CompletionItem(id="a", lease_token="t"), m.CompletionItem(id="b", lease_token="t")]
+            )
+
+
+async def test_complete_many_against_a_server_without_it_is_not_found(stub):
+    async with Client(stub.url, "t") as qf:
+        offered = (await qf.openapi()).offers("POST", "/api/v1/jobs/complete")
+        with pytest.raises(NotFound):
+            await qf.complete_many([m.CompletionItem(id="a", lease_token="t")])
+    assert offered is False
+
+
+async def test_openapi_tells_which_routes_the_server_offers(stub):
+    stub.offer_batch = True
+    async with Client(stub.url, "t") as qf:
+        document = await qf.openapi()
+    assert document.openapi == "3.1.0" and "Authorization" not in stub.requests[0][2]
+    assert document.offers("POST", "/api/v1/jobs/complete") and document.offers("post", "/api/v1/jobs/complete")
+    assert not document.offers("GET", "/api/v1/jobs/complete")
+    assert not document.offers("POST", "/api/v1/nowhere")
+
+
 async def test_a_body_of_the_wrong_shape_is_unexpected(stub):
     stub.routes[("GET", "/api/v1/stats")] = lambda r: web.json_response({"jobs_created": "many"})
     async with Client(stub.url, "t") as qf:

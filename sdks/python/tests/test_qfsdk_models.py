@@ -75,6 +75,42 @@ def test_an_error_without_the_usual_body_keeps_the_raw_text():
     assert errors.error_for_status(404, b"").raw is None
 
 
+@pytest.mark.parametrize(
+    ("status", "cls", "retryable"),
+    [
+        (409, errors.Conflict, False),
+        (404, errors.NotFound, False),
+        (503, errors.ServiceUnavailable, True),
+        (500, errors.ServerError, True),
+        (429, errors.ApiError, True),
+    ],
+)
+def test_an_item_of_a_batch_answer_is_the_error_of_its_status(status, cls, retryable):
+    err = errors.error_for_item(status, "lease is no longer held")
+    assert type(err) is cls and err.status == status and err.retryable is retryable
+    assert str(err) == f"HTTP {status}: lease is no longer held" and err.body is None
+    assert str(errors.error_for_item(status, None)) == f"HTTP {status}: no body"
+
+
+def test_a_completion_answer_decodes_and_says_whether_it_completed():
+    raw = (
+        b'{"results":[{"id":"a","outcome":"completed","status":204},'
+        b'{"id":"b","outcome":"conflict","status":409,"error":"lease lost","later":1}]}'
+    )
+    answer = msgspec.json.decode(raw, type=m.CompleteJobsResponse)
+    assert [(r.id, r.ok, r.error) for r in answer.results] == [("a", True, None), ("b", False, "lease lost")]
+    item = m.CompletionItem(id="a", lease_token="t")
+    assert msgspec.json.decode(msgspec.json.encode(m.CompleteJobsRequest(jobs=[item]))) == {
+        "jobs": [{"id": "a", "lease_token": "t"}]
+    }
+
+
+def test_openapi_document_tolerates_odd_path_items():
+    doc = msgspec.json.decode(b'{"paths":{"/a":{"post":{}},"/b":[],"/c":{"post":null}}}', type=m.OpenApiDocument)
+    assert doc.offers("POST", "/a") and not doc.offers("POST", "/b") and not doc.offers("POST", "/c")
+    assert not msgspec.json.decode(b"{}", type=m.OpenApiDocument).offers("POST", "/a")
+
+
 def test_permanent_error_is_not_retryable():
     assert errors.PermanentError("x").retryable is False
 

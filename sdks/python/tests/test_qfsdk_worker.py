@@ -7,30 +7,9 @@ import logging
 
 import pytest
 from aiohttp import web
-from conftest import error, job_json
+from conftest import FAST, error, job_json, run_until
 
 from queueflow_sdk import Backoff, Client, Forbidden, JobContext, PermanentError, Unauthorized, Worker
-
-FAST = Backoff(initial=0.01, maximum=0.05)
-
-
-async def run_until(worker: Worker, done, timeout: float = 10.0) -> None:
-    """Run the worker; stop it once `done()` holds."""
-    runner = asyncio.create_task(worker.run())
-
-    async def watch():
-        while True:
-            if done():
-                break
-            await asyncio.sleep(0.01)  # polling the stub's request log
-        worker.stop()
-
-    watcher = asyncio.create_task(watch())
-    try:
-        async with asyncio.timeout(timeout):
-            await runner
-    finally:
-        watcher.cancel()
 
 
 async def test_results_and_failures_are_reported(stub):

@@ -503,6 +503,11 @@ class Client:
         """Readiness (no credential): ``GET /ready``; 503 is a `ServiceUnavailable`."""
         return await self.request("GET", "/ready", m.ReadyStatus, token=None)
 
+    async def openapi(self) -> m.OpenApiDocument:
+        """The server's API description (no credential): ``GET /openapi.json``. Its ``offers(method,
+        path)`` tells whether the server has a route, e.g. an extension such as the batch acknowledgement."""
+        return await self.request("GET", "/openapi.json", m.OpenApiDocument, token=None)
+
     # --- worker protocol (worker token) ----------------------------------------------------------
 
     async def lease(
@@ -532,6 +537,25 @@ class Client:
         """Record success: ``POST /api/v1/jobs/{id}/complete`` (idempotent)."""
         body = m.CompleteJobRequest(lease_token=lease_token, result=result if result is not None else {})
         await self.request("POST", f"/api/v1/jobs/{_seg(job_id)}/complete", body=body, token=self.worker_token)
+
+    async def complete_many(self, jobs: list[m.CompletionItem] | m.CompleteJobsRequest) -> m.CompleteJobsResponse:
+        """Record success for 1 to 100 leased jobs in one call: ``POST /api/v1/jobs/complete`` (an
+        extension; `openapi` tells whether the server has it). The answer has one `CompletionAnswer`
+        per item, in request order, whose ``status`` is what `complete` would have answered for that
+        job (204, 409 `Conflict`, 404 `NotFound`); the call itself fails only as a whole (a server
+        without the route answers 404). Idempotent, like `complete`."""
+        body = jobs if isinstance(jobs, m.CompleteJobsRequest) else m.CompleteJobsRequest(jobs=list(jobs))
+        if not 1 <= len(body.jobs) <= m.MAX_COMPLETIONS:
+            raise ValueError(f"complete_many takes 1..={m.MAX_COMPLETIONS} jobs, not {len(body.jobs)}")
+        answer = await self.request(
+            "POST", "/api/v1/jobs/complete", m.CompleteJobsResponse, body=body, token=self.worker_token
+        )
+        if [result.id for result in answer.results] != [item.id for item in body.jobs]:
+            raise UnexpectedResponse(
+                f"POST /api/v1/jobs/complete: {len(answer.results)} answers for {len(body.jobs)} jobs, "
+                "or not one per job in request order"
+            )
+        return answer
 
     async def fail(self, job_id: str, lease_token: str, error: str, retryable: bool = True) -> None:
         """Record a failure: ``POST /api/v1/jobs/{id}/fail``. ``retryable=False`` dead-letters the

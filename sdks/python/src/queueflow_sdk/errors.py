@@ -29,6 +29,7 @@ __all__ = [
     "TransportError",
     "Unauthorized",
     "UnexpectedResponse",
+    "error_for_item",
     "error_for_status",
 ]
 
@@ -133,8 +134,18 @@ def error_for_status(status: int, content: bytes) -> ApiError:
         raw: Any = json.loads(content) if content else None
     except ValueError:
         raw = content.decode("utf-8", errors="replace")
-    cls = _BY_STATUS.get(status) or (ServerError if status >= 500 else ApiError)
-    return cls(status, body, raw)
+    return _class_of(status)(status, body, raw)
+
+
+def error_for_item(status: int, message: str | None) -> ApiError:
+    """The `ApiError` one item of a batch answer stands for (e.g. a `CompletionAnswer` with status
+    409 is a `Conflict`). An item has no error body of its own: ``body`` is ``None`` and ``raw`` is the
+    item's error message."""
+    return _class_of(status)(status, None, message)
+
+
+def _class_of(status: int) -> type[ApiError]:
+    return _BY_STATUS.get(status) or (ServerError if status >= 500 else ApiError)
 
 
 class PermanentError(Exception):

@@ -17,6 +17,11 @@ __all__ = [
     "CancelJobsRequest",
     "CancelJobsResponse",
     "CompleteJobRequest",
+    "CompleteJobsRequest",
+    "CompleteJobsResponse",
+    "CompletionAnswer",
+    "CompletionItem",
+    "CompletionOutcome",
     "CreateBatchJobsRequest",
     "CreateBatchJobsResponse",
     "CreateCronRequest",
@@ -45,6 +50,8 @@ __all__ = [
     "ListDeadLettersResponse",
     "ListJobsResponse",
     "ListWorkflowsResponse",
+    "MAX_COMPLETIONS",
+    "OpenApiDocument",
     "QueueControlResponse",
     "QueueStats",
     "QueuesResponse",
@@ -215,6 +222,45 @@ class CompleteJobRequest(_Body):
     result: Object | None = None
 
 
+MAX_COMPLETIONS = 100
+"""The most completions one `CompleteJobsRequest` may carry."""
+
+CompletionOutcome = Literal["completed", "conflict", "not_found"]
+
+
+class CompletionItem(_Body):
+    """One job of a batch acknowledgement: its id, its lease token and its result."""
+
+    id: str
+    lease_token: str
+    result: Object | None = None
+
+
+class CompleteJobsRequest(_Body):
+    """``POST /api/v1/jobs/complete``: 1 to `MAX_COMPLETIONS` completions in one call."""
+
+    jobs: list[CompletionItem]
+
+
+class CompletionAnswer(_Body):
+    """The answer for one item, in request order: ``status`` is what ``POST /api/v1/jobs/{id}/complete``
+    would have answered for that job (204 completed, 409 lease lost, 404 gone), ``error`` its message."""
+
+    id: str
+    outcome: CompletionOutcome
+    status: int
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """Whether the job was completed (or already was, with this token)."""
+        return 200 <= self.status < 300
+
+
+class CompleteJobsResponse(_Body):
+    results: list[CompletionAnswer]
+
+
 class FailJobRequest(_Body):
     lease_token: str
     error: str
@@ -290,6 +336,18 @@ class TasksResponse(_Body):
 class WhoAmIResponse(_Body):
     tenant: str
     access: Literal["read_write", "read_only"]
+
+
+class OpenApiDocument(_Body):
+    """The server's API description (``GET /openapi.json``), reduced to what the SDK reads: its paths."""
+
+    paths: dict[str, Any] = msgspec.field(default_factory=dict)
+    openapi: str | None = None
+
+    def offers(self, method: str, path: str) -> bool:
+        """Whether the document lists ``method`` (e.g. ``"POST"``) on the route template ``path``."""
+        operations = self.paths.get(path)
+        return isinstance(operations, dict) and operations.get(method.lower()) is not None
 
 
 class HealthStatus(_Body):

@@ -4,6 +4,11 @@ It implements the remote-worker protocol's rules: heartbeat every held job (thos
 turn included) at half the lease; a heartbeat answering anything but ``running``, or a 409, cancels
 the handler and nothing is reported; handler errors become retryable failures unless permanent;
 401/403 stop the loop; transport errors and 5xx back off with jitter and the loop recovers.
+
+Successes are acknowledged through the batch route (``POST /api/v1/jobs/complete``) when the
+server's ``/openapi.json`` lists it, one call per job otherwise (sdks/conformance/README.md, "Batch
+acknowledgement"): they wait in a buffer that one flush at a time sends, up to 100 per call, while
+the next batch builds up; each job stays held and heartbeated until its acknowledgement is answered.
 """
 
 from __future__ import annotations
@@ -13,7 +18,8 @@ import contextlib
 import inspect
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,12 +27,14 @@ import msgspec
 
 from queueflow_sdk.backoff import Backoff
 from queueflow_sdk.client import Client
-from queueflow_sdk.errors import ApiError, Conflict, NotFound, TransportError, UnexpectedResponse
-from queueflow_sdk.models import Job, LeasedJob
+from queueflow_sdk.errors import ApiError, Conflict, NotFound, TransportError, UnexpectedResponse, error_for_item
+from queueflow_sdk.models import MAX_COMPLETIONS, CompletionItem, Job, LeasedJob
 
 __all__ = ["Handler", "JobContext", "Worker"]
 
 log = logging.getLogger("queueflow_sdk.worker")
+
+_BATCH_ROUTE = "/api/v1/jobs/complete"
 
 
 @dataclass(eq=False)
@@ -72,6 +80,21 @@ class _Outcome:
     retryable: bool = True
 
 
+@dataclass(eq=False, slots=True)
+class _Ack:
+    """A success waiting in the acknowledgement buffer. Its holder awaits ``answered``: True once the
+    batch route answered for it (or it was given up), False when it is to be sent one call per job."""
+
+    ctx: JobContext
+    result: dict[str, Any]
+    deadline: float
+    answered: asyncio.Future[bool]
+
+    def settle(self, answered: bool) -> None:
+        if not self.answered.done():  # done: its holder was cancelled meanwhile
+            self.answered.set_result(answered)
+
+
 def _result_of(value: Any) -> dict[str, Any]:
     if value is None:
         return {}
@@ -100,6 +123,10 @@ class Worker:
     ``batch_size``: jobs per lease (default ``concurrency``); extra jobs wait their turn, heartbeated.
     ``drain_timeout``: on `stop`, how long in-flight jobs may take before they are cancelled.
     ``cancel_grace``: how long a handler whose job was taken back may take to return on its own.
+
+    Successes are acknowledged many per call (``POST /api/v1/jobs/complete``) when the server offers
+    that route, which `run` asks ``GET /openapi.json`` before its first acknowledgement; otherwise,
+    and for failures, one call per job.
 
     `run` returns after `stop` once the jobs in hand are done; it raises `Unauthorized` /
     `Forbidden` (and other non-retryable 4xx answers to a lease) instead of spinning.
@@ -144,6 +171,12 @@ class Worker:
         self._held: dict[str, asyncio.Task[None]] = {}
         self._contexts: dict[str, JobContext] = {}
         self._heartbeats: set[asyncio.Task[None]] = set()
+        # The batch acknowledgement: whether the server offers it (None: not known yet), the
+        # successes waiting for the next flush, those of the flush in flight, and the flushing task.
+        self._batch_route: bool | None = None
+        self._acks: deque[_Ack] = deque()
+        self._sending: list[_Ack] = []
+        self._flusher: asyncio.Task[None] | None = None
 
     # --- public ----------------------------------------------------------------------------------
 
@@ -167,6 +200,7 @@ class Worker:
         self._running = True
         self._wake = asyncio.Event()
         self._slots = asyncio.Semaphore(self.concurrency)
+        self._batch_route = None  # asked again for each run: the server may have changed
         try:
             await self._lease_loop()
         except BaseException:
@@ -174,7 +208,10 @@ class Worker:
             raise
         finally:
             self._running = False
-        await self._drain()
+        try:
+            await self._drain()  # the held jobs include those waiting for their acknowledgement
+        finally:
+            await self._stop_flushing()
 
     # --- the lease loop ----------------------------------------------------------------------------
 
@@ -317,11 +354,28 @@ class Worker:
                 self._take_back(ctx, f"job is {answer.status}")
                 return
 
+    def _retry_backoff(self) -> Backoff:
+        """A back-off for retrying a report: the loop's settings, its own count."""
+        b = self.backoff
+        return Backoff(initial=b.initial, maximum=b.maximum, factor=b.factor, jitter=b.jitter)
+
+    @property
+    def _report_window(self) -> float:
+        """How long a report is retried before it is given up (the lease has long expired by then)."""
+        return max(30.0, 2.0 * self.lease_secs)
+
     async def _report(self, ctx: JobContext, outcome: _Outcome) -> None:
+        """Report the outcome: a success through the batch acknowledgement unless the server is
+        known not to offer it (or the batch path hands it back); a failure one call per job."""
+        if outcome.ok and self._batch_route is not False and await self._acknowledge(ctx, outcome.result or {}):
+            return
+        await self._report_one(ctx, outcome)
+
+    async def _report_one(self, ctx: JobContext, outcome: _Outcome) -> None:
         """Send the outcome, retrying transport errors and 5xx (complete and fail are safe to
         repeat with the same token). A rejected report is logged, never turned into a failure."""
-        backoff = Backoff(initial=self.backoff.initial, maximum=self.backoff.maximum, jitter=self.backoff.jitter)
-        deadline = time.monotonic() + max(30.0, 2.0 * self.lease_secs)
+        backoff = self._retry_backoff()
+        deadline = time.monotonic() + self._report_window
         what = "complete" if outcome.ok else "fail"
         while True:
             if ctx.is_cancelled:
@@ -347,6 +401,160 @@ class Worker:
             log.warning("job %s: %s failed (%s); retrying in %.2fs", ctx.job.id, what, problem, delay)
             await asyncio.sleep(delay)
 
+    # --- the batch acknowledgement ----------------------------------------------------------------
+
+    async def _acknowledge(self, ctx: JobContext, result: dict[str, Any]) -> bool:
+        """Put a success in the buffer and wait until it is answered (True), or handed back to be
+        sent one call per job (False). A flush starts at once if none is under way: no timer."""
+        answered: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._acks.append(_Ack(ctx, result, time.monotonic() + self._report_window, answered))
+        if self._flusher is None:
+            self._flusher = asyncio.create_task(self._flush(), name="queueflow-acknowledgements")
+        return await answered
+
+    async def _flush(self) -> None:
+        """Send the buffer, one call at a time and up to 100 jobs per call, until it is empty; the
+        successes that come in while a call is in flight make up the next one."""
+        backoff = self._retry_backoff()
+        try:
+            while self._acks:
+                if self._batch_route is None:
+                    self._batch_route = await self._probe()
+                batch = self._next_batch()
+                if not batch:
+                    continue
+                if not self._batch_route:  # not known (this flush only) or not offered (for good)
+                    self._hand_back(batch)
+                    continue
+                self._sending = batch
+                problem = await self._send(batch)
+                self._sending = []
+                if problem is None:
+                    backoff.reset()
+                    continue
+                delay = backoff.next()
+                log.warning("acknowledgement failed (%s); retrying in %.2fs", problem, delay)
+                await asyncio.sleep(delay)
+        except Exception:  # a bug in the runtime itself: the jobs still get reported, one call each
+            log.exception("the acknowledgement buffer failed; reporting its jobs one call per job")
+            self._hand_back([*self._sending, *self._acks])
+            self._sending = []
+            self._acks.clear()
+        finally:
+            if self._flusher is asyncio.current_task():
+                self._flusher = None
+
+    async def _probe(self) -> bool | None:
+        """Whether the server offers the batch route, from its ``/openapi.json``; None when that
+        could not be known now (no answer, or a 5xx): the next flush asks again."""
+        try:
+            document = await self.client.openapi()
+        except TransportError as err:
+            log.info("GET /openapi.json failed (%s); acknowledging one call per job for now", err)
+            return None
+        except ApiError as err:
+            if err.status >= 500:
+                log.info("GET /openapi.json failed (%s); acknowledging one call per job for now", err)
+                return None
+            log.info("GET /openapi.json answered %s; acknowledging one call per job", err)
+            return False
+        except UnexpectedResponse as err:
+            log.info("GET /openapi.json is not an API description (%s); acknowledging one call per job", err)
+            return False
+        offered = document.offers("POST", _BATCH_ROUTE)
+        log.info("acknowledging %s", f"through POST {_BATCH_ROUTE}" if offered else "one call per job")
+        return offered
+
+    def _next_batch(self) -> list[_Ack]:
+        """Up to 100 successes from the front of the buffer, leaving out the jobs taken back
+        meanwhile (nothing is reported for those, as for a per-job report)."""
+        batch: list[_Ack] = []
+        while self._acks and len(batch) < MAX_COMPLETIONS:
+            ack = self._acks.popleft()
+            if ack.answered.done():
+                continue
+            if ack.ctx.is_cancelled:
+                log.info("job %s: not reporting complete (%s)", ack.ctx.job.id, ack.ctx.cancel_reason)
+                ack.settle(True)
+                continue
+            batch.append(ack)
+        return batch
+
+    async def _send(self, batch: list[_Ack]) -> str | None:
+        """One call of the batch route. Each item's answer is handled as the per-job route's would
+        be; returns what went wrong when some jobs are back in the buffer, to retry after a back-off."""
+        items = [CompletionItem(id=a.ctx.job.id, lease_token=a.ctx.lease_token, result=a.result) for a in batch]
+        try:
+            answer = await self.client.complete_many(items)
+        except ApiError as err:
+            if err.status in (404, 405):
+                log.warning(
+                    "POST %s answered %s: the server does not offer it after all; acknowledging one call per "
+                    "job from now on",
+                    _BATCH_ROUTE,
+                    err,
+                )
+                self._batch_route = False
+                self._hand_back(batch)
+                return None
+            if not err.retryable:  # e.g. a body too large for the server: each job on its own may pass
+                log.warning(
+                    "POST %s rejected %d job(s) (%s); sending them one call per job", _BATCH_ROUTE, len(batch), err
+                )
+                self._hand_back(batch)
+                return None
+            return self._retry_later(batch, err, "rejected")
+        except (TransportError, UnexpectedResponse) as err:
+            return self._retry_later(batch, err, "not delivered")
+        now = time.monotonic()
+        again: list[_Ack] = []
+        for ack, item in zip(batch, answer.results, strict=True):
+            if item.ok:
+                ack.settle(True)
+                continue
+            refusal = error_for_item(item.status, item.error)
+            if refusal.retryable and now < ack.deadline:
+                again.append(ack)
+                continue
+            log.warning("job %s: complete rejected: %s", ack.ctx.job.id, refusal)
+            ack.settle(True)
+        if not again:
+            return None
+        self._acks.extendleft(reversed(again))
+        return f"{len(again)} of {len(batch)} job(s) answered with a status worth retrying"
+
+    def _retry_later(self, batch: list[_Ack], err: Exception, given_up: str) -> str | None:
+        """Put a batch that met an outage back at the front of the buffer, but for the jobs whose
+        report has been retried for too long (given up, as a per-job report would be)."""
+        now = time.monotonic()
+        again: list[_Ack] = []
+        for ack in batch:
+            if now < ack.deadline:
+                again.append(ack)
+            else:
+                log.warning("job %s: complete %s: %s", ack.ctx.job.id, given_up, err)
+                ack.settle(True)
+        if not again:
+            return None
+        self._acks.extendleft(reversed(again))
+        return f"{len(again)} job(s): {err}"
+
+    @staticmethod
+    def _hand_back(acks: Iterable[_Ack]) -> None:
+        """Those successes are to be sent one call per job, each by its holder."""
+        for ack in acks:
+            ack.settle(False)
+
+    async def _stop_flushing(self) -> None:
+        """End the flushing task; the successes it still had (none after a full drain) go per job."""
+        task, self._flusher = self._flusher, None
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        self._hand_back([*self._sending, *self._acks])
+        self._sending = []
+        self._acks.clear()
+
     # --- shutdown --------------------------------------------------------------------------------
 
     async def _drain(self) -> None:
@@ -369,7 +577,10 @@ class Worker:
                 ctx.cancel_reason = reason
                 ctx.cancelled.set()
         tasks = list(self._held.values()) + list(self._heartbeats)
+        if self._flusher is not None:
+            tasks.append(self._flusher)
         for task in tasks:
             task.cancel()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
+        await self._stop_flushing()
