@@ -117,14 +117,16 @@ class InsertBatcher(GroupCommit[tuple[str | None, NewJob], uuid.UUID]):
         for index, (tenant, _) in enumerate(items):
             by_tenant.setdefault(tenant, []).append(index)
         ids: list[uuid.UUID | BaseException] = [uuid.UUID(int=0)] * len(items)
-        async with self.pool.acquire() as conn:
-            # One tenant (the common case) is one statement, atomic on its own: no BEGIN and
-            # COMMIT round trips around it.
-            async with conn.transaction() if len(by_tenant) > 1 else contextlib.nullcontext():
-                for tenant, indexes in by_tenant.items():
-                    inserted = await jobs_db.insert_jobs(conn, tenant, [items[i][1] for i in indexes])
-                    for index, job_id in zip(indexes, inserted, strict=True):
-                        ids[index] = job_id
+        # One tenant (the common case) is one statement, atomic on its own: no BEGIN and COMMIT
+        # round trips around it.
+        async with (
+            self.pool.acquire() as conn,
+            conn.transaction() if len(by_tenant) > 1 else contextlib.nullcontext(),
+        ):
+            for tenant, indexes in by_tenant.items():
+                inserted = await jobs_db.insert_jobs(conn, tenant, [items[i][1] for i in indexes])
+                for index, job_id in zip(indexes, inserted, strict=True):
+                    ids[index] = job_id
         return ids
 
     async def insert(self, tenant: str | None, job: NewJob) -> uuid.UUID:

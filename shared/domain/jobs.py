@@ -122,6 +122,8 @@ class JobConfig(Struct, frozen=True, kw_only=True):
         """The complete config for `partial` (stored field names; absent or null takes the default).
         An unknown field or an out-of-range value is a ValidationFailed naming it."""
         given = {k: v for k, v in (partial or {}).items() if v is not None}
+        if not given:
+            return _DEFAULT_CONFIG  # frozen: one shared instance (most jobs give no policy)
         try:
             return msgspec.convert(given, cls)
         except msgspec.ValidationError as err:
@@ -144,6 +146,8 @@ class JobConfig(Struct, frozen=True, kw_only=True):
         jitter = min(max(self.jitter_factor or 0.0, 0.0), 1.0)  # clamped, as SQL clamps it
         return max(0.0, round(delay * (1 - jitter))), min(cap, round(delay * (1 + jitter)))
 
+
+_DEFAULT_CONFIG = JobConfig()
 
 # The same fields, all optional: what a workflow step or a cron schedule stores as given (echoed
 # back as given) and resolves with `resolve_partial` when it creates a job. Generated from
