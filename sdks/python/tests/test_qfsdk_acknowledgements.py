@@ -8,7 +8,7 @@ import logging
 
 import pytest
 from aiohttp import web
-from conftest import FAST, error, job_json, run_until, until
+from conftest import BATCH_ROUTE, FAST, error, job_json, run_until, until
 
 from queueflow_sdk import Backoff, Client, JobContext, Worker
 
@@ -263,3 +263,105 @@ async def test_the_drain_timeout_abandons_an_acknowledgement_stuck_in_an_outage(
     # which the stub may log just after)
     assert len(stub.batches()) <= calls + 1
     assert stub.calls("complete") == []  # abandoned, unreported: the server redelivers it
+
+
+def hold_batch_route(stub) -> tuple[asyncio.Event, asyncio.Event]:
+    """Hold every batch acknowledgement call until the test sets `release`; `arrived` is set when the
+    first one reaches the stub (it is logged as usual, and answered as usual once released)."""
+    arrived, release = asyncio.Event(), asyncio.Event()
+
+    async def held(request: web.Request) -> web.Response:
+        arrived.set()
+        await release.wait()
+        return await stub.batch(request.method, await request.json())
+
+    stub.offer_batch = True
+    stub.routes[("POST", BATCH_ROUTE)] = held
+    return arrived, release
+
+
+async def test_a_handler_frees_its_slot_while_its_acknowledgement_is_in_flight(stub):
+    """concurrency 2: once `fast` returned, its unanswered acknowledgement no longer takes a slot, so
+    the loop leases `later` and runs it beside `slow` before that acknowledgement is answered."""
+    arrived, release = hold_batch_route(stub)
+    fast, slow, later = stub.add_jobs(job_json("fast"), job_json("slow"), job_json("later"))
+    slow_may_end, later_ran = asyncio.Event(), asyncio.Event()
+
+    async def slow_handler(ctx):
+        await slow_may_end.wait()
+        return {}
+
+    def later_handler(ctx):
+        later_ran.set()
+        return {}
+
+    handlers = {"fast": lambda ctx: {}, "slow": slow_handler, "later": later_handler}
+    async with Client(stub.url, "t") as qf:
+        worker = Worker(qf, "q", handlers, wait_secs=0, concurrency=2, batch_size=2)
+        runner = asyncio.create_task(worker.run())
+        try:
+            async with asyncio.timeout(5):
+                await later_ran.wait()  # leased and run: fast's acknowledgement did not hold the slot
+                await arrived.wait()  # that acknowledgement is on the wire (later's may be in it), unanswered
+            held = worker.held  # fast (being acknowledged), slow (running), later (done)
+            leases = [call["max_jobs"] for call in stub.calls("lease")]
+            first_batch = [item["id"] for item in stub.batches()[0]]
+            release.set()
+            slow_may_end.set()
+            await until(lambda: len(stub.batch_acked()) == 3 and worker.held == 0)
+        finally:
+            release.set()
+            slow_may_end.set()
+            worker.stop()
+            async with asyncio.timeout(5):
+                await runner
+    assert fast in first_batch and slow not in first_batch
+    assert held == 3
+    assert leases[:2] == [2, 1]  # the second lease asked for the one free slot
+    assert sorted(stub.batch_acked()) == sorted([fast, slow, later])
+    assert stub.calls("complete") == []
+
+
+async def test_the_loop_leases_nothing_while_batch_size_finished_jobs_await_their_answer(stub):
+    """concurrency = batch_size = 2: both jobs of the first lease are done and their acknowledgement is
+    unanswered, so both slots are free but the loop leases the third job only after that answer."""
+    arrived, release = hold_batch_route(stub)
+    first, second, third = stub.add_jobs(job_json("ok"), job_json("ok"), job_json("ok"))
+    finished: list[str] = []
+    answered: set[str] = set()
+    unanswered_at_lease: list[int] = []
+
+    async with Client(stub.url, "t") as qf:
+        lease, complete_many = qf.lease, qf.complete_many
+
+        async def noting_lease(*args, **kwargs):
+            unanswered_at_lease.append(len(set(finished) - answered))  # when the loop decides to lease
+            return await lease(*args, **kwargs)
+
+        async def noting_complete_many(items, *args, **kwargs):
+            answer = await complete_many(items, *args, **kwargs)
+            answered.update(item.id for item in items)
+            return answer
+
+        qf.lease = noting_lease
+        qf.complete_many = noting_complete_many
+        worker = Worker(qf, "q", {"ok": lambda ctx: finished.append(ctx.job.id)}, wait_secs=0, concurrency=2)
+        runner = asyncio.create_task(worker.run())
+        try:
+            async with asyncio.timeout(5):
+                # Both handlers returned (and woke the loop) before the probe and this call went out.
+                await arrived.wait()
+            leases_before_answer = len(unanswered_at_lease)
+            held, left = worker.held, len(stub.queue)
+            release.set()
+            await until(lambda: len(stub.batch_acked()) == 3 and worker.held == 0)
+        finally:
+            release.set()
+            worker.stop()
+            async with asyncio.timeout(5):
+                await runner
+    assert leases_before_answer == 1 and held == 2 and left == 1
+    assert [item["id"] for item in stub.batches()[0]] == [first, second]
+    assert unanswered_at_lease[:2] == [0, 0]  # the second lease waited for both answers
+    assert max(unanswered_at_lease) < 2
+    assert stub.batch_acked() == [first, second, third]

@@ -9,6 +9,11 @@ Successes are acknowledged through the batch route (``POST /api/v1/jobs/complete
 server's ``/openapi.json`` lists it, one call per job otherwise (sdks/conformance/README.md, "Batch
 acknowledgement"): they wait in a buffer that one flush at a time sends, up to 100 per call, while
 the next batch builds up; each job stays held and heartbeated until its acknowledgement is answered.
+
+A handler's concurrency slot frees as soon as the handler returns (or raises), not when its report
+is answered: the job stays held (and heartbeated) meanwhile, but no longer stops the loop from
+leasing the next batch. What bounds those finished jobs is that the loop leases only while fewer
+than ``max(batch_size, concurrency)`` of them still wait for their report's answer.
 """
 
 from __future__ import annotations
@@ -119,8 +124,11 @@ class Worker:
     anything else is a retryable failure. Handlers may be coroutines or plain functions.
 
     ``lease_secs``: each lease and heartbeat extension; heartbeats go every ``lease_secs / 2``.
-    ``wait_secs``: the lease long-poll (<= 30). ``concurrency``: handlers at once.
+    ``wait_secs``: the lease long-poll (<= 30). ``concurrency``: handlers at once; a handler's
+    slot frees when it returns, while its job stays held until its report is answered.
     ``batch_size``: jobs per lease (default ``concurrency``); extra jobs wait their turn, heartbeated.
+    The loop leases when a slot is free and fewer than ``max(batch_size, concurrency)`` finished
+    jobs wait for their report's answer, so it holds fewer than twice that many jobs.
     ``drain_timeout``: on `stop`, how long in-flight jobs may take before they are cancelled.
     ``cancel_grace``: how long a handler whose job was taken back may take to return on its own.
 
@@ -169,6 +177,9 @@ class Worker:
         self._wake: asyncio.Event | None = None
         self._slots: asyncio.Semaphore | None = None
         self._held: dict[str, asyncio.Task[None]] = {}
+        # Held jobs whose handler is done and whose report is not answered yet (out of _held): they
+        # no longer take a slot, and leasing waits while there are max(batch_size, concurrency).
+        self._settling = 0
         self._contexts: dict[str, JobContext] = {}
         self._heartbeats: set[asyncio.Task[None]] = set()
         # The batch acknowledgement: whether the server offers it (None: not known yet), the
@@ -182,7 +193,8 @@ class Worker:
 
     @property
     def held(self) -> int:
-        """Jobs this worker holds: running, waiting their turn, or being reported."""
+        """Jobs this worker holds: running, waiting their turn, or being reported (their handler
+        done, their slot free, their report not answered yet)."""
         return len(self._held)
 
     def stop(self) -> None:
@@ -200,6 +212,7 @@ class Worker:
         self._running = True
         self._wake = asyncio.Event()
         self._slots = asyncio.Semaphore(self.concurrency)
+        self._settling = 0
         self._batch_route = None  # asked again for each run: the server may have changed
         try:
             await self._lease_loop()
@@ -219,12 +232,13 @@ class Worker:
         assert self._wake is not None
         capacity = max(self.batch_size, self.concurrency)
         while not self._stopping:
-            if len(self._held) >= self.concurrency:
+            if self._lease_waits(capacity):
                 self._wake.clear()
-                if len(self._held) >= self.concurrency and not self._stopping:
+                if self._lease_waits(capacity) and not self._stopping:
                     await self._wake.wait()
                 continue
-            max_jobs = max(1, min(self.batch_size, capacity - len(self._held)))
+            unfinished = len(self._held) - self._settling  # running or waiting their turn
+            max_jobs = max(1, min(self.batch_size, capacity - unfinished))
             try:
                 leased = await self.client.lease(
                     self.queue, max_jobs=max_jobs, lease_secs=self.lease_secs, wait_secs=self.wait_secs
@@ -241,6 +255,11 @@ class Worker:
             self.backoff.reset()
             for item in leased.jobs:
                 self._take(item)
+
+    def _lease_waits(self, capacity: int) -> bool:
+        """Whether the next lease must wait: no handler slot is free (the jobs running or waiting
+        their turn fill them all), or ``capacity`` finished jobs still wait for their report."""
+        return len(self._held) - self._settling >= self.concurrency or self._settling >= capacity
 
     async def _back_off(self, why: str) -> None:
         assert self._wake is not None
@@ -267,6 +286,7 @@ class Worker:
     async def _hold(self, ctx: JobContext, beat: asyncio.Task[None]) -> None:
         assert self._slots is not None
         job_id = ctx.job.id
+        settling = False
         try:
             async with self._slots:
                 if ctx.is_cancelled:  # taken back while it waited its turn
@@ -274,6 +294,12 @@ class Worker:
                     return
                 outcome = await self._execute(ctx)
             if outcome is not None:
+                # The handler's slot is free again; the job stays held (and heartbeated) until
+                # its report is answered, counted among those the loop's lease bound waits for.
+                settling = True
+                self._settling += 1
+                if self._wake is not None:
+                    self._wake.set()
                 await self._report(ctx, outcome)
         except asyncio.CancelledError:
             raise
@@ -281,6 +307,8 @@ class Worker:
             log.exception("job %s: unexpected worker error", job_id)
         finally:
             beat.cancel()
+            if settling:
+                self._settling -= 1
             self._held.pop(job_id, None)
             self._contexts.pop(job_id, None)
             if self._wake is not None:
