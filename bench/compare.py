@@ -109,6 +109,14 @@ def rows(quick: bool) -> list[Row]:
             "jobs/s",
         ),
         Row(
+            "remote_gosdk_drain_jobs_per_s",
+            "drain, remote HTTP, Go SDK loops",
+            f"as above with the Go SDK's worker loop (bench/gosdk): {REMOTE_PROCESSES} client processes x "
+            f"{REMOTE_LOOPS} workers, concurrency and batch {REMOTE_BATCH} (QueueFlow, W1a --remote-client "
+            "go-sdk); peers: their in-process drain",
+            "jobs/s",
+        ),
+        Row(
             "enqueue_jobs_per_s",
             "batch enqueue, 1,000 per call",
             "batch enqueue, 1,000 jobs per call, one call at a time (QueueFlow: POST /jobs/batch, E)",
@@ -322,6 +330,17 @@ def queueflow_steps(ctx: Context, run_no: int, workers: int) -> list[Step]:
             lambda r: {"remote_sdk_drain_jobs_per_s": r["jobs_per_s"]},
         ),
         Step(
+            f"W1a {REMOTE_PROCESSES} processes x {REMOTE_LOOPS} Go SDK workers x {REMOTE_BATCH}",
+            scenario(
+                "W1a",
+                remote_processes=REMOTE_PROCESSES,
+                remote_loops=REMOTE_LOOPS,
+                remote_batch=REMOTE_BATCH,
+                remote_client="go-sdk",
+            ),
+            lambda r: {"remote_gosdk_drain_jobs_per_s": r["jobs_per_s"]},
+        ),
+        Step(
             "E",
             scenario("E"),
             lambda r: {
@@ -394,6 +413,7 @@ def peer_steps(ctx: Context, system: str, run_no: int) -> list[Step]:
                 "drain_jobs_per_s": r["jobs_per_s"],
                 "remote_batch_drain_jobs_per_s": r["jobs_per_s"],
                 "remote_sdk_drain_jobs_per_s": r["jobs_per_s"],
+                "remote_gosdk_drain_jobs_per_s": r["jobs_per_s"],
                 "commit_p50_ms": r["commit_p50_ms"],
             },
         ),

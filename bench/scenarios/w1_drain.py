@@ -10,7 +10,8 @@ batches of 1,000 *before* any worker runs, so the measurement is a pure drain of
   `remote_loops` in each, started and ready before the timer starts. `remote_ack` "batch" makes
   the loops acknowledge a whole lease with one `POST /api/v1/jobs/complete`; `remote_client` "sdk"
   runs the Python SDK's worker loop in those processes instead (concurrency and batch size
-  `remote_batch`), which acknowledges the way the SDK does.
+  `remote_batch`), which acknowledges the way the SDK does; "go-sdk" runs the Go SDK's worker loop
+  instead (`bench/gosdk`, built with the machine's Go toolchain).
 - W1b: the backlog is enqueued through a separate `--mode api` process, which is then stopped;
   then `--mode all --workers N` starts and drains the default queue with the built-in `echo`.
 
@@ -26,9 +27,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import aiohttp
 import asyncpg
@@ -59,8 +62,8 @@ async def _db_rate(conn, total: int) -> float:
 
 def remote_figures(ctx: Context) -> list[Figure]:
     shape = f"{ctx.remote_loops} loops x max_jobs {ctx.remote_batch}"
-    if ctx.remote_client == "sdk":
-        shape = f"Python SDK worker loops: {shape}"
+    if ctx.remote_client in ("sdk", "go-sdk"):
+        shape = f"{'Python' if ctx.remote_client == 'sdk' else 'Go'} SDK worker loops: {shape}"
     elif ctx.remote_ack == "batch":
         shape = f"{shape}, batch acknowledgement"
     if ctx.remote_processes:
@@ -85,10 +88,11 @@ async def _exited(proc: ChildProcess) -> None:
 async def remote_processes(ctx: Context, base_url: str) -> AsyncIterator[list[ChildProcess]]:
     """`ctx.remote_processes` bench.remote_worker processes, each with `ctx.remote_loops` loops, all
     ready (session open) but idle; the caller tells them `go`. Stopped and reaped on the way out."""
+    program = [sys.executable, "-m", "bench.remote_worker"]
+    if ctx.remote_client == "go-sdk":
+        program = [str(go_sdk_worker(ctx.out_dir))]
     argv = [
-        sys.executable,
-        "-m",
-        "bench.remote_worker",
+        *program,
         "--base-url",
         base_url,
         "--queue",
@@ -99,11 +103,9 @@ async def remote_processes(ctx: Context, base_url: str) -> AsyncIterator[list[Ch
         str(ctx.remote_batch),
         "--wait-secs",
         "1",
-        "--client",
-        ctx.remote_client,
-        "--ack",
-        ctx.remote_ack,
     ]
+    if ctx.remote_client != "go-sdk":
+        argv += ["--client", ctx.remote_client, "--ack", ctx.remote_ack]
     procs: list[ChildProcess] = []
     try:
         # extend() keeps the ones already started if a later launch fails, so the finally reaps them.
@@ -123,6 +125,15 @@ async def remote_processes(ctx: Context, base_url: str) -> AsyncIterator[list[Ch
                 summary = json.loads(await proc.read_line(10) or "{}")
                 print(f"[bench] remote worker {proc.pid}: {summary}", file=sys.stderr, flush=True)
             await stop(proc, grace=10)
+
+
+def go_sdk_worker(out_dir: Path) -> Path:
+    """bench/gosdk (the Go SDK's worker loop behind remote_worker's line protocol), built with the
+    machine's Go toolchain into the output folder; rebuilt on every call, which takes a second."""
+    binary = out_dir.resolve() / "gosdk-bench"
+    source = Path(__file__).resolve().parents[1] / "gosdk"
+    subprocess.run(["go", "build", "-o", str(binary), "."], cwd=source, check=True)
+    return binary
 
 
 async def _drain_in_processes(
@@ -171,7 +182,7 @@ async def _drain_in_harness(
 
 
 async def run_remote(ctx: Context, run_no: int) -> dict[str, float]:
-    if ctx.remote_client == "sdk" and not ctx.remote_processes:
+    if ctx.remote_client != "raw" and not ctx.remote_processes:
         raise ValueError("W1a: the SDK's worker loops run in client processes (--remote-processes N)")
     total = ctx.n(20_000, 2_000)
     async with ctx.database("w1a") as dsn:

@@ -54,13 +54,26 @@ func WithTimeout(d time.Duration) Option { return func(c *Client) { c.timeout = 
 // WithUserAgent overrides the User-Agent header.
 func WithUserAgent(ua string) Option { return func(c *Client) { c.userAgent = ua } }
 
+// pooledHTTP is the HTTP client NewClient uses unless WithHTTPClient gives one. Go's default
+// transport keeps only 2 idle connections per host, so a worker making calls concurrently (leases,
+// heartbeats, acknowledgements, several workers on one Client) would open and close a TCP
+// connection for most of them; this one keeps up to 64 per host.
+var pooledHTTP = &http.Client{Transport: pooledTransport()}
+
+func pooledTransport() http.RoundTripper {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns = 256
+	t.MaxIdleConnsPerHost = 64
+	return t
+}
+
 // NewClient returns a client of the server at baseURL (e.g. "http://localhost:8000") that
 // authenticates with the tenant API key token.
 func NewClient(baseURL, token string, opts ...Option) *Client {
 	c := &Client{
 		baseURL:   strings.TrimRight(baseURL, "/"),
 		token:     token,
-		http:      http.DefaultClient,
+		http:      pooledHTTP,
 		timeout:   DefaultTimeout,
 		userAgent: "queueflow-go/" + Version,
 	}

@@ -48,7 +48,7 @@ func recorder(t *testing.T, status int, body string) (*httptest.Server, func() [
 
 func TestNewClientDefaults(t *testing.T) {
 	c := NewClient("http://x:8000/", "tenant")
-	if c.BaseURL() != "http://x:8000" || c.Timeout() != DefaultTimeout || c.workerToken != "tenant" || c.http != http.DefaultClient {
+	if c.BaseURL() != "http://x:8000" || c.Timeout() != DefaultTimeout || c.workerToken != "tenant" || c.http != pooledHTTP {
 		t.Fatalf("defaults %+v", c)
 	}
 	h := &http.Client{}
