@@ -162,9 +162,13 @@ func (w *Worker) Run(ctx context.Context) error {
 	var runErr error
 	acks := startAcker(bg, w.client, log)
 
+	// Lease once there is room for half a batch (at least one job): with acknowledgements answered
+	// a few at a time, leasing at every freed place made most leases a job or two.
+	room := int64(max(1, min(o.BatchSize, o.Concurrency)/2))
+
 loop:
 	for ctx.Err() == nil {
-		for held.Load() >= int64(o.Concurrency) {
+		for int64(o.Concurrency)-held.Load() < room {
 			select {
 			case <-ctx.Done():
 				break loop

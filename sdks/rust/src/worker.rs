@@ -276,6 +276,9 @@ impl Worker {
         let opts = self.options.clone();
         let batch = opts.batch_size.unwrap_or(opts.concurrency).clamp(1, 100);
         let max_held = batch.max(opts.concurrency);
+        // Lease once there is room for half a batch (at least one job): with acknowledgements
+        // answered a few at a time, leasing at every freed place made most leases a job or two.
+        let room = (batch.min(opts.concurrency) / 2).max(1);
         let slots = Arc::new(Semaphore::new(opts.concurrency));
         let handlers = Arc::new(self.handlers);
         let mut held: JoinSet<()> = JoinSet::new();
@@ -291,7 +294,7 @@ impl Worker {
             if self.shutdown.is_cancelled() {
                 break;
             }
-            if held.len() >= max_held {
+            if held.len() + room > max_held {
                 tokio::select! {
                     _ = held.join_next() => {}
                     _ = self.shutdown.cancelled() => {}
