@@ -65,7 +65,7 @@ SERVICE_FLAGS = {
 
 WAVES = 10
 ECHO_PER_WAVE = 36
-SLEEP_PER_WAVE = 4  # 0.2 s each, so that the worker is killed with jobs in flight
+SLEEP_PER_WAVE = 4  # 0.5 s each, so that the worker is killed with a handler mid-run
 REMOTE_PER_WAVE = 6
 WORKFLOWS_PER_WAVE = 6
 FAN_OUT_EVERY = 6  # every sixth workflow fans its step b out over the context's array
@@ -329,7 +329,11 @@ class Load:
                     jobs.append(
                         {
                             "task_name": "sleep",
-                            "payload": {"duration": 0.2},
+                            # The crash comes when one started less than 0.1 s ago: 0.4 s of margin
+                            # for a busy machine (finished jobs whose completion is in flight may
+                            # land after the kill, so only a handler still running is sure to be
+                            # reclaimed and rerun).
+                            "payload": {"duration": 0.5},
                             "config": JOB_CONFIG,
                             "idempotency_key": f"sleep-{wave}-{i}",
                         }
