@@ -60,6 +60,13 @@ NAMES = {
 }
 PEER_TIMEOUT_SECS = 900.0
 REMOTE_PROCESSES, REMOTE_LOOPS, REMOTE_BATCH = 2, 8, 50
+# W1a's shapes in the comparison: (figure key, what runs, W1a parameters).
+REMOTE_SHAPES: tuple[tuple[str, str, dict[str, str]], ...] = (
+    ("remote_drain_jobs_per_s", "loops", {}),
+    ("remote_batch_drain_jobs_per_s", "loops, batch ack,", {"remote_ack": "batch"}),
+    ("remote_sdk_drain_jobs_per_s", "Python SDK workers", {"remote_client": "sdk"}),
+    ("remote_gosdk_drain_jobs_per_s", "Go SDK workers", {"remote_client": "go-sdk"}),
+)
 LATENCY_SHAPES = {"latency": (16, 50), "latency_200": (200, 50)}  # parked loops, max_jobs
 LATENCY_INTERVAL_MS = 5.0  # W2's first phase: 200 jobs/s
 
@@ -300,45 +307,19 @@ def queueflow_steps(ctx: Context, run_no: int, workers: int) -> list[Step]:
                 "commit_p50_ms": r[f"w{workers}_commit_p50_ms"],
             },
         ),
-        Step(
-            f"W1a {REMOTE_PROCESSES} processes x {REMOTE_LOOPS} loops x max_jobs {REMOTE_BATCH}",
-            scenario(
-                "W1a", remote_processes=REMOTE_PROCESSES, remote_loops=REMOTE_LOOPS, remote_batch=REMOTE_BATCH
-            ),
-            lambda r: {"remote_drain_jobs_per_s": r["jobs_per_s"]},
-        ),
-        Step(
-            f"W1a {REMOTE_PROCESSES} processes x {REMOTE_LOOPS} loops x max_jobs {REMOTE_BATCH}, batch ack",
-            scenario(
-                "W1a",
-                remote_processes=REMOTE_PROCESSES,
-                remote_loops=REMOTE_LOOPS,
-                remote_batch=REMOTE_BATCH,
-                remote_ack="batch",
-            ),
-            lambda r: {"remote_batch_drain_jobs_per_s": r["jobs_per_s"]},
-        ),
-        Step(
-            f"W1a {REMOTE_PROCESSES} processes x {REMOTE_LOOPS} Python SDK workers x {REMOTE_BATCH}",
-            scenario(
-                "W1a",
-                remote_processes=REMOTE_PROCESSES,
-                remote_loops=REMOTE_LOOPS,
-                remote_batch=REMOTE_BATCH,
-                remote_client="sdk",
-            ),
-            lambda r: {"remote_sdk_drain_jobs_per_s": r["jobs_per_s"]},
-        ),
-        Step(
-            f"W1a {REMOTE_PROCESSES} processes x {REMOTE_LOOPS} Go SDK workers x {REMOTE_BATCH}",
-            scenario(
-                "W1a",
-                remote_processes=REMOTE_PROCESSES,
-                remote_loops=REMOTE_LOOPS,
-                remote_batch=REMOTE_BATCH,
-                remote_client="go-sdk",
-            ),
-            lambda r: {"remote_gosdk_drain_jobs_per_s": r["jobs_per_s"]},
+        *(
+            Step(
+                f"W1a {REMOTE_PROCESSES} processes x {REMOTE_LOOPS} {shape} x max_jobs {REMOTE_BATCH}",
+                scenario(
+                    "W1a",
+                    remote_processes=REMOTE_PROCESSES,
+                    remote_loops=REMOTE_LOOPS,
+                    remote_batch=REMOTE_BATCH,
+                    **params,
+                ),
+                lambda r, key=key: {key: r["jobs_per_s"]},
+            )
+            for key, shape, params in REMOTE_SHAPES
         ),
         Step(
             "E",

@@ -16,8 +16,12 @@ from shared.domain.paging import DEFAULT_LIMIT, MAX_LIMIT, MAX_OFFSET, Cursor, L
 
 
 def job_id_in_path(request: web.Request) -> uuid.UUID:
-    """The {id} of a job route; anything that is not a UUID names no job (404)."""
-    raw = request.match_info["id"]
+    """The {id} of a job route."""
+    return job_id(request.match_info["id"])
+
+
+def job_id(raw: str) -> uuid.UUID:
+    """A job id from a path or a body; anything that is not a UUID names no job (404)."""
     try:
         return uuid.UUID(raw)
     except ValueError:

@@ -4,16 +4,15 @@ complete, fail. Worker-token routes; not tenant-scoped."""
 from __future__ import annotations
 
 import asyncio
-import uuid
 
 from aiohttp import web
 
 from services.api.context import db_of, lifecycle_of, settings_of
-from services.api.params import job_id_in_path, lease_token, queue_in_path
+from services.api.params import job_id, job_id_in_path, lease_token, queue_in_path
 from shared import wire
 from shared.db import jobs as jobs_db
 from shared.db.batcher import CompletionBatcher
-from shared.domain.errors import Conflict, DomainError, NotFound
+from shared.domain.errors import DomainError
 from shared.runtime.leasing import lease_jobs
 from shared.web.body import decode, json_response
 from shared.web.errors import status_of
@@ -75,21 +74,20 @@ async def complete_many(request: web.Request) -> web.Response:
 
 
 async def _complete_one(completer: CompletionBatcher, item: wire.CompletionItem) -> None:
-    try:
-        job_id = uuid.UUID(item.id)
-    except ValueError:
-        raise NotFound("job", item.id) from None
-    await completer.complete(job_id, lease_token(item.lease_token), item.result or {})
+    await completer.complete(job_id(item.id), lease_token(item.lease_token), item.result or {})
 
 
-def _answer(job_id: str, outcome: BaseException | None) -> wire.CompletionAnswer:
+# The per-job route's refusals, as a batch item's outcome (statuses from shared/web/errors.py).
+_REFUSED: dict[int, wire.CompletionOutcome] = {409: "conflict", 404: "not_found"}
+
+
+def _answer(item_id: str, outcome: BaseException | None) -> wire.CompletionAnswer:
     if outcome is None:
-        return wire.CompletionAnswer(id=job_id, outcome="completed", status=204)
-    if isinstance(outcome, Conflict):
-        return wire.CompletionAnswer(id=job_id, outcome="conflict", status=409, error=outcome.message)
-    if isinstance(outcome, DomainError) and status_of(outcome) == 404:
-        return wire.CompletionAnswer(id=job_id, outcome="not_found", status=404, error=outcome.message)
-    raise outcome  # the database is unreachable or something unforeseen: the whole call fails
+        return wire.CompletionAnswer(id=item_id, outcome="completed", status=204)
+    if not isinstance(outcome, DomainError) or status_of(outcome) not in _REFUSED:
+        raise outcome  # the database is unreachable or something unforeseen: the whole call fails
+    status = status_of(outcome)
+    return wire.CompletionAnswer(id=item_id, outcome=_REFUSED[status], status=status, error=outcome.message)
 
 
 async def fail(request: web.Request) -> web.Response:

@@ -13,7 +13,7 @@ import asyncpg
 import msgspec
 from asyncpg.pool import PoolConnectionProxy
 
-from shared.domain.jobs import JobConfig
+from shared.domain.jobs import DEFAULT_CONFIG
 
 Record = asyncpg.Record
 Pool: TypeAlias = "asyncpg.Pool[asyncpg.Record]"
@@ -46,12 +46,11 @@ def record(cls: type[T], row: asyncpg.Record, without: tuple[str, ...] = ()) -> 
     return msgspec.convert(columns, cls)
 
 
-_DEFAULT_CONFIG = JobConfig.of()
-_DEFAULT_CONFIG_JSONB = b"\x01" + _encode(_DEFAULT_CONFIG)
+_DEFAULT_CONFIG_JSONB = b"\x01" + _encode(DEFAULT_CONFIG)
 
 
 def _jsonb_encode(value: Any) -> bytes:
-    if value is _DEFAULT_CONFIG:  # the one shared instance most jobs carry: encoded once
+    if value is DEFAULT_CONFIG:  # the one shared instance most jobs carry: encoded once
         return _DEFAULT_CONFIG_JSONB
     return b"\x01" + _encode(value)
 

@@ -31,9 +31,9 @@ _V7 = (0x7 << 76) | (0b10 << 62)
 def new_job_ids(count: int) -> list[uuid.UUID]:
     """`count` new job ids: UUIDs of version 7 (RFC 9562), a millisecond timestamp followed by 74
     random bits. Ids written together land side by side in the primary-key index instead of on
-    random pages, which keeps inserts and lookups cheap however many jobs the table holds; they are
-    as unique as version 4 ids and still say nothing a tenant could use (lease tokens, which are
-    secrets, stay random)."""
+    random pages, which keeps inserts and lookups cheap however many jobs the table holds. 74 random
+    bits per millisecond keep collisions negligible; the timestamp says when the job was created,
+    which the job's own record says anyway (lease tokens, which are secrets, stay random)."""
     stamp = (time.time_ns() // 1_000_000) << 80 | _V7
     rand = os.urandom(10 * count)
     ids = []
@@ -123,7 +123,7 @@ class JobConfig(Struct, frozen=True, kw_only=True):
         An unknown field or an out-of-range value is a ValidationFailed naming it."""
         given = {k: v for k, v in (partial or {}).items() if v is not None}
         if not given:
-            return _DEFAULT_CONFIG  # frozen: one shared instance (most jobs give no policy)
+            return DEFAULT_CONFIG  # frozen: one shared instance (most jobs give no policy)
         try:
             return msgspec.convert(given, cls)
         except msgspec.ValidationError as err:
@@ -147,7 +147,8 @@ class JobConfig(Struct, frozen=True, kw_only=True):
         return max(0.0, round(delay * (1 - jitter))), min(cap, round(delay * (1 + jitter)))
 
 
-_DEFAULT_CONFIG = JobConfig()
+# The policy of a job that gives none: one shared instance (the db layer encodes it once).
+DEFAULT_CONFIG = JobConfig()
 
 # The same fields, all optional: what a workflow step or a cron schedule stores as given (echoed
 # back as given) and resolves with `resolve_partial` when it creates a job. Generated from
