@@ -25,10 +25,11 @@ test: lint tools
 	$(BIN)/python -m pytest -n 2 --dist loadgroup -q
 	$(MAKE) test-sdks
 
-# Tools the tests run that no package manager of the venv provides: a pinned kustomize for the
-# deploy tests (built from the Go module proxy; a no-op once installed).
+# Tools the tests run that no package manager of the venv provides: a pinned kustomize and a
+# pinned Helm for the deploy tests (built from the Go module proxy; each a no-op once installed).
 tools:
 	bash deploy/tools/install-kustomize.sh
+	bash deploy/tools/install-helm.sh
 
 test-sdks: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider sdks/python/tests

@@ -7,8 +7,6 @@ environment variables it reads, its ports and its shutdown drain.
 from __future__ import annotations
 
 import copy
-import json
-import math
 import re
 from pathlib import Path
 from typing import Any
@@ -18,59 +16,39 @@ from qf_deploy_helpers import (
     DEPLOY,
     EXTERNAL_SECRET,
     K8S,
-    KUBERNETES_VERSION,
     KUSTOMIZE_VERSION,
     REPO,
-    SCHEMAS,
     SECRET_EXAMPLE,
     Rendered,
-    cli_parser,
+    check_deployment_selectors,
+    check_disruption_budgets,
+    check_env_names,
+    check_grace_periods,
+    check_invocations,
+    check_no_dev_mode,
+    check_pod_security,
+    check_pools,
+    check_ports,
+    check_probes,
+    check_schemas,
+    check_services,
     component,
     container_env,
     containers,
     env_names,
+    hpa_for,
     invocation,
-    known_env_names,
+    min_replicas,
     overlay_names,
-    parse_cli,
     pod_spec,
-    serve_option_parser,
+    schema_errors,
+    selector_matches,
+    serve_containers,
+    settings_of,
+    worst_case_connections,
 )
 
-UID = 10001
-# Kinds that are not part of Kubernetes itself, each with a local schema in tests/deploy/schemas.
-CRD_SCHEMAS = {("monitoring.coreos.com/v1", "ServiceMonitor"): "servicemonitor-monitoring-v1.json"}
 CLUSTER_SCOPED = {"Namespace"}
-
-
-def settings_of(rendered: Rendered, owner: dict[str, Any], container: dict[str, Any], secret: dict[str, Any]):
-    """The server's own Settings for this container: its serve flags plus its environment."""
-    from shared.config import settings_from
-
-    argv = invocation(container)
-    serve_args = argv[1:] if argv[:1] == ["serve"] else []
-    options = serve_option_parser().parse_args(serve_args)
-    return settings_from(options, container_env(rendered, container, secret))
-
-
-def serve_containers(rendered: Rendered):
-    for deployment in rendered.deployments():
-        for container in containers(deployment):
-            yield deployment, container
-
-
-def prestop_seconds(container: dict[str, Any]) -> int:
-    pre_stop = container.get("lifecycle", {}).get("preStop")
-    assert pre_stop, f"{container['name']}: no preStop hook"
-    if "sleep" in pre_stop:
-        return int(pre_stop["sleep"]["seconds"])
-    command = pre_stop["exec"]["command"]
-    assert command[0] in ("sleep", "/bin/sleep") and len(command) == 2, command
-    return int(command[1])
-
-
-def selector_matches(selector: dict[str, str], labels: dict[str, str]) -> bool:
-    return all(labels.get(k) == v for k, v in selector.items())
 
 
 # --- rendering and schemas ----------------------------------------------------------------------
@@ -106,32 +84,8 @@ def test_overlay_renders_the_whole_deployment(overlay: Rendered) -> None:
     assert len(names) == len(set(names)), "duplicate objects"
 
 
-def schema_errors(doc: dict[str, Any]) -> str | None:
-    # Test-only dependencies (pyproject's `test` extra), imported here so that a missing one
-    # fails these tests rather than the collection of the whole suite.
-    import jsonschema
-    import kubernetes_validate
-
-    key = (doc["apiVersion"], doc["kind"])
-    if key in CRD_SCHEMAS:
-        schema = json.loads((SCHEMAS / CRD_SCHEMAS[key]).read_text())
-        try:
-            jsonschema.Draft202012Validator(schema).validate(doc)
-        except jsonschema.ValidationError as err:
-            return f"{'.'.join(map(str, err.path))}: {err.message}"
-        return None
-    try:
-        kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
-    except kubernetes_validate.ValidationError as err:
-        return f"{'.'.join(map(str, err.path))}: {err.message}"
-    except kubernetes_validate.SchemaNotFoundError as err:
-        return f"{err.message} (a CRD? add a schema to tests/deploy/schemas and CRD_SCHEMAS)"
-    return None
-
-
 def test_overlay_validates_against_the_kubernetes_schemas(overlay: Rendered) -> None:
-    errors = {f"{d['kind']}/{d['metadata']['name']}": schema_errors(d) for d in overlay.docs}
-    assert {k: v for k, v in errors.items() if v} == {}
+    check_schemas(overlay)
 
 
 def test_secret_example_validates(secret_example: dict[str, Any]) -> None:
@@ -156,7 +110,12 @@ def test_the_validator_rejects_mistakes(rendered_overlays: dict[str, Rendered]) 
 
 
 def deploy_yaml_files() -> list[Path]:
-    return sorted(p for p in DEPLOY.rglob("*") if p.suffix in (".yaml", ".yml") and "bin" not in p.parts)
+    """The YAML under deploy/, without the Helm chart's templates (Go templates, for helm lint)."""
+    return sorted(
+        p
+        for p in DEPLOY.rglob("*")
+        if p.suffix in (".yaml", ".yml") and "bin" not in p.parts and p.parent.name != "templates"
+    )
 
 
 def test_yamllint() -> None:
@@ -194,37 +153,13 @@ def test_every_service_mode_has_a_deployment(overlay: Rendered) -> None:
     )
 
 
-def test_invocations_are_valid_serve_options(overlay: Rendered) -> None:
-    from shared.config import MODES
-
-    for owner in overlay.pod_owners():
-        for container in containers(owner):
-            argv = invocation(container)
-            assert argv and argv[0] in ("serve", "migrate"), argv
-            if argv[0] == "serve":
-                options = parse_cli(serve_option_parser(), argv[1:])
-                assert options.mode in MODES
-                assert not options.dev, "no --dev in a deployment"
-
-
 def test_invocations_parse_with_the_real_cli(overlay: Rendered) -> None:
-    parser = cli_parser()
-    for owner in overlay.pod_owners():
-        for container in containers(owner):
-            argv = invocation(container)
-            parsed = parse_cli(parser, argv)
-            if getattr(parsed, "command", None) is not None:
-                assert parsed.command == argv[0]
-            if argv[0] == "serve":
-                assert parsed.mode == component(owner)
+    """`serve` or `migrate`, valid for serve's own options and the real `queueflow` parser."""
+    check_invocations(overlay)
 
 
 def test_env_names_are_read_by_the_server(overlay: Rendered) -> None:
-    known = known_env_names()
-    for owner in overlay.pod_owners():
-        for container in containers(owner):
-            unknown = env_names(overlay, container) - known
-            assert not unknown, f"{owner['metadata']['name']}: the server does not read {sorted(unknown)}"
+    check_env_names(overlay)
 
 
 def test_every_deployment_loads_valid_settings(overlay: Rendered, secret_example: dict[str, Any]) -> None:
@@ -293,71 +228,22 @@ def test_no_manifest_carries_a_secret_value() -> None:
 
 
 def test_ports_match_the_settings(overlay: Rendered, secret_example: dict[str, Any]) -> None:
-    for deployment, container in serve_containers(overlay):
-        settings = settings_of(overlay, deployment, container, secret_example)
-        ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-        expected = {"metrics": settings.metrics_port}
-        if settings.runs("api"):
-            expected["http"] = settings.api_port
-        assert ports == expected, deployment["metadata"]["name"]
+    check_ports(overlay, secret_example)
 
 
 def test_probes(overlay: Rendered) -> None:
-    for deployment, container in serve_containers(overlay):
-        port = "http" if component(deployment) == "api" else "metrics"
-        assert container["livenessProbe"]["httpGet"] == {"path": "/health", "port": port}
-        assert container["readinessProbe"]["httpGet"] == {"path": "/ready", "port": port}
-        names = {p["name"] for p in container["ports"]}
-        assert port in names
-        live = container["livenessProbe"]
-        # Liveness must not be stricter than readiness: a pod leaves the Service before it restarts.
-        assert (
-            live["periodSeconds"] * live["failureThreshold"]
-            >= container["readinessProbe"]["periodSeconds"] * container["readinessProbe"]["failureThreshold"]
-        )
+    check_probes(overlay)
 
 
 def test_grace_period_covers_prestop_and_drain(overlay: Rendered, secret_example: dict[str, Any]) -> None:
-    for deployment, container in serve_containers(overlay):
-        settings = settings_of(overlay, deployment, container, secret_example)
-        grace = pod_spec(deployment)["terminationGracePeriodSeconds"]
-        needed = prestop_seconds(container) + settings.shutdown_grace_secs + 5
-        assert grace >= needed, f"{deployment['metadata']['name']}: {grace} s < {needed} s"
-    api = overlay.get("Deployment", "queueflow-api")
-    assert prestop_seconds(pod_spec(api)["containers"][0]) >= 5, "give load balancers time to drop the pod"
+    check_grace_periods(overlay, secret_example)
 
 
 # --- security -----------------------------------------------------------------------------------
 
 
 def test_pod_security(overlay: Rendered) -> None:
-    for owner in overlay.pod_owners():
-        name = owner["metadata"]["name"]
-        spec = pod_spec(owner)
-        assert spec["automountServiceAccountToken"] is False, name
-        assert spec["enableServiceLinks"] is False, f"{name}: service links would clobber QUEUEFLOW_API_PORT"
-        pod = spec["securityContext"]
-        assert pod["runAsNonRoot"] is True and pod["runAsUser"] == UID and pod["runAsGroup"] == UID, name
-        assert pod["seccompProfile"] == {"type": "RuntimeDefault"}, name
-        tmp_volumes = {v["name"] for v in spec.get("volumes", []) if "emptyDir" in v}
-        for container in containers(owner):
-            sc = container["securityContext"]
-            assert sc["runAsNonRoot"] is True and sc.get("runAsUser", UID) == UID, name
-            assert sc["allowPrivilegeEscalation"] is False, name
-            assert sc["readOnlyRootFilesystem"] is True, name
-            assert sc.get("privileged", False) is False, name
-            assert sc["capabilities"] == {"drop": ["ALL"]}, name
-            assert sc["seccompProfile"] == {"type": "RuntimeDefault"}, name
-            mounts = {m["mountPath"]: m["name"] for m in container.get("volumeMounts", [])}
-            assert mounts.get("/tmp") in tmp_volumes, f"{name}: /tmp must be an emptyDir"
-            assert "resources" in container and {"cpu", "memory"} <= set(container["resources"]["requests"])
-            assert "memory" in container["resources"]["limits"], name
-            assert container.get("imagePullPolicy") == "IfNotPresent"
-    for account in overlay.of_kind("ServiceAccount"):
-        assert account["automountServiceAccountToken"] is False
-    service_accounts = {a["metadata"]["name"] for a in overlay.of_kind("ServiceAccount")}
-    for owner in overlay.pod_owners():
-        assert pod_spec(owner)["serviceAccountName"] in service_accounts
+    check_pod_security(overlay)
 
 
 def test_namespace_enforces_the_restricted_profile(overlay: Rendered) -> None:
@@ -381,65 +267,18 @@ def test_images(overlay: Rendered) -> None:
 
 
 def test_no_dev_mode_anywhere(overlay: Rendered) -> None:
-    for config_map in overlay.of_kind("ConfigMap"):
-        assert config_map.get("data", {}).get("QUEUEFLOW_DEV", "false").lower() in (
-            "",
-            "0",
-            "false",
-            "no",
-            "off",
-        )
-    for owner in overlay.pod_owners():
-        for container in containers(owner):
-            assert "--dev" not in invocation(container)
-            for item in container.get("env", []):
-                assert item["name"] != "QUEUEFLOW_DEV", "dev mode accepts any token"
+    check_no_dev_mode(overlay)
 
 
 # --- services, scaling, disruption --------------------------------------------------------------
 
 
 def test_services_select_one_deployment_each(overlay: Rendered) -> None:
-    for service in overlay.of_kind("Service"):
-        selector = service["spec"]["selector"]
-        matched = [
-            d
-            for d in overlay.deployments()
-            if selector_matches(selector, d["spec"]["template"]["metadata"]["labels"])
-        ]
-        assert len(matched) == 1, f"Service {service['metadata']['name']} selects {len(matched)} Deployments"
-        (deployment,) = matched
-        port_names = {p["name"] for c in containers(deployment) for p in c.get("ports", [])}
-        service_ports = {p["name"]: p for p in service["spec"]["ports"]}
-        for port in service_ports.values():
-            assert port["targetPort"] in port_names, port
-        expected = {"http", "metrics"} if component(deployment) == "api" else {"metrics"}
-        assert set(service_ports) == expected, service["metadata"]["name"]
-        assert service["spec"].get("type", "ClusterIP") == "ClusterIP", "expose the API through an Ingress"
-    covered = {component(s) for s in overlay.of_kind("Service")}
-    assert covered == {component(d) for d in overlay.deployments()}, (
-        "every Deployment's metrics get a Service"
-    )
+    check_services(overlay)
 
 
 def test_deployment_selectors_match_their_templates(overlay: Rendered) -> None:
-    for deployment in overlay.deployments():
-        selector = deployment["spec"]["selector"]["matchLabels"]
-        assert selector_matches(selector, deployment["spec"]["template"]["metadata"]["labels"])
-        assert "app.kubernetes.io/component" in selector
-        others = [
-            d
-            for d in overlay.deployments()
-            if d is not deployment and selector_matches(selector, d["spec"]["template"]["metadata"]["labels"])
-        ]
-        assert not others, "Deployment selectors must not overlap"
-
-
-def hpa_for(overlay: Rendered, deployment: dict[str, Any]) -> dict[str, Any] | None:
-    for hpa in overlay.of_kind("HorizontalPodAutoscaler"):
-        if hpa["spec"]["scaleTargetRef"]["name"] == deployment["metadata"]["name"]:
-            return hpa
-    return None
+    check_deployment_selectors(overlay)
 
 
 def test_autoscaling(overlay: Rendered) -> None:
@@ -456,81 +295,26 @@ def test_autoscaling(overlay: Rendered) -> None:
         assert hpa_for(overlay, overlay.get("Deployment", "queueflow-api")) is not None
 
 
-def max_replicas(overlay: Rendered, deployment: dict[str, Any]) -> int:
-    hpa = hpa_for(overlay, deployment)
-    return hpa["spec"]["maxReplicas"] if hpa else deployment["spec"].get("replicas", 1)
-
-
-def min_replicas(overlay: Rendered, deployment: dict[str, Any]) -> int:
-    hpa = hpa_for(overlay, deployment)
-    return hpa["spec"]["minReplicas"] if hpa else deployment["spec"].get("replicas", 1)
-
-
 def test_disruption_budgets_never_block_drains(overlay: Rendered) -> None:
-    for pdb in overlay.of_kind("PodDisruptionBudget"):
-        selector = pdb["spec"]["selector"]["matchLabels"]
-        (deployment,) = [
-            d
-            for d in overlay.deployments()
-            if selector_matches(selector, d["spec"]["template"]["metadata"]["labels"])
-        ]
-        replicas = min_replicas(overlay, deployment)
-        if "minAvailable" in pdb["spec"]:
-            assert pdb["spec"]["minAvailable"] < replicas, (
-                f"{pdb['metadata']['name']} would block node drains"
-            )
-        else:
-            assert pdb["spec"]["maxUnavailable"] >= 1
-
-
-def surge(deployment: dict[str, Any], replicas: int) -> int:
-    rolling = deployment["spec"].get("strategy", {}).get("rollingUpdate", {})
-    value = rolling.get("maxSurge", "25%")
-    if isinstance(value, str) and value.endswith("%"):
-        return math.ceil(replicas * int(value[:-1]) / 100)
-    return int(value)
+    check_disruption_budgets(overlay)
 
 
 def test_postgres_connection_budget(overlay: Rendered, secret_example: dict[str, Any]) -> None:
-    """Worst case: every Deployment at its largest size plus surge, every pool full, one LISTEN
-    connection per process, plus the migrations Job's one connection. Must fit the Namespace's
-    declared budget."""
+    """The worst case (docs/deployment.md, "Sizing") must fit the Namespace's declared budget."""
     (namespace,) = overlay.of_kind("Namespace")
     budget = int(namespace["metadata"]["annotations"]["queueflow.io/postgres-connection-budget"])
-    total = 0
-    for deployment, container in serve_containers(overlay):
-        settings = settings_of(overlay, deployment, container, secret_example)
-        pods = max_replicas(overlay, deployment)
-        pods += surge(deployment, pods)
-        total += pods * (settings.max_db_connections + 1)
-        assert settings.min_db_connections <= settings.max_db_connections
-    for job in overlay.of_kind("Job"):
-        # `queueflow migrate` opens a single connection (shared/db/migrate.py), no pool.
-        total += job["spec"].get("parallelism", 1)
+    total = worst_case_connections(overlay, secret_example)
     assert total <= budget, f"{overlay.name}: up to {total} connections, budget {budget}"
 
 
-def test_worker_pools_fit_their_handlers(overlay: Rendered, secret_example: dict[str, Any]) -> None:
-    """Every in-process handler can reach the database at once, plus headroom for the claim loop."""
-    for deployment, container in serve_containers(overlay):
-        settings = settings_of(overlay, deployment, container, secret_example)
-        if settings.runs("worker"):
-            handlers = settings.workers * len(settings.worker_queues)
-            assert settings.max_db_connections >= handlers + 2, deployment["metadata"]["name"]
+def test_pools_fit_their_concurrency(overlay: Rendered, secret_example: dict[str, Any]) -> None:
+    """Worker pools fit their handlers, advancer pools their consumers (and the probes)."""
+    check_pools(overlay, secret_example)
 
 
-def test_workflow_pools_fit_their_consumers(overlay: Rendered, secret_example: dict[str, Any]) -> None:
-    """Every advancer consumer can hold a connection for its transaction, with two to spare for
-    /health, /ready and /metrics (probes time out after 2 s waiting for one)."""
-    from services.workflow.advancer import CONSUMERS
-
-    seen = False
-    for deployment, container in serve_containers(overlay):
-        settings = settings_of(overlay, deployment, container, secret_example)
-        if settings.runs("workflow"):
-            seen = True
-            assert settings.max_db_connections >= CONSUMERS + 2, deployment["metadata"]["name"]
-    assert seen, "no Deployment runs the workflow advancer"
+def test_every_overlay_runs_the_advancer(overlay: Rendered, secret_example: dict[str, Any]) -> None:
+    runs = [settings_of(overlay, d, c, secret_example).runs("workflow") for d, c in serve_containers(overlay)]
+    assert any(runs), "no Deployment runs the workflow advancer"
 
 
 def test_replicated_services_have_disruption_budgets(rendered_overlays: dict[str, Rendered]) -> None:
