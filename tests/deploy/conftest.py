@@ -1,8 +1,9 @@
-"""Fixtures for the offline checks of deploy/ (Dockerfile, Kubernetes manifests).
+"""Fixtures for the offline checks of deploy/ (Dockerfile, Kubernetes manifests, Helm chart).
 
 Nothing here needs PostgreSQL, Docker or a cluster. The Kubernetes overlays are rendered with
-the pinned kustomize that deploy/tools/install-kustomize.sh installs; without it the manifest
-tests skip locally and fail under CI (CI=true), where .ci/run installs it first.
+the pinned kustomize that deploy/tools/install-kustomize.sh installs, the Helm chart with the
+pinned Helm of deploy/tools/install-helm.sh (test_deploy_helm.py has its own fixtures); without
+them those tests skip locally and fail under CI (CI=true), where `make tools` installs them first.
 """
 
 from __future__ import annotations
