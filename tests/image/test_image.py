@@ -108,7 +108,9 @@ class Pod:
 
 @pytest.fixture(scope="module")
 def pods() -> dict[str, Pod]:
-    kustomize = manifests.kustomize_or_skip()
+    kustomize = manifests.find_kustomize()
+    if kustomize is None:
+        pytest.fail("kustomize is missing: `make tools` installs it", pytrace=False)
     rendered = manifests.render_overlay(kustomize, OVERLAY)
     secret = manifests.load_secret_example()
     secret["stringData"] = {
