@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install tools run test test-sdks bench bench-peers bench-compare lint fmt clean
+.PHONY: install tools run test test-sdks image image-test bench bench-peers bench-compare lint fmt clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -36,6 +36,18 @@ test-sdks: $(STAMP)
 	cd sdks/typescript && npm install --no-audit --no-fund --loglevel=error && npm test
 	cd sdks/go && go vet ./... && go test ./...
 	cd sdks/rust && cargo test --quiet
+
+# The container image without a registry: deploy/tools/build-image.sh makes Debian bookworm base
+# images with mmdebstrap (cached) and builds deploy/Dockerfile on them with podman. Root only;
+# needs podman, mmdebstrap (and runc where crun refuses the cgroup layout).
+IMAGE ?= localhost/queueflow:dev
+image:
+	QF_IMAGE=$(IMAGE) bash deploy/tools/build-image.sh
+
+# That image run as the Kubernetes manifests run it, every mode against a real PostgreSQL
+# (tests/image, which the plain `pytest` run skips).
+image-test: image tools $(STAMP)
+	QF_IMAGE_TEST=$(IMAGE) $(BIN)/python -m pytest -q -p no:cacheprovider tests/image
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
