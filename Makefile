@@ -25,10 +25,12 @@ test: lint tools
 	$(BIN)/python -m pytest -n 2 --dist loadgroup -q
 	$(MAKE) test-sdks
 
-# Tools the tests run that no package manager of the venv provides: a pinned kustomize for the
-# deploy tests (built from the Go module proxy; a no-op once installed).
+# Tools the tests run that no package manager of the venv provides, each pinned and built from
+# the Go module proxy (a no-op once installed): kustomize for the deploy tests, Toxiproxy for the
+# network-fault tests (tests/netfault).
 tools:
 	bash deploy/tools/install-kustomize.sh
+	bash deploy/tools/install-toxiproxy.sh
 
 test-sdks: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider sdks/python/tests

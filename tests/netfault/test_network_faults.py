@@ -93,7 +93,8 @@ class Runner:
             "QF_WORKER_TOKEN": WORKER_TOKEN,
             "QF_QUEUE": self.queue,
         }
-        with open(self.log_path, "ab") as log:
+        log = self.log_path.open("ab")  # the child keeps its own copy of the descriptor
+        try:
             self.proc = await asyncio.create_subprocess_exec(
                 *argv,
                 str(self.spec_path),
@@ -103,6 +104,8 @@ class Runner:
                 stdout=asyncio.subprocess.PIPE,
                 stderr=log,
             )
+        finally:
+            log.close()
         self._reader = asyncio.create_task(self._read())
         return self
 
@@ -117,7 +120,9 @@ class Runner:
 
     def runs(self, job_id: str) -> int:
         """How many times a handler started for `job_id` in this process."""
-        return sum(1 for e in self.events if e.get("event") == "handler_started" and e.get("job_id") == job_id)
+        return sum(
+            1 for e in self.events if e.get("event") == "handler_started" and e.get("job_id") == job_id
+        )
 
     async def next_event(self, name: str, within: float = 30.0) -> dict[str, Any]:
         """The first event `name` not yet returned by this method."""
@@ -127,7 +132,9 @@ class Runner:
             matching = [e for e in self.events if e.get("event") == name]
             return matching[seen] if len(matching) > seen else None
 
-        event = await eventually(found, timeout=within, message=f"{self.language}: no {name} event\n{self.tail()}")
+        event = await eventually(
+            found, timeout=within, message=f"{self.language}: no {name} event\n{self.tail()}"
+        )
         self._taken[name] = seen + 1
         return event
 
@@ -149,7 +156,9 @@ class Runner:
 
     def tail(self) -> str:
         text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-        return f"--- {self.language} runner stderr (tail) ---\n{text[-3000:]}\n--- events: {self.events[-20:]}"
+        return (
+            f"--- {self.language} runner stderr (tail) ---\n{text[-3000:]}\n--- events: {self.events[-20:]}"
+        )
 
     async def stop(self) -> None:
         if self.proc is not None and self.proc.returncode is None:
@@ -226,7 +235,9 @@ async def db(database_url) -> AsyncIterator[asyncpg.Pool]:
 async def fleet(database_url, service, tmp_path, toxiproxy_bin, sdks_built) -> AsyncIterator[Fleet]:
     toxiproxy = await Toxiproxy(toxiproxy_bin, tmp_path).start()
     try:
-        janitor = await service(database_url, mode="janitor", dev=False, extra_args=["--janitor-interval-secs", "0.2"])
+        janitor = await service(
+            database_url, mode="janitor", dev=False, extra_args=["--janitor-interval-secs", "0.2"]
+        )
         apis = await asyncio.gather(
             *(service(database_url, mode="api", dev=False, extra_args=API_ARGS) for _ in sdks_built)
         )
@@ -255,10 +266,15 @@ async def job_rows(db: asyncpg.Pool, ids: list[str]) -> dict[str, asyncpg.Record
     return {r["id"]: r for r in rows}
 
 
-async def settled(db: asyncpg.Pool, ids: list[str], within: float = SETTLE) -> dict[str, asyncpg.Record]:
-    """Wait until every job is completed (the one terminal state these handlers lead to)."""
+async def settled(
+    db: asyncpg.Pool, ids: list[str], runner: Runner | None = None, within: float = SETTLE
+) -> dict[str, asyncpg.Record]:
+    """Wait until every job is completed (the one terminal state these handlers lead to); fails at
+    once should `runner`, the worker expected to do it, have exited."""
 
     async def all_completed() -> dict[str, asyncpg.Record]:
+        if runner is not None and not runner.alive:
+            raise RuntimeError(f"the {runner.language} worker exited\n{runner.tail()}")
         rows = await job_rows(db, ids)
         assert len(rows) == len(ids), f"jobs missing: {set(ids) - set(rows)}"
         waiting = {i: (r["status"], r["retry_count"]) for i, r in rows.items() if r["status"] != "completed"}
@@ -268,7 +284,9 @@ async def settled(db: asyncpg.Pool, ids: list[str], within: float = SETTLE) -> d
     return await eventually(all_completed, timeout=within, interval=0.1)
 
 
-def check_outcome(runner: Runner, rows: dict[str, asyncpg.Record], rescued: set[str] = frozenset()) -> Counter[str]:
+def check_outcome(
+    runner: Runner, rows: dict[str, asyncpg.Record], rescued: set[str] = frozenset()
+) -> Counter[str]:
     """Nothing lost, each result its own payload, duplicates only after a lease expired, the loop
     alive. Returns how many jobs ran once, twice (or more) and were reclaimed, for the evidence checks."""
     tally: Counter[str] = Counter()
@@ -276,9 +294,13 @@ def check_outcome(runner: Runner, rows: dict[str, asyncpg.Record], rescued: set[
         assert row["status"] == "completed", f"{job_id}: {row['status']}"
         runs = runner.runs(job_id)
         if job_id in rescued:
-            assert json.loads(row["result"]) == {"rescued": True}, f"{job_id}: the late holder overwrote {row['result']}"
+            assert json.loads(row["result"]) == {"rescued": True}, (
+                f"{job_id}: the late holder overwrote {row['result']}"
+            )
         else:
-            assert json.loads(row["result"]) == json.loads(row["payload"]), f"{job_id}: result {row['result']}"
+            assert json.loads(row["result"]) == json.loads(row["payload"]), (
+                f"{job_id}: result {row['result']}"
+            )
             assert runs >= 1, f"{job_id} completed without this worker running it"
         if runs > 1:
             assert row["retry_count"] >= 1, (
@@ -295,13 +317,17 @@ def check_outcome(runner: Runner, rows: dict[str, asyncpg.Record], rescued: set[
 async def recovers(lane: Lane, runner: Runner, db: asyncpg.Pool, task: str = "nf.echo") -> None:
     """After the fault: the same process completes new jobs, each once, without any reclaim."""
     ids = await lane.create_jobs(task, 3, tag="after")
-    rows = await settled(db, ids)
+    rows = await settled(db, ids, runner)
     for job_id, row in rows.items():
         assert runner.runs(job_id) == 1 and row["retry_count"] == 0, (job_id, dict(row))
     check_outcome(runner, rows)
 
 
-HANDLERS = {"nf.echo": "return_payload", "nf.quick": "sleep_200ms_then_return_payload", "nf.slow": "sleep_1500ms_then_return_payload"}
+HANDLERS = {
+    "nf.echo": "return_payload",
+    "nf.quick": "sleep_200ms_then_return_payload",
+    "nf.slow": "sleep_1500ms_then_return_payload",
+}
 
 
 # --- the faults ------------------------------------------------------------------------------------
@@ -315,9 +341,13 @@ async def test_added_latency_delays_but_duplicates_and_loses_nothing(fleet, db):
         for stream in ("upstream", "downstream"):
             await lane.proxy.add_toxic(f"lag-{stream}", "latency", stream, {"latency": 300, "jitter": 100})
         assert {t["type"] for t in await lane.proxy.toxics()} == {"latency"}
-        runner = await lane.start_runner({"mode": "loop", "handlers": HANDLERS, "lease_secs": 4, "concurrency": 2})
-        ids = await lane.create_jobs("nf.quick", 6, tag="lag") + await lane.create_jobs("nf.slow", 2, tag="lag")
-        rows = await settled(db, ids)
+        runner = await lane.start_runner(
+            {"mode": "loop", "handlers": HANDLERS, "lease_secs": 4, "concurrency": 2}
+        )
+        ids = await lane.create_jobs("nf.quick", 6, tag="lag") + await lane.create_jobs(
+            "nf.slow", 2, tag="lag"
+        )
+        rows = await settled(db, ids, runner)
         tally = check_outcome(runner, rows)
         assert tally["reclaimed"] == 0 and tally["duplicated"] == 0, tally
         assert all(runner.runs(i) == 1 for i in ids)
@@ -333,7 +363,7 @@ async def warmed_up(lane: Lane, db: asyncpg.Pool, worker: dict[str, Any]) -> Run
     the server whether it offers the batch acknowledgement), before any fault."""
     runner = await lane.start_runner({"mode": "loop", "handlers": HANDLERS, **worker})
     ids = await lane.create_jobs("nf.echo", 1, tag="warm-up")
-    check_outcome(runner, await settled(db, ids))
+    check_outcome(runner, await settled(db, ids, runner))
     return runner
 
 
@@ -363,14 +393,14 @@ async def test_connections_cut_mid_request(fleet, db):
         await eventually(each_reclaimed, timeout=SETTLE, interval=0.1)
         assert all(runner.runs(i) == 0 for i in cut), "a truncated lease answer was taken for a lease"
         await lane.proxy.remove_toxic("cut")
-        tally = check_outcome(runner, await settled(db, cut))
+        tally = check_outcome(runner, await settled(db, cut, runner))
         assert tally["reclaimed"] == len(cut), tally
 
         # reset_peer: the acknowledgements' answers reset after the api committed them.
         slow = await lane.create_jobs("nf.slow", 2, tag="reset")
         await eventually(lambda: all(runner.runs(i) == 1 for i in slow), timeout=SETTLE)
         await lane.proxy.add_toxic("reset", "reset_peer", "downstream", {"timeout": 0})
-        await settled(db, slow)  # recorded while every answer to the worker is being reset
+        await settled(db, slow, runner)  # recorded while every answer to the worker is being reset
         await lane.proxy.remove_toxic("reset")
         rows = await job_rows(db, slow)
         tally = check_outcome(runner, rows)
@@ -390,7 +420,9 @@ async def test_connection_cut_mid_long_poll(fleet, db):
     async def scenario(lane: Lane) -> None:
         runner = await warmed_up(lane, db, {"lease_secs": 2, "concurrency": 1})
         await eventually(
-            lambda: lane.metric("queueflow_long_poll_waiters"), timeout=SETTLE, message="the worker never parked"
+            lambda: lane.metric("queueflow_long_poll_waiters"),
+            timeout=SETTLE,
+            message="the worker never parked",
         )
         await lane.proxy.add_toxic("mute", "timeout", "downstream", {"timeout": 0})
         [job] = await lane.create_jobs("nf.echo", 1, tag="long-poll")
@@ -402,7 +434,7 @@ async def test_connection_cut_mid_long_poll(fleet, db):
 
         await eventually(claimed, timeout=SETTLE)  # by a poll whose answer is being dropped
         await lane.proxy.remove_toxic("mute")  # closes the connections it held
-        tally = check_outcome(runner, await settled(db, [job]))
+        tally = check_outcome(runner, await settled(db, [job], runner))
         assert tally["reclaimed"] == 1 and runner.runs(job) == 1, (tally, runner.runs(job))
         await recovers(lane, runner, db)
 
@@ -485,3 +517,50 @@ async def test_partition_longer_than_the_lease(fleet, db):
         assert json.loads(rows[stale_job]["result"]) == {"rescued": True}
 
     await fleet.each(scenario)
+
+
+async def test_jobs_claimed_for_a_long_poll_whose_worker_is_gone_go_back_at_once(
+    database_url, service, tmp_path, toxiproxy_bin, db
+):
+    """A worker parked in a long-poll loses its connection (the proxy is disabled: every connection
+    through it closes); a job created while the orphaned poll still waits is claimed by it. The api
+    notices the caller is gone and gives the job back at once (no retry spent) instead of leaving
+    it leased to no one until the janitor reclaims it (30 s here)."""
+    api = await service(database_url, mode="api", dev=False, extra_args=API_ARGS)
+    toxiproxy = await Toxiproxy(toxiproxy_bin, tmp_path).start()
+    try:
+        proxy = await toxiproxy.create_proxy("api", f"127.0.0.1:{api.api_port}")
+        lane = Lane("raw", api, proxy, tmp_path)
+        queue = "netfault-vanished"
+        body = {"max_jobs": 1, "lease_secs": 30, "wait_secs": 10}
+
+        async def long_poll() -> None:
+            async with aiohttp.ClientSession() as http:
+                url = f"{proxy.base_url}/api/v1/queues/{queue}/lease"
+                async with http.post(url, json=body, headers=WORKER) as resp:
+                    raise AssertionError(f"the cut long-poll was answered: {resp.status} {await resp.text()}")
+
+        poll = asyncio.create_task(long_poll())
+        await eventually(lambda: lane.metric("queueflow_long_poll_waiters"), timeout=SETTLE)
+        await proxy.set_enabled(False)
+        with pytest.raises(aiohttp.ClientError):
+            await poll
+        assert await lane.metric("queueflow_long_poll_waiters") == 1, "the orphaned poll is no longer parked"
+        [job] = await lane.create_jobs("nf.echo", 1, tag="vanished", queue=queue)
+
+        async def given_back() -> bool:
+            row = await db.fetchrow(
+                "SELECT status, delivery_count, retry_count FROM queueflow.jobs WHERE id = $1", uuid.UUID(job)
+            )
+            assert row["delivery_count"] == 1 and row["status"] == "pending" and row["retry_count"] == 0, (
+                dict(row)
+            )
+            return True
+
+        await eventually(given_back, timeout=SETTLE)  # claimed by the orphaned poll, then released
+        await proxy.set_enabled(True)
+        got, token = await lease_directly(lane, queue)
+        assert got == job
+        await complete_directly(lane, job, token, {"n": 0, "tag": "vanished"})
+    finally:
+        await toxiproxy.stop()

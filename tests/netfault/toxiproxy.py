@@ -78,7 +78,9 @@ class Toxiproxy:
                 async with self._http.get(f"{self.api}/version") as resp:
                     if resp.status == 200:
                         version = (await resp.text()).strip()
-                        assert TOXIPROXY_VERSION in version, f"toxiproxy-server {version}, want {TOXIPROXY_VERSION}"
+                        assert TOXIPROXY_VERSION in version, (
+                            f"toxiproxy-server {version}, want {TOXIPROXY_VERSION}"
+                        )
                         return self
             except aiohttp.ClientError:
                 pass
@@ -103,7 +105,10 @@ class Toxiproxy:
         """A proxy from a free local port to `upstream` (host:port)."""
         listen = f"127.0.0.1:{free_port()}"
         await self._call(
-            "POST", "/proxies", {"name": name, "listen": listen, "upstream": upstream, "enabled": True}, (201,)
+            "POST",
+            "/proxies",
+            {"name": name, "listen": listen, "upstream": upstream, "enabled": True},
+            (201,),
         )
         return Proxy(self, name, listen)
 
