@@ -24,7 +24,7 @@ import json
 import os
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from pathlib import Path
 from typing import Any
 
@@ -234,6 +234,7 @@ async def db(database_url) -> AsyncIterator[asyncpg.Pool]:
 @pytest.fixture
 async def fleet(database_url, service, tmp_path, toxiproxy_bin, sdks_built) -> AsyncIterator[Fleet]:
     toxiproxy = await Toxiproxy(toxiproxy_bin, tmp_path).start()
+    lanes: list[Lane] = []
     try:
         janitor = await service(
             database_url, mode="janitor", dev=False, extra_args=["--janitor-interval-secs", "0.2"]
@@ -241,14 +242,12 @@ async def fleet(database_url, service, tmp_path, toxiproxy_bin, sdks_built) -> A
         apis = await asyncio.gather(
             *(service(database_url, mode="api", dev=False, extra_args=API_ARGS) for _ in sdks_built)
         )
-        lanes = []
         for language, api in zip(sdks_built, apis, strict=True):
             proxy = await toxiproxy.create_proxy(f"api-{language}", f"127.0.0.1:{api.api_port}")
             lanes.append(Lane(language, api, proxy, tmp_path))
-        fleet = Fleet(lanes, janitor, toxiproxy)
-        yield fleet
+        yield Fleet(lanes, janitor, toxiproxy)
     finally:
-        for lane in locals().get("lanes", []):
+        for lane in lanes:
             for runner in lane.runners:
                 await runner.stop()
         await toxiproxy.stop()
@@ -259,8 +258,10 @@ async def fleet(database_url, service, tmp_path, toxiproxy_bin, sdks_built) -> A
 
 async def job_rows(db: asyncpg.Pool, ids: list[str]) -> dict[str, asyncpg.Record]:
     rows = await db.fetch(
-        "SELECT id::text AS id, status, retry_count, payload::text AS payload, result::text AS result,"
-        " error_message FROM queueflow.jobs WHERE id = ANY($1::uuid[])",
+        "SELECT j.id::text AS id, j.status, j.retry_count, j.payload::text AS payload,"
+        " j.result::text AS result, j.error_message,"
+        " (SELECT count(*) FROM queueflow.dead_letters d WHERE d.job_id = j.id) AS dead_letters"
+        " FROM queueflow.jobs j WHERE j.id = ANY($1::uuid[])",
         ids,
     )
     return {r["id"]: r for r in rows}
@@ -285,13 +286,15 @@ async def settled(
 
 
 def check_outcome(
-    runner: Runner, rows: dict[str, asyncpg.Record], rescued: set[str] = frozenset()
+    runner: Runner, rows: dict[str, asyncpg.Record], rescued: Collection[str] = ()
 ) -> Counter[str]:
-    """Nothing lost, each result its own payload, duplicates only after a lease expired, the loop
-    alive. Returns how many jobs ran once, twice (or more) and were reclaimed, for the evidence checks."""
+    """Nothing lost, each result its own payload (`rescued`: another holder's), duplicates only
+    after a lease expired, the loop alive. Returns how many jobs were `reclaimed` (their lease
+    expired) and how many `duplicated` (ran more than once here), for the evidence checks."""
     tally: Counter[str] = Counter()
     for job_id, row in rows.items():
         assert row["status"] == "completed", f"{job_id}: {row['status']}"
+        assert row["dead_letters"] == 0, f"{job_id} is completed and dead-lettered"
         runs = runner.runs(job_id)
         if job_id in rescued:
             assert json.loads(row["result"]) == {"rescued": True}, (
@@ -375,7 +378,8 @@ async def test_connections_cut_mid_request(fleet, db):
     and the job is reclaimed when its lease (2 s) runs out, again and again while the toxic is on.
     `reset_peer` (downstream, at once): the answers to the acknowledgements of two running jobs are
     reset after the api recorded them: the worker must resend (a replay with the same token is a
-    204) and not run the jobs again.
+    204) or learn the job is done, and not run the jobs again; a job created meanwhile is leased
+    with its answer reset, and reclaimed.
     """
 
     async def scenario(lane: Lane) -> None:
@@ -401,10 +405,20 @@ async def test_connections_cut_mid_request(fleet, db):
         await eventually(lambda: all(runner.runs(i) == 1 for i in slow), timeout=SETTLE)
         await lane.proxy.add_toxic("reset", "reset_peer", "downstream", {"timeout": 0})
         await settled(db, slow, runner)  # recorded while every answer to the worker is being reset
+        # The toxic's own evidence: a job created now is leased, its answer reset, and reclaimed.
+        [probe] = await lane.create_jobs("nf.echo", 1, tag="reset-probe")
+
+        async def probe_reclaimed() -> bool:
+            row = (await job_rows(db, [probe]))[probe]
+            assert row["retry_count"] >= 1 and runner.runs(probe) == 0, dict(row)
+            return True
+
+        await eventually(probe_reclaimed, timeout=SETTLE, interval=0.1)
         await lane.proxy.remove_toxic("reset")
-        rows = await job_rows(db, slow)
+        rows = await settled(db, [*slow, probe], runner)
         tally = check_outcome(runner, rows)
         assert tally["duplicated"] == 0 and all(runner.runs(i) == 1 for i in slow), tally
+        assert tally["reclaimed"] == 1, tally
         await recovers(lane, runner, db)
 
     await fleet.each(scenario)
