@@ -455,16 +455,17 @@ async def test_connection_cut_mid_long_poll(fleet, db):
     await fleet.each(scenario)
 
 
-async def lease_directly(lane: Lane, queue: str) -> tuple[str, str]:
+async def lease_directly(lane: Lane, queue: str, wait_secs: int = 5) -> tuple[str, str]:
     """Lease one job of `queue` on the lane's api, not through the proxy: (job id, lease token)."""
-    body = {"max_jobs": 1, "lease_secs": 30, "wait_secs": 5}
+    body = {"max_jobs": 1, "lease_secs": 30, "wait_secs": wait_secs}
     async with (
         aiohttp.ClientSession() as http,
         http.post(f"{lane.api.base_url}/api/v1/queues/{queue}/lease", json=body, headers=WORKER) as resp,
     ):
         assert resp.status == 200, await resp.text()
-        [item] = (await resp.json())["jobs"]
-        return item["job"]["id"], item["lease_token"]
+        jobs = (await resp.json())["jobs"]
+        assert len(jobs) == 1, f"a lease of {queue} within {wait_secs}s got {jobs}"
+        return jobs[0]["job"]["id"], jobs[0]["lease_token"]
 
 
 async def complete_directly(lane: Lane, job_id: str, token: str, result: dict[str, Any]) -> None:
@@ -533,13 +534,18 @@ async def test_partition_longer_than_the_lease(fleet, db):
     await fleet.each(scenario)
 
 
+async def _equals(value: Awaitable[float], want: float) -> bool:
+    return await value == want
+
+
 async def test_jobs_claimed_for_a_long_poll_whose_worker_is_gone_go_back_at_once(
     database_url, service, tmp_path, toxiproxy_bin, db
 ):
     """A worker parked in a long-poll loses its connection (the proxy is disabled: every connection
     through it closes); a job created while the orphaned poll still waits is claimed by it. The api
-    notices the caller is gone and gives the job back at once (no retry spent) instead of leaving
-    it leased to no one until the janitor reclaims it (30 s here)."""
+    notices the caller is gone and gives the job back at once (no retry spent, and its status change
+    wakes the other waiters), so a live worker parked behind the orphan gets it, instead of the job
+    sitting leased to no one until the janitor reclaims it (30 s here)."""
     api = await service(database_url, mode="api", dev=False, extra_args=API_ARGS)
     toxiproxy = await Toxiproxy(toxiproxy_bin, tmp_path).start()
     try:
@@ -560,21 +566,17 @@ async def test_jobs_claimed_for_a_long_poll_whose_worker_is_gone_go_back_at_once
         with pytest.raises(aiohttp.ClientError):
             await poll
         assert await lane.metric("queueflow_long_poll_waiters") == 1, "the orphaned poll is no longer parked"
+        # A live worker parks behind the orphan; the hub wakes its waiters first come, first served.
+        live = asyncio.create_task(lease_directly(lane, queue, wait_secs=10))
+        await eventually(lambda: _equals(lane.metric("queueflow_long_poll_waiters"), 2), timeout=SETTLE)
         [job] = await lane.create_jobs("nf.echo", 1, tag="vanished", queue=queue)
-
-        async def given_back() -> bool:
-            row = await db.fetchrow(
-                "SELECT status, delivery_count, retry_count FROM queueflow.jobs WHERE id = $1", uuid.UUID(job)
-            )
-            assert row["delivery_count"] == 1 and row["status"] == "pending" and row["retry_count"] == 0, (
-                dict(row)
-            )
-            return True
-
-        await eventually(given_back, timeout=SETTLE)  # claimed by the orphaned poll, then released
-        await proxy.set_enabled(True)
-        got, token = await lease_directly(lane, queue)
+        got, token = await live
         assert got == job
+        row = await db.fetchrow(
+            "SELECT status, delivery_count, retry_count FROM queueflow.jobs WHERE id = $1", uuid.UUID(job)
+        )
+        # Claimed by the orphaned poll first, given back (no retry spent), then claimed by the live one.
+        assert (row["status"], row["delivery_count"], row["retry_count"]) == ("running", 2, 0), dict(row)
         await complete_directly(lane, job, token, {"n": 0, "tag": "vanished"})
     finally:
         await toxiproxy.stop()
