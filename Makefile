@@ -25,11 +25,13 @@ test: lint tools
 	$(BIN)/python -m pytest -n 2 --dist loadgroup -q
 	$(MAKE) test-sdks
 
-# Tools the tests run that no package manager of the venv provides: a pinned kustomize and a
-# pinned Helm for the deploy tests (built from the Go module proxy; each a no-op once installed).
+# Tools the tests run that no package manager of the venv provides, each pinned and built from
+# the Go module proxy (a no-op once installed): kustomize and Helm for the deploy tests, Toxiproxy
+# for the network-fault tests (tests/netfault).
 tools:
 	bash deploy/tools/install-kustomize.sh
 	bash deploy/tools/install-helm.sh
+	bash deploy/tools/install-toxiproxy.sh
 
 test-sdks: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider sdks/python/tests

@@ -31,11 +31,23 @@ async def lease(request: web.Request) -> web.Response:
         body.wait_secs or 0,
         settings_of(request).worker_poll_secs,
     )
+    if leases and _caller_gone(request):
+        # The worker hung up while its long-poll waited: nobody will read this answer, so the jobs
+        # go back at once (no retry spent) rather than sit leased to no one until the janitor.
+        for gone in leases:
+            await jobs_db.release(db_of(request).pool, gone.job.id, gone.token)
+        leases = []
     return json_response(
         wire.LeaseJobsResponse(
             jobs=[wire.LeasedJob(job=lease.job, lease_token=str(lease.token)) for lease in leases]
         )
     )
+
+
+def _caller_gone(request: web.Request) -> bool:
+    """Whether the caller's connection has closed (aiohttp does not cancel the handler when it does)."""
+    transport = request.transport
+    return transport is None or transport.is_closing()
 
 
 async def heartbeat(request: web.Request) -> web.Response:
