@@ -270,6 +270,19 @@ class EmbeddedPostgres:
             self._port = None
             self._remove_socket_dir()
 
+    def crash(self) -> None:
+        """Immediate shutdown: the postmaster and every backend quit at once, without a checkpoint,
+        as in a crash (the next start replays the WAL). The port is kept for the next `start()`
+        when it was requested."""
+        if not self.running:
+            return
+        try:
+            result = self._run_pg_ctl("-m", "immediate", "-w", "stop")
+            if result.returncode != 0:
+                raise PgEmbedError(f"could not crash PostgreSQL in {self.data_dir}: {result.stdout}")
+        finally:
+            self._port = None
+
     def postmaster_pid(self) -> int | None:
         """The PID recorded in postmaster.pid if that process is alive, else None."""
         try:

@@ -87,6 +87,21 @@ def option(
 class Settings:
     mode: str = option("--mode", "QUEUEFLOW_MODE", "all", "all | api | janitor | workflow | worker")
     database_url: str = option("--database-url", "DATABASE_URL", "", "PostgreSQL connection URL")
+    listen_database_url: str | None = option(
+        "--listen-database-url",
+        "QUEUEFLOW_LISTEN_DATABASE_URL",
+        None,
+        "direct PostgreSQL URL for the LISTEN connection and migrations (default: --database-url);"
+        " set it when --database-url goes through a transaction pooler",
+    )
+    statement_cache_size: int = option(
+        "--statement-cache-size",
+        "QUEUEFLOW_STATEMENT_CACHE_SIZE",
+        100,
+        "prepared statements kept per pool connection; 0 prepares none that outlive a statement"
+        " (PgBouncer before 1.21 in transaction mode)",
+        at_least=0,
+    )
     host: str = option("--host", "QUEUEFLOW_HOST", "0.0.0.0", "bind address for the HTTP listeners")
     api_port: int = option("--api-port", "QUEUEFLOW_API_PORT", 8000, "REST API and worker protocol port")
     metrics_port: int = option(
@@ -172,6 +187,12 @@ class Settings:
     @property
     def worker_queues(self) -> tuple[str, ...]:
         return self.queues or (self.default_queue,)
+
+    @property
+    def direct_database_url(self) -> str:
+        """The URL of a session of its own (LISTEN, migrations' advisory lock): never a pooler's
+        transaction-mode port."""
+        return self.listen_database_url or self.database_url
 
     def runs(self, service: str) -> bool:
         """Whether this process runs `service` (api, janitor, workflow or worker)."""

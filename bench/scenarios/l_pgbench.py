@@ -101,8 +101,12 @@ RETURNING j.*"""
 
 
 def cycle_script(rows: int, claim_sql: str | None = None) -> str:
-    # claim_jobs: $1 queue, $2 batch, $3 lease secs, $4 timeout grace, $5 fair-share rotation.
-    claim = _bind(claim_sql or Q.claim_jobs, {1: f"'{QUEUE}'", 2: str(rows), 3: "60", 4: "NULL", 5: "0"})
+    # claim_jobs: $1 queue, $2 batch, $3 lease secs, $4 timeout grace, $5 fair-share rotation,
+    # $6 the claim's key.
+    claim = _bind(
+        claim_sql or Q.claim_jobs,
+        {1: f"'{QUEUE}'", 2: str(rows), 3: "60", 4: "NULL", 5: "0", 6: "gen_random_uuid()"},
+    )
     ids, toks = "CAST(:ids AS uuid[])", "CAST(:toks AS uuid[])"
     complete = _bind(
         Q.complete_jobs,

@@ -40,7 +40,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_serve_arguments(serve)
 
     migrate = sub.add_parser("migrate", help="apply database migrations and exit")
-    migrate.add_argument("--database-url", default=None, help="PostgreSQL URL [DATABASE_URL]")
+    migrate.add_argument(
+        "--database-url",
+        default=None,
+        help="PostgreSQL URL [QUEUEFLOW_LISTEN_DATABASE_URL, else DATABASE_URL]",
+    )
 
     spec = sub.add_parser("spec", help="write the OpenAPI document as openapi.json and openapi.yaml")
     spec.add_argument("--output-dir", default="spec", help="directory to write to (created if missing)")
@@ -94,7 +98,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _migrate(args: argparse.Namespace) -> Any:
-    url = args.database_url or os.environ.get("DATABASE_URL")
+    # A direct URL first: the migrations hold a session advisory lock, which a transaction pooler
+    # would leave on whichever server connection happened to run it.
+    url = (
+        args.database_url or os.environ.get("QUEUEFLOW_LISTEN_DATABASE_URL") or os.environ.get("DATABASE_URL")
+    )
     if not url:
         raise ConfigError("--database-url (DATABASE_URL) is required")
     try:

@@ -18,6 +18,7 @@ from shared.config import Settings
 from shared.db import crons, janitor, watchers
 from shared.db import workflows as workflows_db
 from shared.db.database import Database
+from shared.db.pool import is_unavailable
 from shared.domain.jobs import JobStatus
 
 log = structlog.get_logger("queueflow.janitor")
@@ -121,8 +122,10 @@ class Janitor:
                 due_in = await janitor.seconds_until_next_due(self.db.pool)
             except asyncio.CancelledError:
                 raise
-            except Exception:  # a failed sweep must never end lease recovery
-                log.exception("janitor_sweep_failed")
+            except Exception as err:  # a failed sweep must never end lease recovery
+                # An unreachable database is an operational state (warned, the next sweep retries),
+                # anything else a bug worth its traceback.
+                log.warning("janitor_sweep_failed", error=str(err), exc_info=not is_unavailable(err))
                 due_in = None
             sleep = (
                 s.janitor_interval_secs if due_in is None else min(s.janitor_interval_secs, due_in + 0.001)

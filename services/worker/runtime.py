@@ -30,7 +30,7 @@ import contextvars
 import os
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import msgspec
 import structlog
@@ -42,7 +42,7 @@ from shared.config import Settings
 from shared.db import jobs as jobs_db
 from shared.db import workers
 from shared.db.database import Database
-from shared.db.pool import is_database_error
+from shared.db.pool import is_database_error, until_answered
 from shared.domain.errors import DomainError
 from shared.domain.jobs import DeadLetterReason, Job, JobStatus, Lease
 from shared.runtime.keys import Lifecycle
@@ -51,6 +51,7 @@ from shared.runtime.leasing import lease_jobs
 log = structlog.get_logger("queueflow.worker")
 
 TASK_HEARTBEAT_SECS = 10.0
+T = TypeVar("T")
 _encode_result = msgspec.json.Encoder().encode
 
 
@@ -176,9 +177,9 @@ class WorkerRuntime:
                     timeout_grace=s.lease_grace_secs,
                 )
             except Exception as err:
-                if not is_database_error(err):
-                    raise
-                log.warning("claim_failed", queue=queue, error=str(err))
+                # A claim that failed must never end the queue's loop: an unreachable database is
+                # warned about, anything else logged with its traceback; both are tried again.
+                log.warning("claim_failed", queue=queue, error=str(err), exc_info=not is_database_error(err))
                 await asyncio.sleep(1.0)
                 continue
             claimed_at = asyncio.get_running_loop().time()
@@ -212,7 +213,7 @@ class WorkerRuntime:
                 log.warning("job_dead_lettered", reason=DeadLetterReason.HANDLER_NOT_FOUND)
                 return
             await self._execute(task, job, token, claimed_at, handled)
-        except Exception:  # a report that failed: the lease expires and the janitor retries
+        except Exception:  # a bug in a report (an unreachable database is waited out, not here)
             log.exception("job_report_failed")
 
     async def _execute(
@@ -299,8 +300,11 @@ class WorkerRuntime:
         """Lease the job for its timeout plus the grace, from now; False when it is no longer ours
         (cancelled through the API, or reclaimed)."""
         try:
-            status = await jobs_db.heartbeat(
-                self.db.pool, job_id, token, timeout + self.settings.lease_grace_secs, jobs_db.LEASE_LOST
+            status = await _written(
+                "lease_extension",
+                lambda: jobs_db.heartbeat(
+                    self.db.pool, job_id, token, timeout + self.settings.lease_grace_secs, jobs_db.LEASE_LOST
+                ),
             )
         except DomainError:
             return False
@@ -390,7 +394,7 @@ class WorkerRuntime:
             )
             return
         try:
-            await self.db.completer.complete(job_id, token, result or {})
+            await _written("completion", lambda: self.db.completer.complete(job_id, token, result or {}))
         except DomainError as refused:  # cancelled or reclaimed meanwhile: the server owns the outcome
             log.info("job_completion_refused", reason=refused.message)
 
@@ -398,7 +402,9 @@ class WorkerRuntime:
         self, job_id: uuid.UUID, token: uuid.UUID, error: str, retryable: bool, reason: str | None = None
     ) -> None:
         try:
-            outcome: str = await jobs_db.fail(self.db.pool, job_id, token, error, retryable, reason)
+            outcome: str = await _written(
+                "failure", lambda: jobs_db.fail(self.db.pool, job_id, token, error, retryable, reason)
+            )
         except DomainError as err:
             outcome = err.message
         log.info("job_failed", outcome=outcome, retryable=retryable)
@@ -491,6 +497,19 @@ class _Budget:
             self._freed.set()
 
         return handled, ended
+
+
+async def _written(what: str, write: Callable[[], Awaitable[T]]) -> T:
+    """`write()`, tried again while the database is unreachable until it lands or answers.
+    Outcome writes are idempotent under the lease token: a retry of one that committed before the
+    connection dropped is answered as a replay or refused as stale, never applied twice. Dropping
+    it instead would leave the job to its lease's expiry (timeout + grace) and spend a retry. A
+    shutdown cancels the wait."""
+
+    def retrying(err: BaseException, delay: float) -> None:
+        log.warning("job_report_retrying", write=what, error=str(err), retry_in_secs=delay)
+
+    return await until_answered(write, retrying)
 
 
 def _observed(handler: asyncio.Future[Any]) -> None:

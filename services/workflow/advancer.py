@@ -18,7 +18,7 @@ import structlog
 from shared.db import workflows as workflows_db
 from shared.db.database import Database
 from shared.db.listener import ADVANCE
-from shared.db.pool import Connection, is_database_error
+from shared.db.pool import Connection, is_unavailable
 from shared.domain.workflows import OutboxEvent
 from shared.runtime.advance import advance
 
@@ -68,7 +68,7 @@ class Advancer:
             except asyncio.CancelledError:
                 raise
             except Exception as err:  # the database is away, or a bug in one event: back off, go on
-                log.warning("advance_failed", error=str(err), exc_info=not is_database_error(err))
+                log.warning("advance_failed", error=str(err), exc_info=not is_unavailable(err))
                 await asyncio.sleep(0.5)
                 continue
             if took:

@@ -3,7 +3,8 @@
 While one flush runs, new writes queue up and go out together in the next, so batches grow with
 load and add no delay when idle. Each caller still gets its own answer (or its own domain error,
 such as a lost lease); should a grouped write fail, its items are written one by one, so one bad
-item fails only its own caller.
+item fails only its own caller, unless the database is unreachable: then every caller gets that
+error at once.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import uuid
 from typing import Generic, TypeVar
 
 from shared.db import jobs as jobs_db
-from shared.db.pool import Pool
+from shared.db.pool import Pool, is_unavailable
 from shared.domain.jobs import NewJob, Object
 
 In = TypeVar("In")
@@ -62,11 +63,15 @@ class GroupCommit(Generic[In, Out]):
         try:
             answers = await self._write_many([item for item, _ in batch])
         except Exception as err:
-            if len(batch) > 1:
+            # One bad item fails only its own caller: write them one by one. An unreachable
+            # database fails them all alike, at once (not one connection attempt per item).
+            if len(batch) > 1 and not is_unavailable(err):
                 for one in batch:
                     await self._flush([one])
-            elif not batch[0][1].done():
-                batch[0][1].set_exception(err)
+            else:
+                for _, fut in batch:
+                    if not fut.done():
+                        fut.set_exception(err)
             return
         for (_, fut), answer in zip(batch, answers, strict=True):
             if fut.done():

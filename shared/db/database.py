@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import uuid
 
 import structlog
 
+from shared.db import jobs as jobs_db
 from shared.db.batcher import CompletionBatcher, InsertBatcher
 from shared.db.listener import Hub, Listener
 from shared.db.migrate import apply_migrations
-from shared.db.pool import Pool, create_pool
+from shared.db.pool import Pool, create_pool, until_answered
 
 log = structlog.get_logger("queueflow.db")
 
@@ -26,17 +28,30 @@ class Database:
         self.inserter = InsertBatcher(pool)
         # Fair share: each claim passes the next number, which rotates the tenant that leads.
         self.claim_turns = itertools.count()
+        self._give_backs: set[asyncio.Task[None]] = set()
 
     @classmethod
-    async def open(cls, dsn: str, *, min_connections: int, max_connections: int, migrate: bool) -> Database:
-        """Migrate (unless told not to), open the pool, and start the listener."""
+    async def open(
+        cls,
+        dsn: str,
+        *,
+        min_connections: int,
+        max_connections: int,
+        migrate: bool,
+        direct_dsn: str | None = None,
+        statement_cache_size: int = 100,
+    ) -> Database:
+        """Migrate (unless told not to), open the pool, and start the listener. The pool uses
+        `dsn`, which may be a transaction pooler's; the migrations (a session advisory lock) and the
+        LISTEN connection use `direct_dsn` (default `dsn`), which must be a session of their own."""
+        direct = direct_dsn or dsn
         if migrate:
-            applied = await apply_migrations(dsn)
+            applied = await apply_migrations(direct)
             if applied:
                 log.info("migrations_applied", versions=applied)
-        pool = await create_pool(dsn, min_connections, max_connections)
+        pool = await create_pool(dsn, min_connections, max_connections, statement_cache_size)
         hub = Hub()
-        listener = Listener(dsn, hub)
+        listener = Listener(direct, hub)
         try:
             await listener.start()
         except BaseException:
@@ -44,7 +59,27 @@ class Database:
             raise
         return cls(pool, hub, listener)
 
+    def give_back_unanswered_claim(self, queue: str, key: uuid.UUID) -> None:
+        """A claim's answer was lost with its connection (it may have committed, leasing jobs no
+        one holds): give its jobs back in the background, once the database answers again, rather
+        than leave them to their leases' expiry and a retry each. Idempotent; ends with the process
+        (the janitor then reclaims them when the leases expire)."""
+        task = asyncio.create_task(self._give_back(queue, key), name="queueflow-claim-give-back")
+        self._give_backs.add(task)
+        task.add_done_callback(self._give_backs.discard)
+
+    async def _give_back(self, queue: str, key: uuid.UUID) -> None:
+        try:
+            released = await until_answered(lambda: jobs_db.release_unanswered_claim(self.pool, queue, key))
+        except Exception:
+            log.exception("claim_give_back_failed", queue=queue)
+            return
+        if released:
+            log.warning("unanswered_claim_given_back", queue=queue, jobs=released)
+
     async def close(self) -> None:
+        for task in list(self._give_backs):
+            task.cancel()
         await self.inserter.close()
         await self.completer.close()
         await self.listener.stop()

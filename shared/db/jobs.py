@@ -160,13 +160,24 @@ async def claim(
     lease_secs: int,
     timeout_grace: int | None = None,
     rotation: int = 0,
+    key: uuid.UUID | None = None,
 ) -> list[Lease]:
     """Lease up to `max_jobs` due jobs, shared fairly between the queue's tenants (`rotation`
-    changes which tenant leads); returned in priority, scheduled_at, created_at order."""
-    rows = await db.fetch(Q.claim_jobs, queue, max_jobs, lease_secs, timeout_grace, rotation)
+    changes which tenant leads); returned in priority, scheduled_at, created_at order. `key` (a
+    new random one when None) lets `release_unanswered_claim` give the jobs back should the
+    answer be lost."""
+    rows = await db.fetch(
+        Q.claim_jobs, queue, max_jobs, lease_secs, timeout_grace, rotation, key or uuid.uuid4()
+    )
     if len(rows) > 1:
         rows.sort(key=lambda r: (-r["priority"], r["scheduled_at"], r["created_at"]))
     return [to_lease(r) for r in rows]
+
+
+async def release_unanswered_claim(db: Executor, queue: str, key: uuid.UUID) -> int:
+    """Give back (no retry spent) the jobs a claim with `key` leased, if it committed: for a claim
+    whose answer was lost with its connection. Returns how many."""
+    return len(await db.fetch(Q.release_unanswered_claim, queue, key))
 
 
 async def _explain(

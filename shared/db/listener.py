@@ -212,12 +212,20 @@ class Listener:
                 )
                 for channel in CHANNELS:
                     await conn.add_listener(channel, self._on_notify)
+                # A closed socket (a server crash or restart) is noticed at once; a silent peer
+                # (a cut network) by the periodic check.
+                lost = asyncio.Event()
+                conn.add_termination_listener(lambda _conn, lost=lost: lost.set())
                 self.hub.connected = True
                 self._ready.set()
                 log.info("listener_connected")
                 self.hub.wake_all()
                 while True:
-                    await asyncio.sleep(self.check_interval)
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(self.check_interval):
+                            await lost.wait()
+                    if lost.is_set() or conn.is_closed():
+                        raise ConnectionError("the LISTEN connection was closed")
                     await asyncio.wait_for(conn.fetchval("SELECT 1"), self.check_interval)
             except asyncio.CancelledError:
                 raise

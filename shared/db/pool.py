@@ -5,8 +5,9 @@ for callers that compose several repository calls into one atomic change."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol, TypeAlias, TypeVar
 
 import asyncpg
@@ -71,11 +72,17 @@ async def _keep_session(conn: Connection) -> None:
     rolls back a transaction left open; this only skips the reset query's extra round trip."""
 
 
-async def create_pool(dsn: str, min_size: int = 2, max_size: int = 50) -> Pool:
+async def create_pool(
+    dsn: str, min_size: int = 2, max_size: int = 50, statement_cache_size: int = 100
+) -> Pool:
+    """`statement_cache_size` 0 makes asyncpg prepare every statement unnamed, within the exchange
+    that runs it, which a transaction pooler without prepared-statement tracking (PgBouncer before
+    1.21) needs: a named statement prepared on one server connection is unknown to the next."""
     pool = await asyncpg.create_pool(
         dsn,
         min_size=min(min_size, max_size),
         max_size=max_size,
+        statement_cache_size=statement_cache_size,
         init=init_connection,
         server_settings={"application_name": "queueflow", "timezone": "UTC"},
         max_inactive_connection_lifetime=60,  # a burst's extra connections do not linger
@@ -93,7 +100,52 @@ async def transaction(pool: Pool) -> AsyncIterator[Connection]:
         yield conn
 
 
+def is_unavailable(err: BaseException) -> bool:
+    """Whether `err` says the database cannot be reached right now (refused or lost connections,
+    a server shutting down, crashed or still starting, no connection slot free), rather than that
+    a statement was wrong: the same request may succeed later. The API answers it with 503 and
+    Retry-After; the in-process worker retries its outcome writes until they land."""
+    if isinstance(
+        err,
+        OSError  # refused, reset, timed out (TimeoutError), and the batchers' shutdown ConnectionError
+        | asyncpg.PostgresConnectionError  # SQLSTATE class 08, and a connection lost mid-statement
+        | asyncpg.exceptions.OperatorInterventionError  # 57: admin or crash shutdown, starting up
+        | asyncpg.exceptions.InsufficientResourcesError,  # 53: too many connections, disk full
+    ):
+        return True
+    # asyncpg's protocol state left inconsistent by a connection lost mid-exchange ("cannot switch
+    # to state N"): the pool discards that connection on release.
+    if isinstance(err, asyncpg.exceptions.InternalClientError):
+        return True
+    # asyncpg's own "connection is closed" / "pool is closing" (not its misuse errors, which are bugs)
+    return isinstance(err, asyncpg.InterfaceError) and ("closed" in str(err) or "closing" in str(err))
+
+
 def is_database_error(err: BaseException) -> bool:
     """Whether `err` came from the database or the connection to it (rather than from a bug):
     callers back off and try again instead of logging a traceback."""
-    return isinstance(err, OSError | asyncpg.PostgresError | asyncpg.InterfaceError)
+    return is_unavailable(err) or isinstance(err, asyncpg.PostgresError | asyncpg.InterfaceError)
+
+
+# Writes retried across an outage back off from this to RETRY_MAX_SECS.
+RETRY_FIRST_SECS = 0.05
+RETRY_MAX_SECS = 2.0
+
+
+async def until_answered(
+    write: Callable[[], Awaitable[T]], on_retry: Callable[[BaseException, float], None] | None = None
+) -> T:
+    """`write()`, tried again while the database is unreachable (`on_retry(error, delay)` before
+    each wait) until it lands or answers; any other error is raised. For writes that are safe to
+    repeat (lease-guarded outcomes, give-backs by key); cancelling the caller ends the tries."""
+    delay = RETRY_FIRST_SECS
+    while True:
+        try:
+            return await write()
+        except Exception as err:
+            if not is_unavailable(err):
+                raise
+            if on_retry is not None:
+                on_retry(err, delay)
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, RETRY_MAX_SECS)

@@ -19,6 +19,7 @@ from aiohttp import web
 
 from shared.config import Settings
 from shared.db.database import Database
+from shared.db.pool import is_unavailable
 from shared.runtime import ops
 from shared.runtime.keys import DATABASE, LIFECYCLE, PROBED, SETTINGS, Lifecycle
 from shared.web import protocol
@@ -40,7 +41,8 @@ def base_app(settings: Settings, *, metrics_route: bool = True) -> web.Applicati
     protocol.install()
     cors = Cors.from_settings(settings)
     app = web.Application(
-        middlewares=[error_middleware, cors.middleware], client_max_size=settings.max_body_bytes
+        middlewares=[error_middleware(is_unavailable), cors.middleware],
+        client_max_size=settings.max_body_bytes,
     )
     app.on_response_prepare.append(cors.on_response_prepare)
     app[SETTINGS] = settings
@@ -53,7 +55,7 @@ def base_app(settings: Settings, *, metrics_route: bool = True) -> web.Applicati
 
 def probe_app(main: web.Application) -> web.Application:
     """The metrics port's app beside an API app: the probes, reading the main app's database."""
-    app = web.Application(middlewares=[error_middleware])
+    app = web.Application(middlewares=[error_middleware(is_unavailable)])
     app[PROBED] = main
     ops.add_routes(app, metrics_route=True)
     return app
@@ -98,8 +100,10 @@ async def _database(app: web.Application) -> AsyncIterator[None]:
     s = app[SETTINGS]
     db = await Database.open(
         s.database_url,
+        direct_dsn=s.direct_database_url,
         min_connections=s.min_db_connections,
         max_connections=s.max_db_connections,
+        statement_cache_size=s.statement_cache_size,
         migrate=s.auto_migrate,
     )
     app[DATABASE] = db

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 
 from shared import metrics
 from shared.db import jobs as jobs_db
 from shared.db.database import Database
+from shared.db.pool import is_unavailable
 from shared.domain.jobs import Lease
 from shared.runtime.keys import Lifecycle
 
@@ -35,9 +37,15 @@ async def lease_jobs(
                 # waste. (A call that will not wait always asks.)
                 leases = []
             else:
-                leases = await jobs_db.claim(
-                    db.pool, queue, max_jobs, lease_secs, timeout_grace, next(db.claim_turns)
-                )
+                key = uuid.uuid4()
+                try:
+                    leases = await jobs_db.claim(
+                        db.pool, queue, max_jobs, lease_secs, timeout_grace, next(db.claim_turns), key
+                    )
+                except Exception as err:
+                    if is_unavailable(err):  # it may have committed: its jobs must not sit leased
+                        db.give_back_unanswered_claim(queue, key)
+                    raise
                 hub.claimed(queue, seen, bool(leases))
         if leases:
             for lease in leases:

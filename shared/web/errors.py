@@ -1,7 +1,11 @@
 """One middleware for every app: maps domain errors, msgspec-validated input and framework errors to
 the contract's {error, timestamp} body with the right status, binds the request's log context
 (request id, route, method; the auth guard adds the tenant), logs one canonical line per request
-and records the HTTP metrics. No handler catches a 4xx itself."""
+and records the HTTP metrics. No handler catches a 4xx itself.
+
+An error that says the database cannot be reached (the app composer passes the db layer's test:
+this layer knows nothing of the database) is answered 503 with `Retry-After`, a warning without a
+traceback: the caller's retry will do, and nothing is wrong with the server."""
 
 from __future__ import annotations
 
@@ -42,6 +46,9 @@ STATUS_OF: dict[type[DomainError], int] = {
     PayloadTooLarge: 413,
 }
 REQUEST_ID = "X-Request-ID"
+# Seconds a client should wait before retrying after a 503 for an unreachable database.
+RETRY_AFTER_SECS = 1
+Unavailable = Callable[[BaseException], bool]
 
 
 def status_of(err: DomainError) -> int:
@@ -73,8 +80,32 @@ def _request_id(request: web.Request) -> str:
     return f"{_ID_PREFIX}{next(_ids):08x}"
 
 
-@web.middleware
-async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+def unavailable_response() -> web.Response:
+    response = error_response(503, "database unavailable")
+    response.headers["Retry-After"] = str(RETRY_AFTER_SECS)
+    return response
+
+
+def _client_gone(request: web.Request) -> bool:
+    transport = request.transport
+    return transport is None or transport.is_closing()
+
+
+def _never(_err: BaseException) -> bool:
+    return False
+
+
+def error_middleware(unavailable: Unavailable = _never) -> Callable[..., Awaitable[web.StreamResponse]]:
+    """The middleware, with `unavailable` telling an unreachable database from a bug."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        return await _handle(request, handler, unavailable)
+
+    return middleware
+
+
+async def _handle(request: web.Request, handler: Handler, unavailable: Unavailable) -> web.StreamResponse:
     started = time.perf_counter()
     route = _route_label(request)
     request_id = _request_id(request)
@@ -99,12 +130,20 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
                 raise
             message = {404: "not found", 405: "method not allowed"}.get(err.status, err.reason.lower())
             response = error_response(err.status, message)
-        except (asyncio.CancelledError, ConnectionResetError):
+        except asyncio.CancelledError:
             status = 499
             raise
-        except Exception:
-            log.exception("request_failed", path=request.path)
-            response = error_response(500, "internal server error")
+        except Exception as err:
+            if isinstance(err, ConnectionResetError) and _client_gone(request):
+                status = 499
+                raise
+            if unavailable(err):  # a reset from the database, not from the client, lands here
+                status = 503
+                log.warning("request_failed_database_unavailable", path=request.path, error=str(err))
+                response = unavailable_response()
+            else:
+                log.exception("request_failed", path=request.path)
+                response = error_response(500, "internal server error")
         finally:
             elapsed = time.perf_counter() - started
             metrics.HTTP_REQUESTS.labels(request.method, route, str(status)).inc()
