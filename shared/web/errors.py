@@ -99,6 +99,8 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
                 raise
             message = {404: "not found", 405: "method not allowed"}.get(err.status, err.reason.lower())
             response = error_response(err.status, message)
+            if "Allow" in err.headers:  # a 405 names the methods the resource takes (RFC 9110)
+                response.headers["Allow"] = err.headers["Allow"]
         except (asyncio.CancelledError, ConnectionResetError):
             status = 499
             raise
