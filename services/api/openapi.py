@@ -322,7 +322,9 @@ _DEFAULT_MAX_BATCH: int = next(f.default for f in dataclasses.fields(Settings) i
 @cache
 def build_spec(max_batch: int = _DEFAULT_MAX_BATCH) -> dict[str, Any]:
     types: list[Any] = [wire.ErrorBody]
-    types.extend(t for route in ROUTES for t in (route.request, route.response, route.events) if isinstance(t, type))
+    types.extend(
+        t for route in ROUTES for t in (route.request, route.response, route.events) if isinstance(t, type)
+    )
     types.extend(t for *_, t in PUBLIC_DOCS)
     schemas, components = msgspec.json.schema_components(types, ref_template=REF)
     by_type = dict(zip(types, schemas, strict=True))
