@@ -316,7 +316,14 @@ def _reachable(schemas: dict[str, Any], roots: list[str]) -> set[str]:
     return found
 
 
-_DEFAULT_MAX_BATCH: int = next(f.default for f in dataclasses.fields(Settings) if f.name == "max_batch")
+def _default_max_batch() -> int:
+    """--max-batch's default, for `queueflow spec` (a server passes its own setting)."""
+    default = next(f.default for f in dataclasses.fields(Settings) if f.name == "max_batch")
+    assert isinstance(default, int)
+    return default
+
+
+_DEFAULT_MAX_BATCH = _default_max_batch()
 
 
 @cache

@@ -44,9 +44,7 @@ def test_every_cron_expression_the_document_allows_fires_again(expr):
     cron.validate(expr)
 
 
-@pytest.mark.parametrize(
-    "expr", ["", "* * * *", "60 * * * *", "* 24 * * *", "* * 0 * *", "* * * 13 *"]
-)
+@pytest.mark.parametrize("expr", ["", "* * * *", "60 * * * *", "* 24 * * *", "* * 0 * *", "* * * 13 *"])
 def test_the_cron_pattern_refuses_what_the_server_refuses(expr):
     assert re.search(cron.CRON_PATTERN, expr) is None
     with pytest.raises(ValidationFailed):
