@@ -10,7 +10,7 @@ from aiohttp import web
 from services.api.console import add_console_routes
 from services.api.context import AUTH, guard
 from services.api.openapi import openapi_handler, openapi_yaml_handler
-from services.api.routes import ROUTES
+from services.api.routes import ROUTES, router_path
 from shared.config import Settings
 from shared.runtime.app import base_app
 from shared.runtime.keys import SETTINGS
@@ -20,7 +20,7 @@ from shared.web.auth import Authenticator
 def setup(app: web.Application) -> None:
     app[AUTH] = Authenticator(app[SETTINGS])
     for route in ROUTES:
-        app.router.add_route(route.method, route.path, guard(route.handler, route.auth))
+        app.router.add_route(route.method, router_path(route.path), guard(route.handler, route.auth))
     app.router.add_get("/openapi.json", openapi_handler)
     app.router.add_get("/openapi.yaml", openapi_yaml_handler)
     add_console_routes(app)

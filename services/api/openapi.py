@@ -1,9 +1,22 @@
 """/openapi.json and /openapi.yaml: one document, generated from the route table and the msgspec
 wire types, built once per process. Its `servers` entry is relative ("/"), so a client or Swagger UI
-calls the host it loaded the document from."""
+calls the host it loaded the document from.
+
+The document says exactly what the server accepts, so that a request valid by the document is
+never answered 400 and an invalid one never succeeds (tests/api/test_schema_fuzz.py checks both
+with Schemathesis). msgspec's schemas carry the types and the `Meta` bounds; the rules the server
+checks in code are added here from the same constants (`_refine`): non-blank names, queue names,
+timestamps PostgreSQL can store, no NUL character anywhere (PostgreSQL text and jsonb cannot hold
+one), a step with exactly one of `task_name` and `workflow`, the shapes of a step condition, and
+the batch limits of this server's settings. What JSON Schema cannot say (unique step names,
+dependencies that name a step of the same workflow and form no cycle, JSON nested at most 100 deep,
+a cron expression that fires) is in the descriptions.
+"""
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import re
 from functools import cache
 from typing import Any
@@ -12,31 +25,319 @@ import msgspec
 from aiohttp import web
 
 import shared
-from services.api.routes import PUBLIC_DOCS, ROUTES
+from services.api.routes import PUBLIC_DOCS, ROUTES, fixed_siblings
 from shared import wire
+from shared.config import Settings
+from shared.domain.cron import CRON_PATTERN
+from shared.domain.jobs import (
+    MAX_QUEUE_BYTES,
+    NON_BLANK_PATTERN,
+    QUEUE_NAME_PATTERN,
+    SPACE_CHARS,
+    JobStatus,
+)
+from shared.domain.workflows import MAX_WORKFLOW_STEPS, WorkflowStatus
+from shared.runtime.keys import SETTINGS
 
-_LIST_PARAMS = [
-    ("status", "string", "Filter by status (jobs)."),
-    ("queue", "string", "Filter by queue name (jobs and dead letters)."),
-    ("task_name", "string", "Filter by task name (jobs and dead letters)."),
-    ("replayed", "boolean", "Dead letters only: false for entries not yet replayed, true for replayed ones."),
-    ("limit", "integer", "Page size, clamped to 1..=100 (default 50)."),
-    ("offset", "integer", "Rows to skip (default 0); ignored with a cursor."),
-    ("order_by", "string", "`created_at ASC` or `created_at DESC` (default)."),
-    ("include_total", "boolean", "Add the exact `total` (an extra count)."),
-    ("cursor", "string", "Opaque keyset cursor from a previous page's `next_cursor`."),
-    ("created_after", "string", "Rows created at or after this RFC 3339 instant."),
-    ("created_before", "string", "Rows created strictly before this RFC 3339 instant."),
-]
+REF = "#/components/schemas/{name}"
+NO_NUL = r"^[^\x00]*$"
+
+# RFC 3339 instants. The server takes any instant from 0001-01-02 to 9999-12-30 UTC (PostgreSQL's
+# finite range as asyncpg writes it); the pattern keeps to years 0002-9998 and to days 01-28, so
+# that every string it allows is a real instant in range whatever its offset.
+_YEAR = r"(000[2-9]|00[1-9][0-9]|0[1-9][0-9]{2}|[1-8][0-9]{3}|9[0-8][0-9]{2}|99[0-8][0-9]|999[0-8])"
+_DAY = r"(0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])"
+_TIME = r"([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,6})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])"
+INSTANT = f"{_YEAR}-{_DAY}T{_TIME}"
+INSTANT_SCHEMA = {
+    "type": "string",
+    "format": "date-time",
+    "pattern": f"^{INSTANT}$",
+    "description": "An RFC 3339 instant between 0001-01-02 and 9999-12-30 UTC (no offset means UTC).",
+}
+QUEUE_SCHEMA = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": MAX_QUEUE_BYTES,
+    "pattern": QUEUE_NAME_PATTERN,
+    "description": f"A queue name: 1 to {MAX_QUEUE_BYTES} bytes of UTF-8, no whitespace, no control characters.",
+}
+NAME_SCHEMA = {"type": "string", "pattern": NON_BLANK_PATTERN, "description": "Not blank."}
+
+# The shared list parameters, and which listing each filter means something to. A listing ignores
+# the filters it does not have (as upstream does), so those stay documented as plain strings where
+# the older spec or the 0.5 client names them.
+_PAGING: list[tuple[str, dict[str, Any], str]] = [
+    ("limit", {"type": "integer", "format": "int64"}, "Page size, clamped to 1..=100 (default 50)."),
+    ("offset", {"type": "integer", "format": "int64"}, "Rows to skip, clamped to 0.. (default 0); ignored with a cursor."),
+    ("order_by", {"type": "string", "pattern": NO_NUL}, "`created_at ASC`, or anything else for `created_at DESC` (the default)."),
+    ("include_total", {"type": "boolean"}, "Add the exact `total` (an extra count)."),
+    ("created_after", {"type": "string", "pattern": f"^({INSTANT})?$"}, "Rows created at or after this RFC 3339 instant; empty is no filter."),
+    ("created_before", {"type": "string", "pattern": f"^({INSTANT})?$"}, "Rows created strictly before this RFC 3339 instant; empty is no filter."),
+]  # fmt: skip
+_CURSOR_ID = {
+    "uuid": "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}",
+    "bigint": "-?[0-9]{1,18}",
+    "text": "[^\\x00]+",
+}
+_TEXT = {"type": "string", "pattern": NO_NUL}
+
+
+def _status(values: type[JobStatus] | type[WorkflowStatus] | None) -> dict[str, Any]:
+    if values is None:
+        return _TEXT
+    return {"type": "string", "enum": ["", *(str(v) for v in values)]}
+
+
+# operationId: (status values or None, filters that apply, cursor id kind)
+_LISTINGS: dict[str, tuple[Any, dict[str, tuple[dict[str, Any], str]], str]] = {
+    "listJobs": (JobStatus, {"queue": (_TEXT, "Only this queue."), "task_name": (_TEXT, "Only this task.")}, "uuid"),
+    "listWorkflows": (WorkflowStatus, {"queue": (_TEXT, "Ignored."), "task_name": (_TEXT, "Ignored.")}, "text"),
+    "listCrons": (None, {"queue": (_TEXT, "Ignored."), "task_name": (_TEXT, "Ignored.")}, "text"),
+    "listDeadLetters": (
+        None,
+        {
+            "queue": (_TEXT, "Only this queue."),
+            "task_name": (_TEXT, "Only this task."),
+            "replayed": ({"type": "boolean"}, "false: entries not yet replayed; true: replayed ones."),
+        },
+        "bigint",
+    ),
+}  # fmt: skip
+
+
+def _list_params(operation_id: str) -> list[dict[str, Any]]:
+    statuses, filters, id_kind = _LISTINGS[operation_id]
+    status_help = "Only this status; empty is no filter." if statuses else "Ignored."
+    params = [("status", _status(statuses), status_help)]
+    params += [(name, schema, text) for name, (schema, text) in filters.items()]
+    params += _PAGING
+    params.append(
+        (
+            "cursor",
+            {"type": "string", "pattern": f"^(-?[0-9]{{1,16}}:{_CURSOR_ID[id_kind]})?$"},
+            "Opaque keyset cursor from a previous page's `next_cursor`; empty is none.",
+        )
+    )
+    return [
+        {"name": n, "in": "query", "required": False, "schema": s, "description": d} for n, s, d in params
+    ]
+
+
+def _path_param(path: str, route_tag: str, name: str) -> dict[str, Any]:
+    if route_tag == "dlq" and name == "id":
+        schema: dict[str, Any] = {"type": "integer", "format": "int64"}
+    elif name == "queue":
+        schema = dict(QUEUE_SCHEMA)
+    else:
+        schema = {"type": "string", "minLength": 1, "pattern": NO_NUL}
+    siblings = fixed_siblings(path, name)
+    if siblings and schema["type"] == "string":
+        schema["not"] = {"enum": siblings}  # those name other routes
+    return {"name": name, "in": "path", "required": True, "schema": schema}
+
+
+# Free-form JSON as the server accepts it: anything but a NUL character in a string or a key.
+JSON_SCHEMAS = {
+    "JsonValue": {
+        "description": "Any JSON value without a NUL character (nested at most 100 deep).",
+        "anyOf": [
+            {"type": ["null", "boolean", "number"]},
+            {"type": "string", "pattern": NO_NUL},
+            {"type": "array", "items": {"$ref": REF.format(name="JsonValue")}},
+            {"$ref": REF.format(name="JsonObject")},
+        ],
+    },
+    "JsonObject": {
+        "description": "A JSON object without a NUL character in any key or string (nested at most 100 deep).",
+        "type": "object",
+        "propertyNames": {"pattern": NO_NUL},
+        "additionalProperties": {"$ref": REF.format(name="JsonValue")},
+    },
+}
+
+
+def _nul_free(schema: Any) -> Any:
+    """Every string of a request without its own pattern, enum or format gets NO_NUL; free-form
+    objects and values become JsonObject and JsonValue."""
+    if isinstance(schema, list):
+        return [_nul_free(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    if schema == {}:
+        return {"$ref": REF.format(name="JsonValue")}
+    if schema.get("type") == "object" and "properties" not in schema:
+        return {"$ref": REF.format(name="JsonObject")}
+    out = {k: (v if k in ("enum", "default", "required") else _nul_free(v)) for k, v in schema.items()}
+    if "properties" in schema:
+        out["properties"] = {name: _nul_free(p) for name, p in schema["properties"].items()}
+    if out.get("type") == "string" and not {"pattern", "enum", "format"} & set(out):
+        out["pattern"] = NO_NUL
+    return out
+
+
+def _narrow(prop: dict[str, Any], extra: dict[str, Any]) -> None:
+    """Add `extra` to a property's non-null branch (msgspec writes an optional one as anyOf)."""
+    for branch in prop.get("anyOf", [prop]):
+        if branch.get("type") != "null":
+            branch.update(copy.deepcopy(extra))
+
+
+def _condition_schema() -> dict[str, Any]:
+    """StepCondition: a leaf (`path`, with `op` and `value`), or exactly one of `all`, `any`, `not`
+    (shared/domain/workflows.py `_validate_condition`)."""
+    ref = {"$ref": REF.format(name="StepCondition")}
+    none: dict[str, Any] = {"type": "null"}
+    value = {"$ref": REF.format(name="JsonValue")}
+    compare = ["eq", "ne", "gt", "gte", "lt", "lte", "contains"]
+
+    def leaf(op: dict[str, Any], required: list[str], value_schema: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "type": "object",
+            "properties": {
+                "path": NAME_SCHEMA,
+                "op": op,
+                "value": value_schema,
+                "all": none,
+                "any": none,
+                "not": none,
+            },
+            "required": ["path", *required],
+            "additionalProperties": False,
+        }
+
+    def combination(key: str, schema: dict[str, Any]) -> dict[str, Any]:
+        props = {"op": none, "path": none, "all": none, "any": none, "not": none, key: schema}
+        return {"type": "object", "properties": props, "required": [key], "additionalProperties": False}
+
+    return {
+        "title": "StepCondition",
+        "description": (
+            "A leaf compares the context value at `path` with `value` by `op` (`eq` when a value is"
+            " given, else `exists`; `in` takes a list); a combination holds `all`, `any` or `not`."
+        ),
+        "oneOf": [
+            leaf({"anyOf": [{"const": "exists"}, none]}, [], value),
+            leaf({"enum": compare}, ["op", "value"], value),
+            leaf({"const": "in"}, ["op", "value"], {"type": "array", "items": value}),
+            combination("all", {"type": "array", "items": ref}),
+            combination("any", {"type": "array", "items": ref}),
+            combination("not", ref),
+        ],
+    }
+
+
+def _step_variants(step: dict[str, Any]) -> None:
+    """A step runs a task (a non-blank `task_name`, optionally a `fan_out`) or a sub-workflow
+    (`workflow`, with no task name and no fan-out): exactly one of the two."""
+    blank = {"anyOf": [{"type": "null"}, {"type": "string", "pattern": f"^[{SPACE_CHARS}]*$"}]}
+    step["oneOf"] = [
+        {"required": ["task_name"], "properties": {"task_name": NAME_SCHEMA, "workflow": {"type": "null"}}},
+        {
+            "required": ["workflow"],
+            "properties": {
+                "task_name": blank,
+                "workflow": {"$ref": REF.format(name="WorkflowDefinition")},
+                "fan_out": {"type": "null"},
+            },
+        },
+    ]
+    step["description"] = (
+        "One step: a task (`task_name`) or a sub-workflow (`workflow`), never both. Step names are"
+        " unique within their workflow; `depends_on` names steps of the same workflow, without"
+        " cycles; sub-workflows nest at most 8 deep."
+    )
+
+
+def _refine(schemas: dict[str, Any], request_names: set[str], max_batch: int) -> None:
+    for name in request_names:
+        schemas[name] = _nul_free(schemas[name])
+    props = {name: schemas[name]["properties"] for name in request_names if "properties" in schemas[name]}
+    for owner in ("CreateJobRequest", "CreateCronRequest"):
+        _narrow(props[owner]["task_name"], NAME_SCHEMA)
+    for owner in ("JobConfigRequest", "CreateCronRequest", "WorkflowStep"):
+        _narrow(props[owner]["queue"], QUEUE_SCHEMA)
+    for owner in ("CreateWorkflowRequest", "WorkflowDefinition", "WorkflowStep"):
+        _narrow(props[owner]["name"], NAME_SCHEMA)
+    for owner in ("CreateWorkflowRequest", "WorkflowDefinition"):
+        _narrow(props[owner]["steps"], {"minItems": 1, "maxItems": MAX_WORKFLOW_STEPS})
+    for owner in ("CancelJobsRequest", "RetryJobsRequest", "ReplayDeadLettersRequest"):
+        _narrow(props[owner]["limit"], {"maximum": max_batch})
+        for field in ("created_after", "created_before"):
+            _narrow(props[owner][field], INSTANT_SCHEMA)
+    _narrow(props["CreateJobRequest"]["run_at"], INSTANT_SCHEMA)
+    _narrow(props["CreateBatchJobsRequest"]["jobs"], {"minItems": 1, "maxItems": max_batch})
+    _narrow(
+        props["CreateCronRequest"]["cron_expr"],
+        {
+            "pattern": CRON_PATTERN,
+            "description": "5 fields (minute hour day-of-month month day-of-week), or 6 with a leading"
+            " seconds field, evaluated in UTC. The pattern covers the usual forms; the server also"
+            " takes whatever else croniter parses (a trailing year, `L`, `#`, days 29-31), provided"
+            " the schedule fires again.",
+        },
+    )
+    _step_variants(schemas["WorkflowStep"])
+    schemas["StepCondition"] = _condition_schema()
+
+
+def _event_stream(event_type: Any) -> dict[str, Any]:
+    """A text/event-stream answer: the schema describes one event (OpenAPI 3.1 has no itemSchema).
+    Each `status` event's data is the JSON of `event_type`; `: keep-alive` comments come between."""
+    return {
+        "schema": {
+            "type": "object",
+            "description": (
+                f"One server-sent event: `event: status`, `data:` the {event_type.__name__} as JSON,"
+                " one per change until it is terminal."
+            ),
+            "properties": {
+                "event": {"const": "status"},
+                "data": {
+                    "type": "string",
+                    "contentMediaType": "application/json",
+                    "contentSchema": {"$ref": REF.format(name=event_type.__name__)},
+                },
+            },
+            "required": ["event", "data"],
+        }
+    }
+
+
+def _reachable(schemas: dict[str, Any], roots: list[str]) -> set[str]:
+    found: set[str] = set()
+    todo = list(roots)
+    while todo:
+        name = todo.pop()
+        if name in found:
+            continue
+        found.add(name)
+        todo += re.findall(r"#/components/schemas/(\w+)", msgspec.json.encode(schemas[name]).decode())
+    return found
+
+
+def _default_max_batch() -> int:
+    """--max-batch's default, for `queueflow spec` (a server passes its own setting)."""
+    default = next(f.default for f in dataclasses.fields(Settings) if f.name == "max_batch")
+    assert isinstance(default, int)
+    return default
+
+
+_DEFAULT_MAX_BATCH = _default_max_batch()
 
 
 @cache
-def build_spec() -> dict[str, Any]:
+def build_spec(max_batch: int = _DEFAULT_MAX_BATCH) -> dict[str, Any]:
     types: list[Any] = [wire.ErrorBody]
-    types.extend(t for route in ROUTES for t in (route.request, route.response) if isinstance(t, type))
+    types.extend(
+        t for route in ROUTES for t in (route.request, route.response, route.events) if isinstance(t, type)
+    )
     types.extend(t for *_, t in PUBLIC_DOCS)
-    schemas, components = msgspec.json.schema_components(types, ref_template="#/components/schemas/{name}")
+    schemas, components = msgspec.json.schema_components(types, ref_template=REF)
     by_type = dict(zip(types, schemas, strict=True))
+    requests = [route.request.__name__ for route in ROUTES if route.request is not None]
+    components.update(copy.deepcopy(JSON_SCHEMAS))
+    _refine(components, _reachable(components, requests), max_batch)
     error = {"description": "Error", "content": {"application/json": {"schema": by_type[wire.ErrorBody]}}}
 
     paths: dict[str, dict[str, Any]] = {}
@@ -47,26 +348,21 @@ def build_spec() -> dict[str, Any]:
             "tags": [route.tag],
             "security": [{"bearerAuth": []}],
             "parameters": [
-                {
-                    "name": name,
-                    "in": "path",
-                    "required": True,
-                    "schema": {"type": "integer", "format": "int64"}
-                    if route.tag == "dlq" and name == "id"
-                    else {"type": "string"},
-                }
-                for name in re.findall(r"{(\w+)}", route.path)
+                _path_param(route.path, route.tag, name) for name in re.findall(r"{(\w+)}", route.path)
             ],
             "responses": {},
         }
-        if route.operation_id.startswith("list"):
-            op["parameters"] += [
-                {"name": n, "in": "query", "required": False, "schema": {"type": t}, "description": d}
-                for n, t, d in _LIST_PARAMS
-            ]
+        if route.operation_id in _LISTINGS:
+            op["parameters"] += _list_params(route.operation_id)
         if route.operation_id == "createJob":
             op["parameters"].append(
-                {"name": "Idempotency-Key", "in": "header", "required": False, "schema": {"type": "string"}}
+                {
+                    "name": "Idempotency-Key",
+                    "in": "header",
+                    "required": False,
+                    "schema": {"type": "string", "maxLength": 255, "pattern": "^[ -~]*$"},
+                    "description": "Printable ASCII, at most 255 characters once trimmed; wins over the body's.",
+                }
             )
         if route.request is not None:
             op["requestBody"] = {
@@ -74,14 +370,17 @@ def build_spec() -> dict[str, Any]:
                 "content": {"application/json": {"schema": by_type[route.request]}},
             }
         ok: dict[str, Any] = {"description": "OK"}
-        if route.response == "sse":
-            ok["content"] = {"text/event-stream": {"schema": {"type": "string"}}}
+        if route.events is not None:
+            ok["content"] = {"text/event-stream": _event_stream(route.events)}
         elif route.response is not None:
             ok["content"] = {"application/json": {"schema": by_type[route.response]}}
         op["responses"][str(route.status)] = ok
         codes = ["400", "401", "403", "404", "409"] if route.auth != "public" else ["400"]
         for code in codes:
             op["responses"][code] = error
+        if any(fixed_siblings(route.path, name) for name in re.findall(r"{(\w+)}", route.path)):
+            # e.g. GET /api/v1/jobs/batch: that names the batch route, which takes POST only.
+            op["responses"]["405"] = {**error, "description": "The path names another route (see `Allow`)"}
         paths.setdefault(route.path, {})[route.method.lower()] = op
     for method, path, tag, op_id, summary, typ in PUBLIC_DOCS:
         paths.setdefault(path, {})[method.lower()] = {
@@ -112,14 +411,15 @@ def build_spec() -> dict[str, Any]:
 
 
 @cache
-def spec_yaml() -> bytes:
+def spec_yaml(max_batch: int = _DEFAULT_MAX_BATCH) -> bytes:
     """The same document as YAML (msgspec's encoder, on PyYAML)."""
-    return msgspec.yaml.encode(build_spec())
+    return msgspec.yaml.encode(build_spec(max_batch))
 
 
 async def openapi_handler(request: web.Request) -> web.Response:
-    return web.json_response(build_spec())
+    return web.json_response(build_spec(request.app[SETTINGS].max_batch))
 
 
 async def openapi_yaml_handler(request: web.Request) -> web.Response:
-    return web.Response(body=spec_yaml(), content_type="application/yaml", charset="utf-8")
+    body = spec_yaml(request.app[SETTINGS].max_batch)
+    return web.Response(body=body, content_type="application/yaml", charset="utf-8")

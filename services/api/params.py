@@ -68,7 +68,7 @@ def parse_time(name: str, raw: str) -> datetime:
 def _int(name: str, raw: str) -> int:
     try:
         value = int(raw)
-        if abs(value) > 2**63:
+        if not -(2**63) <= value < 2**63:  # a 64-bit integer, as the document says
             raise ValueError
     except ValueError:
         raise ValidationFailed(f"{name} must be an integer, not {raw!r}") from None

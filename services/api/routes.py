@@ -4,6 +4,7 @@ auth guard on each route (services/api/app.py) and the generated /openapi.json
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +25,8 @@ class Route:
     request: type | None = None
     response: Any = None
     status: int = 200
+    # A text/event-stream route: the type each `status` event's data is the JSON of.
+    events: type | None = None
 
 
 ROUTES: list[Route] = [
@@ -116,8 +119,7 @@ ROUTES: list[Route] = [
         "jobs",
         "streamJobEvents",
         "Server-sent status events for a job",
-        None,
-        "sse",
+        events=wire.Job,
     ),
     Route(
         "POST",
@@ -264,8 +266,7 @@ ROUTES: list[Route] = [
         "workflows",
         "streamWorkflowEvents",
         "Server-sent events for a workflow and its steps",
-        None,
-        "sse",
+        events=wire.WorkflowEvent,
     ),
     Route(
         "POST",
@@ -454,3 +455,29 @@ PUBLIC_DOCS = [
     ("GET", "/health", "health", "getHealth", "Liveness: the database answers", wire.HealthStatus),
     ("GET", "/ready", "health", "getReady", "Readiness", wire.ReadyStatus),
 ]
+
+
+def fixed_siblings(path: str, param: str) -> list[str]:
+    """The fixed segments other routes have where `path` has `{param}` after the same prefix: the
+    values the parameter never takes (`batch` for a job id: `GET /api/v1/jobs/batch` is a 405
+    naming POST, not a lookup of job "batch")."""
+    parts = path.split("/")
+    at = parts.index(f"{{{param}}}")
+    found = {
+        other[at]
+        for other in (route.path.split("/") for route in ROUTES)
+        if len(other) > at and other[:at] == parts[:at] and not other[at].startswith("{")
+    }
+    return sorted(found)
+
+
+def router_path(path: str) -> str:
+    """`path` for aiohttp's router, each parameter kept off its fixed siblings."""
+
+    def constrain(match: re.Match[str]) -> str:
+        siblings = fixed_siblings(path, match[1])
+        if not siblings:
+            return match[0]
+        return f"{{{match[1]}:(?!(?:{'|'.join(map(re.escape, siblings))})(?:/|$))[^/]+}}"
+
+    return re.sub(r"{(\w+)}", constrain, path)

@@ -17,6 +17,24 @@ from shared.domain.errors import ValidationFailed
 from shared.domain.jobs import Object, PartialJobConfig
 
 
+def _field(number: str) -> str:
+    atom = rf"(\*|{number}(-{number})?)(/[1-9][0-9]?)?"
+    return rf"{atom}(,{atom})*"
+
+
+_MONTHS = "JAN|FEB|MAR|APR|MAY|JUN|JUL|AUG|SEP|OCT|NOV|DEC"
+_DAYS = "SUN|MON|TUE|WED|THU|FRI|SAT"
+_SECOND = _field(r"[1-5]?[0-9]")
+# The forms the OpenAPI document promises: 5 fields (or 6 with a leading seconds field) of `*`,
+# numbers, ranges, lists and steps, month and weekday names, days of the month up to 28. Every
+# expression it matches fires again (tests/unit/test_cron_pattern.py); the server accepts more
+# (every expression croniter parses that fires again: `L`, `#`, `?`, days 29-31, a year field).
+CRON_PATTERN = (
+    rf"^({_SECOND} )?{_SECOND} {_field(r'(1?[0-9]|2[0-3])')} {_field(r'([1-9]|1[0-9]|2[0-8])')}"
+    rf" {_field(rf'([1-9]|1[0-2]|{_MONTHS})')} {_field(rf'([0-6]|{_DAYS})')}$"
+)
+
+
 def next_after(expr: str, after: datetime) -> datetime | None:
     """The first occurrence strictly after `after`, or None when the expression has no future."""
     fields = expr.split()

@@ -93,7 +93,18 @@ MAX_TIMEOUT_SECS = 86_400
 MAX_DELAY_SECS = 2_592_000  # 30 days
 MAX_NAME_BYTES = 255  # task names, idempotency keys, workflow and step names
 MAX_QUEUE_BYTES = 128
-_BAD_QUEUE_CHARS = re.compile(r"[\s\x00-\x1f\x7f-\x9f]")
+
+# The characters str.isspace() and str.strip() treat as whitespace, and the control characters,
+# spelled out as regular-expression classes that mean the same in Python and in a JSON Schema
+# pattern (ECMA-262's `\s` differs from Python's). The checks below and the OpenAPI document's
+# patterns (services/api/openapi.py) are built from these, so the two cannot drift apart.
+SPACE_CHARS = r"\t-\r\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+CONTROL_CHARS = r"\x00-\x1f\x7f-\x9f"
+# A queue name: no whitespace, no control characters (and 1 to MAX_QUEUE_BYTES bytes of UTF-8).
+QUEUE_NAME_PATTERN = f"^[^{CONTROL_CHARS}{SPACE_CHARS}]+$"
+# Text that says something: at least one character that is not whitespace, and no NUL.
+NON_BLANK_PATTERN = f"^[^\\x00]*[^\\x00{SPACE_CHARS}][^\\x00]*$"
+_BAD_QUEUE_CHARS = re.compile(f"[{CONTROL_CHARS}{SPACE_CHARS}]")
 
 Int32 = Annotated[int, Meta(ge=INT32_MIN, le=INT32_MAX)]
 MaxRetries = Annotated[int, Meta(ge=0, le=MAX_RETRIES)]

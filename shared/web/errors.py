@@ -130,6 +130,8 @@ async def _handle(request: web.Request, handler: Handler, unavailable: Unavailab
                 raise
             message = {404: "not found", 405: "method not allowed"}.get(err.status, err.reason.lower())
             response = error_response(err.status, message)
+            if "Allow" in err.headers:  # a 405 names the methods the resource takes (RFC 9110)
+                response.headers["Allow"] = err.headers["Allow"]
         except asyncio.CancelledError:
             status = 499
             raise

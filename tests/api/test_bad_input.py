@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from services.api.routes import ROUTES
 from tests.api.helpers import DEV, count, create_job, expect_error, lease_one, make_dead_letter
 
 JSON = {**DEV, "Content-Type": "application/json"}
@@ -349,6 +350,21 @@ async def test_offset_beyond_bigint_is_a_400_about_the_offset(api):
 
 
 @pytest.mark.parametrize(
+    ("name", "value", "status"),
+    [
+        ("limit", 2**63, 400),
+        ("offset", 2**63 - 1, 200),
+        ("limit", -(2**63), 200),
+        ("offset", -(2**63) - 1, 400),
+    ],
+)
+async def test_paging_numbers_are_64_bit_integers_as_documented(api, name, value, status):
+    client = await api()
+    resp = await client.get(f"/api/v1/jobs?{name}={value}", headers=DEV)
+    assert resp.status == status, await resp.text()
+
+
+@pytest.mark.parametrize(
     "query", ["created_after=yesterday", "cursor=garbage", "replayed=perhaps", "limit=x"]
 )
 async def test_bad_dead_letter_list_query_is_400(api, query):
@@ -435,3 +451,70 @@ async def test_wrong_method_is_405_with_the_error_body(api, method, path):
     client = await api()
     await expect_error(await client.request(method, path, headers=DEV), 405)
     await _assert_nothing_written(client)
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "allowed"),
+    [
+        ("DELETE", "/api/v1/jobs", {"GET", "POST"}),
+        ("PUT", "/api/v1/jobs/00000000-0000-4000-8000-000000000000", {"GET"}),
+        ("GET", "/api/v1/queues/default/lease", {"POST"}),
+        ("TRACE", "/api/v1/cron", {"GET", "POST"}),
+        # A fixed segment is never taken for an id: these name the batch, bulk and replay routes.
+        ("GET", "/api/v1/jobs/batch", {"POST"}),
+        ("PUT", "/api/v1/jobs/batch", {"POST"}),
+        ("GET", "/api/v1/jobs/cancel", {"POST"}),
+        ("GET", "/api/v1/dlq/replay", {"POST"}),
+    ],
+)
+async def test_a_405_names_the_methods_the_resource_takes_in_allow(api, method, path, allowed):
+    """RFC 9110: a 405 carries Allow, and lists exactly the methods of that resource."""
+    client = await api()
+    resp = await client.request(method, path, headers=DEV)
+    await expect_error(resp, 405)
+    assert set(resp.headers["Allow"].split(",")) == allowed
+
+
+async def test_a_fixed_segment_after_the_jobs_prefix_is_no_job_id(api):
+    client = await api()
+    await expect_error(await client.post("/api/v1/jobs/batch/cancel", headers=DEV), 404, "not found")
+    # Anything else still names a job (and a job id that is not a UUID names none).
+    await expect_error(await client.get("/api/v1/jobs/batches", headers=DEV), 404, "job not found: ")
+
+
+# --- bodies ----------------------------------------------------------------------------------------
+
+BODY_ROUTES = [r for r in ROUTES if r.request is not None]
+
+
+@pytest.mark.parametrize("route", BODY_ROUTES, ids=[r.operation_id for r in BODY_ROUTES])
+@pytest.mark.parametrize("raw", [b"", b" \r\n"], ids=["none", "blank"])
+async def test_a_route_that_takes_a_body_refuses_a_request_without_one(api, route, raw):
+    """The document marks every request body required: none at all is a 400 with the error body,
+    before anything is written (`{}` is the body whose fields all take their defaults)."""
+    client = await api()
+    job_id = await create_job(client)
+    path = route.path.replace("{id}", job_id).replace("{queue}", "default")
+    resp = await client.request(route.method, path, data=raw, headers=DEV)
+    assert await expect_error(resp, 400) == "validation error: a JSON body is required"
+    assert await count(client, "jobs") == 1
+    assert await count(client, "jobs", "status = 'pending'") == 1
+
+
+async def test_an_integral_float_is_taken_where_an_integer_belongs(api):
+    """JSON Schema (and so the OpenAPI document) counts 3.0 as an integer; 3.5 stays a 400."""
+    client = await api()
+    resp = await client.post(
+        "/api/v1/jobs",
+        json={"task_name": "t", "payload": {"x": 1.5}, "config": {"max_retries": 3.0, "jitter_factor": 1.0}},
+        headers=DEV,
+    )
+    assert resp.status == 201
+    job = await (await client.get(f"/api/v1/jobs/{(await resp.json())['job_id']}", headers=DEV)).json()
+    assert job["config"]["max_retries"] == 3 and job["payload"] == {"x": 1.5}
+    resp = await client.post("/api/v1/jobs/cancel", json={"limit": 10.0}, headers=DEV)
+    assert resp.status == 200
+    resp = await client.post(
+        "/api/v1/jobs", json={"task_name": "t", "config": {"max_retries": 3.5}}, headers=DEV
+    )
+    await expect_error(resp, 400, "validation error: expected `int | null`, got `float`")

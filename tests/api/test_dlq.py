@@ -254,10 +254,13 @@ async def test_bulk_replay_replays_every_unreplayed_entry_oldest_first(api):
     assert await count(client, "jobs") == 6
 
 
-async def test_bulk_replay_with_an_empty_body_uses_the_defaults(api):
+async def test_bulk_replay_needs_a_body_and_an_empty_object_uses_the_defaults(api):
     client = await api()
     await make_dead_letter(client, "q-empty")
     resp = await client.post("/api/v1/dlq/replay", headers=DEV)
+    assert resp.status == 400
+    assert (await resp.json())["error"] == "validation error: a JSON body is required"
+    resp = await client.post("/api/v1/dlq/replay", json={}, headers=DEV)
     assert resp.status == 200
     assert (await resp.json())["replayed"] == 1
 

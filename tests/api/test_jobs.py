@@ -570,10 +570,14 @@ async def test_cancel_by_filter_without_filters_cancels_every_active_job(api):
     assert (await get_job(client, done))["status"] == "completed"
 
 
-async def test_cancel_by_filter_with_an_empty_body_uses_the_defaults(api):
+async def test_cancel_by_filter_needs_a_body_and_an_empty_object_uses_the_defaults(api):
     client = await api()
     await create_batch(client, [{"task_name": "t"}] * 2)
     resp = await client.post("/api/v1/jobs/cancel", headers=DEV)
+    assert resp.status == 400
+    assert (await resp.json())["error"] == "validation error: a JSON body is required"
+    assert (await client.post("/api/v1/jobs/cancel", data=b"  \n", headers=DEV)).status == 400
+    resp = await client.post("/api/v1/jobs/cancel", json={}, headers=DEV)
     assert resp.status == 200
     assert await resp.json() == {"cancelled": 2}
 

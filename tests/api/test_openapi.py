@@ -7,6 +7,7 @@ import json
 import re
 from pathlib import Path
 
+import jsonschema
 import pytest
 import queueflow
 import yaml
@@ -207,7 +208,7 @@ async def test_json_operations_document_their_bodies_and_error_responses(spec):
         assert str(route.status) in op["responses"], route.path
         if route.request is not None:
             assert "application/json" in op["requestBody"]["content"], route.path
-        if route.response == "sse":
+        if route.events is not None:
             assert "text/event-stream" in op["responses"][str(route.status)]["content"], route.path
         error = op["responses"]["401"]["content"]["application/json"]["schema"]
         assert error == {"$ref": "#/components/schemas/ErrorBody"}, route.path
@@ -232,3 +233,148 @@ async def test_list_operations_document_the_shared_list_parameters(spec):
             "created_after",
             "created_before",
         } <= names, path
+
+
+async def test_tasks_and_queues_take_no_query_parameters(spec):
+    """Neither listing pages or filters (upstream's neither; the 0.5 client sends none)."""
+    _, body = spec
+    for path in ("/api/v1/tasks", "/api/v1/queues"):
+        assert not [p for p in body["paths"][path]["get"]["parameters"] if p["in"] == "query"], path
+
+
+async def test_only_the_dead_letter_listing_documents_replayed(spec):
+    _, body = spec
+    for path in ("/api/v1/jobs", "/api/v1/workflows", "/api/v1/cron", "/api/v1/dlq"):
+        names = {p["name"] for p in body["paths"][path]["get"]["parameters"]}
+        assert ("replayed" in names) == (path == "/api/v1/dlq"), path
+
+
+@pytest.mark.parametrize(
+    ("path", "event_type"),
+    [("/api/v1/jobs/{id}/events", "Job"), ("/api/v1/workflows/{id}/events", "WorkflowEvent")],
+)
+async def test_event_streams_describe_their_events(spec, path, event_type):
+    """Each event of a text/event-stream answer is `event: status` with the JSON of a Job or a
+    WorkflowEvent as its data (OpenAPI 3.1: the media type's schema describes one event)."""
+    _, body = spec
+    event = body["paths"][path]["get"]["responses"]["200"]["content"]["text/event-stream"]["schema"]
+    assert event["required"] == ["event", "data"]
+    assert event["properties"]["event"] == {"const": "status"}
+    data = event["properties"]["data"]
+    assert data["contentMediaType"] == "application/json"
+    assert data["contentSchema"] == {"$ref": f"#/components/schemas/{event_type}"}
+    assert event_type in body["components"]["schemas"]
+
+
+async def test_the_batch_limits_follow_the_server_settings(api):
+    client = await api(max_batch=7)
+    body = await (await client.get("/openapi.json")).json()
+    batch = body["components"]["schemas"]["CreateBatchJobsRequest"]["properties"]["jobs"]
+    assert (batch["minItems"], batch["maxItems"]) == (1, 7)
+    cancel = body["components"]["schemas"]["CancelJobsRequest"]["properties"]["limit"]["anyOf"][0]
+    assert cancel["maximum"] == 7
+
+
+def _validator(document: dict, component: str) -> jsonschema.Draft202012Validator:
+    return jsonschema.Draft202012Validator(
+        {"$ref": f"#/components/schemas/{component}", "components": document["components"]}
+    )
+
+
+# Bodies the document refuses: the server refuses each with a 400 (a previous fuzzing run found
+# these accepted by the document and refused by the server).
+REFUSED = [
+    ("/api/v1/jobs", "CreateJobRequest", {"task_name": ""}),
+    ("/api/v1/jobs", "CreateJobRequest", {"task_name": " \t"}),
+    ("/api/v1/jobs", "CreateJobRequest", {"task_name": "t", "run_at": "tomorrow"}),
+    ("/api/v1/jobs", "CreateJobRequest", {"task_name": "t", "run_at": "0001-01-01T00:00:00Z"}),
+    ("/api/v1/jobs", "CreateJobRequest", {"task_name": "t", "config": {"queue": "a b"}}),
+    ("/api/v1/jobs", "CreateJobRequest", {"task_name": "t", "payload": {"k": "a\u0000b"}}),
+    ("/api/v1/jobs", "CreateJobRequest", {"task_name": "t", "payload": {"a\u0000": 1}}),
+    ("/api/v1/jobs/batch", "CreateBatchJobsRequest", {"jobs": []}),
+    ("/api/v1/jobs/cancel", "CancelJobsRequest", {"created_after": ""}),
+    ("/api/v1/jobs/cancel", "CancelJobsRequest", {"limit": 1001}),
+    ("/api/v1/workflows", "CreateWorkflowRequest", {"name": "w", "steps": []}),
+    ("/api/v1/workflows", "CreateWorkflowRequest", {"name": " ", "steps": [{"name": "a", "task_name": "t"}]}),
+    ("/api/v1/workflows", "CreateWorkflowRequest", {"name": "w", "steps": [{"name": "a"}]}),
+    ("/api/v1/workflows", "CreateWorkflowRequest", {"name": "w", "steps": [{"name": "a", "task_name": ""}]}),
+    (
+        "/api/v1/workflows",
+        "CreateWorkflowRequest",
+        {"name": "w", "steps": [{"name": "a", "task_name": "t", "workflow": {"name": "s", "steps": [{"name": "b", "task_name": "t"}]}}]},
+    ),
+    (
+        "/api/v1/workflows",
+        "CreateWorkflowRequest",
+        {"name": "w", "steps": [{"name": "a", "task_name": "t", "when": {"path": "x", "op": "gt"}}]},
+    ),
+    (
+        "/api/v1/workflows",
+        "CreateWorkflowRequest",
+        {"name": "w", "steps": [{"name": "a", "task_name": "t", "when": {"path": "x", "all": []}}]},
+    ),
+    (
+        "/api/v1/workflows",
+        "CreateWorkflowRequest",
+        {"name": "w", "steps": [{"name": "a", "task_name": "t", "when": {"path": "x", "op": "in", "value": 1}}]},
+    ),
+    ("/api/v1/cron", "CreateCronRequest", {"name": "c", "cron_expr": "", "task_name": "t"}),
+    ("/api/v1/cron", "CreateCronRequest", {"name": "c", "cron_expr": "61 * * * *", "task_name": "t"}),
+]  # fmt: skip
+
+# Bodies the document allows, at the edges of the rules above: the server takes each.
+ACCEPTED = [
+    ("/api/v1/jobs", "CreateJobRequest", {"task_name": " t ", "run_at": "0002-01-01T00:00:00+23:59"}),
+    ("/api/v1/jobs", "CreateJobRequest", {"task_name": "t", "config": {"queue": "é-ü.q", "max_retries": 2.0}}),
+    ("/api/v1/jobs/cancel", "CancelJobsRequest", {}),
+    ("/api/v1/jobs/cancel", "CancelJobsRequest", {"created_after": "9998-12-28T23:59:59.5-23:00", "limit": 1000}),
+    (
+        "/api/v1/workflows",
+        "CreateWorkflowRequest",
+        {"name": "w", "steps": [{"name": "a", "task_name": " ", "workflow": {"name": "s", "steps": [{"name": "b", "task_name": "t"}]}}]},
+    ),
+    (
+        "/api/v1/workflows",
+        "CreateWorkflowRequest",
+        {"name": "w", "steps": [{"name": "a", "task_name": "t", "when": {"all": [{"path": "x"}, {"not": {"path": "y", "op": "in", "value": [1]}}]}}]},
+    ),
+    ("/api/v1/cron", "CreateCronRequest", {"name": " ", "cron_expr": "*/5 1-3,7 1 JAN-MAR MON", "task_name": "t"}),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("path", "component", "body"), REFUSED)
+async def test_what_the_document_refuses_the_server_refuses(spec, path, component, body):
+    client, document = spec
+    assert not _validator(document, component).is_valid(body)
+    resp = await client.post(path, json=body, headers={"Authorization": "Bearer dev"})
+    assert resp.status == 400, await resp.text()
+
+
+@pytest.mark.parametrize(("path", "component", "body"), ACCEPTED)
+async def test_what_the_document_allows_the_server_takes(spec, path, component, body):
+    client, document = spec
+    _validator(document, component).validate(body)
+    resp = await client.post(path, json=body, headers={"Authorization": "Bearer dev"})
+    assert resp.status in (200, 201), await resp.text()
+
+
+@pytest.mark.parametrize(
+    ("path", "query", "valid"),
+    [
+        ("/api/v1/jobs", {"status": "nope"}, False),
+        ("/api/v1/jobs", {"status": ""}, True),
+        ("/api/v1/jobs", {"created_after": "2020-13-01T00:00:00Z"}, False),
+        ("/api/v1/jobs", {"created_after": ""}, True),
+        ("/api/v1/jobs", {"cursor": "12:not-a-uuid"}, False),
+        ("/api/v1/jobs", {"cursor": "1700000000000000:00000000-0000-4000-8000-000000000000"}, True),
+        ("/api/v1/dlq", {"cursor": "1700000000000000:x"}, False),
+        ("/api/v1/workflows", {"status": "pending"}, False),
+        ("/api/v1/workflows", {"status": "running", "queue": "ignored"}, True),
+    ],
+)
+async def test_list_parameters_are_exactly_what_the_listing_accepts(spec, path, query, valid):
+    client, document = spec
+    params = {p["name"]: p["schema"] for p in document["paths"][path]["get"]["parameters"]}
+    assert all(jsonschema.Draft202012Validator(params[k]).is_valid(v) for k, v in query.items()) == valid
+    resp = await client.get(path, params=query, headers={"Authorization": "Bearer dev"})
+    assert resp.status == (200 if valid else 400), await resp.text()

@@ -36,11 +36,15 @@ async def test_empty_body_leases_one_job_with_the_default_thirty_second_lease(ap
     assert row["locked_until"] - row["started_at"] == timedelta(seconds=30)
 
 
-async def test_a_body_less_request_is_treated_as_an_empty_object(api):
+async def test_a_body_less_request_is_a_400_and_leases_nothing(api):
+    """The body is required (API-NOTES section 3, and the OpenAPI document); `{}` is the one whose
+    fields all take their defaults."""
     client = await api()
     await create_job(client)
     resp = await client.post("/api/v1/queues/default/lease", headers={"Authorization": "Bearer dev"})
-    assert resp.status == 200
+    assert resp.status == 400
+    assert (await resp.json())["error"] == "validation error: a JSON body is required"
+    resp = await client.post("/api/v1/queues/default/lease", json={}, headers={"Authorization": "Bearer dev"})
     assert len((await resp.json())["jobs"]) == 1
 
 

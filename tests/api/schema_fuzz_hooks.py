@@ -1,0 +1,43 @@
+"""Schemathesis hooks for tests/api/test_schema_fuzz.py (loaded through SCHEMATHESIS_HOOKS).
+
+They help the generator with what JSON Schema cannot say, and only there: a generated workflow's
+step names are made unique and its dependencies made to name earlier steps (so there is no cycle
+and no unknown name; the document says both in words). Only valid (positive) cases are repaired:
+an invalid case must stay invalid.
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any
+
+import schemathesis
+
+
+def repair_workflow(definition: Any) -> None:
+    """Make step names unique and point each dependency at an earlier step, in place and
+    recursively; anything not shaped like a workflow is left as it is."""
+    if not isinstance(definition, dict) or not isinstance(definition.get("steps"), list):
+        return
+    earlier: list[str] = []
+    for index, step in enumerate(definition["steps"]):
+        if not isinstance(step, dict) or not isinstance(step.get("name"), str):
+            continue
+        if step["name"] in earlier:
+            step["name"] = f"{step['name'][:240]}~{index}"
+        deps = step.get("depends_on")
+        if isinstance(deps, list):
+            # Deterministic (no hash randomisation), so that a seed replays the same requests.
+            step["depends_on"] = (
+                [earlier[zlib.crc32(str(d).encode()) % len(earlier)] for d in deps] if earlier else []
+            )
+        earlier.append(step["name"])
+        repair_workflow(step.get("workflow"))
+
+
+@schemathesis.hook
+def map_case(context: Any, case: Any) -> Any:
+    meta = case.meta
+    if meta is not None and meta.generation.mode.is_positive and case.operation.path == "/api/v1/workflows":
+        repair_workflow(case.body)
+    return case
