@@ -339,6 +339,12 @@ def build_spec(max_batch: int = _DEFAULT_MAX_BATCH) -> dict[str, Any]:
     components.update(copy.deepcopy(JSON_SCHEMAS))
     _refine(components, _reachable(components, requests), max_batch)
     error = {"description": "Error", "content": {"application/json": {"schema": by_type[wire.ErrorBody]}}}
+    unavailable = {
+        **error,
+        "description": "The database cannot be reached right now (docs/operations.md, \"Database outages\"): "
+        "retry after `Retry-After` seconds",
+        "headers": {"Retry-After": {"schema": {"type": "integer", "minimum": 0}}},
+    }
 
     paths: dict[str, dict[str, Any]] = {}
     for route in ROUTES:
@@ -378,6 +384,8 @@ def build_spec(max_batch: int = _DEFAULT_MAX_BATCH) -> dict[str, Any]:
         codes = ["400", "401", "403", "404", "409"] if route.auth != "public" else ["400"]
         for code in codes:
             op["responses"][code] = error
+        if route.auth != "public":
+            op["responses"]["503"] = unavailable
         if any(fixed_siblings(route.path, name) for name in re.findall(r"{(\w+)}", route.path)):
             # e.g. GET /api/v1/jobs/batch: that names the batch route, which takes POST only.
             op["responses"]["405"] = {**error, "description": "The path names another route (see `Allow`)"}
