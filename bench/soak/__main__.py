@@ -40,7 +40,12 @@ def parse_args(argv: list[str] | None) -> Options:
         "--seed", type=int, default=int(env("SOAK_SEED", "13")), help="which process each kill picks"
     )
     p.add_argument("--out-dir", type=Path, default=harness.OUT_DIR / "soak")
-    return Options(**vars(p.parse_args(argv)))
+    p.add_argument("--report-only", action="store_true", help="rewrite soak.md from soak.json; run nothing")
+    args = vars(p.parse_args(argv))
+    if args.pop("report_only"):
+        print(verify.markdown(json.loads((args["out_dir"] / "soak.json").read_text())))
+        sys.exit(0)
+    return Options(**args)
 
 
 async def soak(opts: Options, pg: object) -> dict[str, object]:

@@ -209,6 +209,41 @@ def _processes(state: Any) -> dict[str, Any]:
     return dict(out)
 
 
+def _timeline(samples: list[dict[str, Any]], every_secs: float = 150.0) -> list[str]:
+    """RSS and connections of each process at the sample nearest every `every_secs`; a process
+    restarted since the previous row (a new pid) is marked with *."""
+    if not samples:
+        return []
+    names = list(samples[0]["processes"])
+    picked = []
+    target = 0.0
+    while target <= samples[-1]["t"] + every_secs / 2:
+        picked.append(min(samples, key=lambda s: abs(s["t"] - target)))
+        target += every_secs
+    if picked[-1] is not samples[-1]:
+        picked.append(samples[-1])
+    rows = [
+        "## RSS (MB) / PostgreSQL connections over time (* = restarted since the row above)",
+        "",
+        "| t (s) | " + " | ".join(names) + " | connections held by no process above | PostgreSQL processes |",
+        "| ---: | " + " | ".join("---:" for _ in names) + " | ---: | ---: |",
+    ]
+    last_pid: dict[str, int] = {}
+    for s in picked:
+        cells = []
+        for name in names:
+            p = s["processes"].get(name)
+            if p is None or p["rss_mb"] is None:
+                cells.append("-")
+                continue
+            mark = "*" if name in last_pid and last_pid[name] != p["pid"] else ""
+            last_pid[name] = p["pid"]
+            cells.append(f"{p['rss_mb']:.1f} / {sum(p['connections'].values())}{mark}")
+        pg = s.get("postgres", {}).get("postmaster_children", "-")
+        rows.append(f"| {s['t']:.0f} | " + " | ".join(cells) + f" | {s['unattributed_connections']} | {pg} |")
+    return rows
+
+
 # --- the Markdown report -------------------------------------------------------------------------------
 
 
@@ -284,6 +319,7 @@ def markdown(r: dict[str, Any]) -> str:
                 f"{i['rss_last_mb']} | {i['rss_max_mb']} | {i['rss_first_quarter_median_mb']} | "
                 f"{i['rss_last_quarter_median_mb']} | {conns} |"
             )
+    lines += ["", *_timeline(r["samples"])]
     if r["duplicates"]["unexplained"]:
         lines += ["", "## Unexplained duplicate executions", ""]
         for d in r["duplicates"]["unexplained"][:20]:
