@@ -2,7 +2,7 @@
 
 The duration is `--minutes` (or SOAK_MINUTES; default 30). The result goes to
 bench/out/soak/soak.json (everything, samples included) and bench/out/soak/soak.md (the report);
-the servers' logs and the execution log are beside them. Exit status 1 when a job was lost, a
+the servers' logs, the execution log and the final table rows (jobs.json) are beside them. Exit status 1 when a job was lost, a
 duplicate execution is unexplained, or a completed job was never started.
 """
 
@@ -53,6 +53,8 @@ async def soak(opts: Options, pg: object) -> dict[str, object]:
     dsn = await pg.create_database("soak")  # type: ignore[attr-defined]
     driver = Soak(opts, dsn, cluster.port, cluster.postmaster_pid())
     await driver.run()
+    # The raw rows, so that the analysis can be run again on them (`--report-only` reads soak.json).
+    (opts.out_dir / "jobs.json").write_text(json.dumps(driver.state.db, default=str))
     return verify.analyse(driver.state, execlog.read(driver.exec_log), opts)
 
 

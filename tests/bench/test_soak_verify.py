@@ -94,7 +94,11 @@ def test_a_completed_job_no_handler_started_is_reported() -> None:
 
 
 def test_latency_is_first_start_minus_created_per_five_minute_window_of_creation() -> None:
-    jobs = [job("a", created=T0 + 10), job("b", created=T0 + 310)]
+    jobs = [
+        job("a", created=T0 + 10, delivery_count=2),
+        job("b", created=T0 + 310),
+        job("c", created=T0 + 20),
+    ]
     runs = [
         Execution("a", 1, "worker", T0 + 10.5, 1),
         Execution("a", 2, "worker", T0 + 60, 2),  # a redelivery: the first start counts
