@@ -139,6 +139,19 @@ async def measure(pg: Any, jobs: int, single: int) -> list[dict[str, Any]]:
                 out.append(
                     await _phase(conn, "remote drain (8 x 50, batch ack)", single, drain_remote, False)
                 )
+                await conn.execute("VACUUM ANALYZE queueflow.jobs")
+                size = await conn.fetchrow(
+                    "SELECT count(*) AS n, pg_table_size('queueflow.jobs') AS heap,"
+                    " pg_indexes_size('queueflow.jobs') AS indexes FROM queueflow.jobs"
+                )
+                out.append(
+                    {
+                        "phase": "storage of the finished jobs (after VACUUM)",
+                        "jobs": size["n"],
+                        "table_bytes_per_job": round(size["heap"] / size["n"], 1),
+                        "index_bytes_per_job": round(size["indexes"] / size["n"], 1),
+                    }
+                )
             finally:
                 await conn.close()
     return out

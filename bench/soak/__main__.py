@@ -34,7 +34,10 @@ def parse_args(argv: list[str] | None) -> Options:
     p.add_argument("--workflow-every-secs", type=float, default=4.0, help="one 4-step workflow this often")
     p.add_argument("--sse-listeners", type=int, default=4)
     p.add_argument(
-        "--drain-secs", type=float, default=180.0, help="longest wait for the backlog after the load"
+        "--drain-secs",
+        type=float,
+        default=450.0,
+        help="longest wait for the backlog after the load (a killed worker's jobs wait about 390 s)",
     )
     p.add_argument(
         "--seed", type=int, default=int(env("SOAK_SEED", "13")), help="which process each kill picks"

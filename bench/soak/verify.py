@@ -126,17 +126,22 @@ def _latency(state: Any, jobs: dict[str, Any], runs: dict[str, list[Execution]])
     """Per window: every job, and apart the jobs delivered more than once (a holder died: they
     wait for their lease to expire, which for an in-process claim is the job's timeout plus the
     grace, so they dominate the tail of any window with a kill)."""
-    windows: dict[int, list[tuple[float, bool]]] = defaultdict(list)
+    windows: dict[int, list[tuple[float, bool, str]]] = defaultdict(list)
     for job_id, execs in runs.items():
         job = jobs.get(job_id)
         if job is None:
             continue
         window = int((job["created"] - state.t0) // WINDOW_SECS)
-        windows[window].append((1000 * max(0.0, execs[0].at - job["created"]), job["delivery_count"] > 1))
+        latency = 1000 * max(0.0, execs[0].at - job["created"])
+        windows[window].append((latency, job["delivery_count"] > 1, execs[0].role))
     out = []
     for w in sorted(windows):
-        ms = [m for m, _ in windows[w]]
-        once = [m for m, again in windows[w] if not again]
+        ms = [m for m, _, _ in windows[w]]
+        once = [m for m, again, _ in windows[w] if not again]
+        by_role = {
+            role: [m for m, again, r in windows[w] if r == role and not again]
+            for role in ("worker", "remote")
+        }
         out.append(
             {
                 "window": f"{w * WINDOW_SECS // 60}-{(w + 1) * WINDOW_SECS // 60} min",
@@ -148,6 +153,11 @@ def _latency(state: Any, jobs: dict[str, Any], runs: dict[str, list[Execution]])
                 "redelivered": len(ms) - len(once),
                 "first_delivery_p99_ms": round(percentile(once, 99), 1) if once else None,
                 "first_delivery_max_ms": round(max(once), 1) if once else None,
+                **{
+                    f"{role}_{q}_ms": round(percentile(v, q), 1) if v else None
+                    for role, v in by_role.items()
+                    for q in (50, 99)
+                },
                 "kills_in_window": [
                     k["role"] for k in state.kills if w * WINDOW_SECS <= k["t"] < (w + 1) * WINDOW_SECS
                 ],
@@ -303,13 +313,18 @@ def markdown(r: dict[str, Any]) -> str:
         "",
         "## Enqueue-to-start latency per 5-minute window (ms)",
         "",
-        "| window | jobs | p50 | p90 | p99 | max | redelivered | p99 / max without them | kills in window |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+        (
+            "| window | jobs | p50 | p90 | p99 | max | redelivered | p99 / max without them "
+            "| in-process p50 / p99 | remote p50 / p99 | kills in window |"
+        ),
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
     for w in r["latency_windows"]:
         lines.append(
             f"| {w['window']} | {w['jobs']} | {w['p50_ms']} | {w['p90_ms']} | {w['p99_ms']} | {w['max_ms']} | "
             f"{w.get('redelivered', '-')} | {w.get('first_delivery_p99_ms', '-')} / {w.get('first_delivery_max_ms', '-')} | "
+            f"{w.get('worker_50_ms', '-')} / {w.get('worker_99_ms', '-')} | "
+            f"{w.get('remote_50_ms', '-')} / {w.get('remote_99_ms', '-')} | "
             f"{', '.join(w['kills_in_window']) or '-'} |"
         )
     lines += [
