@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install tools run test test-sdks image image-test bench bench-peers bench-compare lint fmt clean
+.PHONY: install tools run test test-sdks image image-test bench bench-peers bench-compare soak lint fmt clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -63,6 +63,13 @@ bench-peers: $(STAMP)
 # peers"). ARGS passes options through, e.g. `make bench-compare ARGS=--quick`.
 bench-compare: bench-peers
 	$(BIN)/python -m bench.compare $(ARGS)
+
+# The soak (not part of `test`): SOAK_MINUTES (default 30) of mixed load against real server
+# processes with a SIGKILL of one service every 2 minutes; report in bench/out/soak/ (soak.md,
+# soak.json), figures in docs/operations.md ("Soak"). Exits 1 on a lost job or an unexplained
+# duplicate execution.
+soak: $(STAMP)
+	SOAK_MINUTES=$(or $(SOAK_MINUTES),30) $(BIN)/python -m bench.soak $(ARGS)
 
 # Style, types and layers: ruff (lint and format), mypy over services/ and shared/ (strict on the
 # domain and db layers), and import-linter's layer contracts (pyproject.toml, docs/architecture.md).
