@@ -341,7 +341,7 @@ def build_spec(max_batch: int = _DEFAULT_MAX_BATCH) -> dict[str, Any]:
     error = {"description": "Error", "content": {"application/json": {"schema": by_type[wire.ErrorBody]}}}
     unavailable = {
         **error,
-        "description": "The database cannot be reached right now (docs/operations.md, \"Database outages\"): "
+        "description": 'The database cannot be reached right now (docs/operations.md, "Database outages"): '
         "retry after `Retry-After` seconds",
         "headers": {"Retry-After": {"schema": {"type": "integer", "minimum": 0}}},
     }
