@@ -15,7 +15,7 @@ from shared.db.batcher import CompletionBatcher
 from shared.domain.errors import DomainError
 from shared.runtime.leasing import lease_jobs
 from shared.web.body import decode, json_response
-from shared.web.errors import status_of
+from shared.web.errors import client_gone, status_of
 
 HEARTBEAT_LEASE_LOST = "lease is no longer held (it expired and the job was reclaimed)"
 
@@ -31,7 +31,7 @@ async def lease(request: web.Request) -> web.Response:
         body.wait_secs or 0,
         settings_of(request).worker_poll_secs,
     )
-    if leases and _caller_gone(request):
+    if leases and client_gone(request):
         # The worker hung up while its long-poll waited: nobody will read this answer, so the jobs
         # go back at once (no retry spent) rather than sit leased to no one until the janitor.
         for gone in leases:
@@ -42,12 +42,6 @@ async def lease(request: web.Request) -> web.Response:
             jobs=[wire.LeasedJob(job=lease.job, lease_token=str(lease.token)) for lease in leases]
         )
     )
-
-
-def _caller_gone(request: web.Request) -> bool:
-    """Whether the caller's connection has closed (aiohttp does not cancel the handler when it does)."""
-    transport = request.transport
-    return transport is None or transport.is_closing()
 
 
 async def heartbeat(request: web.Request) -> web.Response:

@@ -86,7 +86,8 @@ def unavailable_response() -> web.Response:
     return response
 
 
-def _client_gone(request: web.Request) -> bool:
+def client_gone(request: web.Request) -> bool:
+    """Whether the caller's connection has closed (aiohttp does not cancel the handler when it does)."""
     transport = request.transport
     return transport is None or transport.is_closing()
 
@@ -136,7 +137,7 @@ async def _handle(request: web.Request, handler: Handler, unavailable: Unavailab
             status = 499
             raise
         except Exception as err:
-            if isinstance(err, ConnectionResetError) and _client_gone(request):
+            if isinstance(err, ConnectionResetError) and client_gone(request):
                 status = 499
                 raise
             if unavailable(err):  # a reset from the database, not from the client, lands here
