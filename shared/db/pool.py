@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol, TypeAlias, TypeVar
 
@@ -149,3 +150,20 @@ async def until_answered(
                 on_retry(err, delay)
         await asyncio.sleep(delay)
         delay = min(delay * 2, RETRY_MAX_SECS)
+
+
+class _QuietWhenUnreachable(logging.Filter):
+    """asyncpg's pool logs each failed attempt to reopen its minimum connections with a traceback.
+    While the database is unreachable that is an expected state, not a bug: keep the warning and
+    the error's text, drop the traceback (a bug's still carries one)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        err = record.exc_info[1] if record.exc_info else None
+        if err is not None and is_unavailable(err):
+            record.msg = f"{record.getMessage()}: {type(err).__name__}: {err}"
+            record.args = None
+            record.exc_info = None
+        return True
+
+
+logging.getLogger("asyncpg.pool").addFilter(_QuietWhenUnreachable())

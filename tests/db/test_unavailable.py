@@ -177,3 +177,18 @@ async def test_lease_jobs_gives_back_a_claim_whose_answer_was_lost(db, database_
         assert await db.fetchval("SELECT sum(retry_count) FROM queueflow.jobs") == 0
     finally:
         await database.close()
+
+
+def test_asyncpg_pool_warnings_lose_their_traceback_only_for_an_unreachable_database(caplog) -> None:
+    import logging
+
+    pool_log = logging.getLogger("asyncpg.pool")
+    with caplog.at_level(logging.WARNING, logger="asyncpg.pool"):
+        for err in (ConnectionRefusedError(111, "Connection refused"), KeyError("a bug")):
+            try:
+                raise err
+            except Exception:
+                pool_log.warning("Failed to restore the pool connection floor; retrying", exc_info=True)
+    unreachable, bug = caplog.records
+    assert unreachable.exc_info is None and "ConnectionRefusedError" in unreachable.getMessage()
+    assert bug.exc_info is not None
