@@ -94,7 +94,7 @@ SELECT status, workflow_id FROM queueflow.jobs WHERE id = $1 AND tenant_id = $2;
 -- created_at order, with SKIP LOCKED; a fill pass tops the batch up from tenants with more work.
 -- The batch is then cut in rounds (every tenant's first job, then every tenant's second ...), and
 -- $5 rotates which tenant leads a round, so one tenant's backlog can never starve another's job.
--- $6: the claim's key (see the lease token below).
+-- $6: the claim's key (see claim_key below).
 WITH tenants AS (
     SELECT t.tenant_key, row_number() OVER (ORDER BY t.tenant_key) AS pos
     FROM queueflow.tenant_queues t
@@ -140,9 +140,10 @@ WITH tenants AS (
 )
 UPDATE queueflow.jobs j
 SET status = 'running',
-    -- $6 is a random key of this claim: each job's token derives from it, so should the answer be
-    -- lost (the connection dropped after the commit) the claimer can still give its jobs back.
-    lease_token = queueflow.lease_token($6::uuid, j.id),
+    lease_token = gen_random_uuid(),
+    -- $6, a random key of this claim: should the answer be lost (the connection dropped after the
+    -- commit), the claimer can still give its jobs back (release_unanswered_claim).
+    claim_key = $6::uuid,
     locked_until = now() + make_interval(secs => GREATEST($3::int,
         COALESCE((j.config->>'timeout_secs')::int + $4::int, 0))),
     delivery_count = j.delivery_count + 1,
@@ -372,8 +373,7 @@ DELETE FROM queueflow.job_watchers WHERE expires_at < now();
 UPDATE queueflow.jobs
 SET status = CASE WHEN retry_count > 0 THEN 'retrying' ELSE 'pending' END,
     locked_until = NULL, lease_token = NULL, scheduled_at = now()
-WHERE queue_name = $1 AND status = 'running' AND locked_until IS NOT NULL
-  AND lease_token = queueflow.lease_token($2::uuid, id)
+WHERE queue_name = $1 AND status = 'running' AND locked_until IS NOT NULL AND claim_key = $2::uuid
 RETURNING id;
 
 -- name: release_job
