@@ -74,6 +74,18 @@ async def database_url(pg_cluster: PgServer, template_database: str) -> AsyncIte
 
 
 @pytest.fixture
+async def empty_database(pg_cluster: PgServer) -> AsyncIterator[str]:
+    """DSN of a database with no schema at all (the usual test databases are cloned pre-migrated),
+    dropped afterwards."""
+    name = f"t_{uuid.uuid4().hex}"
+    url = await pg_cluster.create_database(name)
+    try:
+        yield url
+    finally:
+        await pg_cluster.drop_database(name)
+
+
+@pytest.fixture
 async def db(database_url: str) -> AsyncIterator[asyncpg.Connection]:
     """A connection to this test's database."""
     conn = await asyncpg.connect(database_url)

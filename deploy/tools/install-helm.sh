@@ -14,6 +14,8 @@ set -euo pipefail
 
 HELM_VERSION="${HELM_VERSION:-v3.19.5}"
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=go-tools.sh
+source "$here/go-tools.sh"
 bin_dir="${HELM_BIN_DIR:-$here/bin}"
 target="$bin_dir/helm"
 
@@ -26,14 +28,7 @@ if [[ -x "$target" ]] && [[ "$(installed_version)" == "$HELM_VERSION" ]]; then
     exit 0
 fi
 
-if ! command -v go >/dev/null 2>&1; then
-    if [[ -x /usr/local/go/bin/go ]]; then
-        export PATH="/usr/local/go/bin:$PATH"
-    else
-        echo "install-helm: 'go' is not on PATH; install Go 1.24 or newer first" >&2
-        exit 1
-    fi
-fi
+use_go install-helm 1.24
 
 # Helm's own release build stamps these with -ldflags (its Makefile): `go install` alone would
 # report the version as "v3.19" and assume Kubernetes 1.20 for .Capabilities and lint's
@@ -51,19 +46,7 @@ done
 mkdir -p "$bin_dir"
 echo "installing helm $HELM_VERSION into $bin_dir (go install)"
 start=$(date +%s)
-# GOTOOLCHAIN=local: fail loudly rather than fetch another Go toolchain.
-for attempt in 1 2 3; do
-    if GOBIN="$bin_dir" GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS="${GOFLAGS:-} -buildvcs=false" \
-        go install -trimpath -ldflags "$ldflags" "helm.sh/helm/v3/cmd/helm@${HELM_VERSION}"; then
-        break
-    fi
-    if [[ $attempt -eq 3 ]]; then
-        echo "install-helm: go install failed three times" >&2
-        exit 1
-    fi
-    echo "install-helm: go install failed (attempt $attempt), retrying in 5 s" >&2
-    sleep 5
-done
+go_install_retrying install-helm "$bin_dir" -trimpath -ldflags "$ldflags" "helm.sh/helm/v3/cmd/helm@${HELM_VERSION}"
 
 installed="$(installed_version)"
 if [[ "$installed" != "$HELM_VERSION" ]]; then

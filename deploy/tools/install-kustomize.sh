@@ -13,6 +13,8 @@ set -euo pipefail
 
 KUSTOMIZE_VERSION="${KUSTOMIZE_VERSION:-v5.7.1}"
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=go-tools.sh
+source "$here/go-tools.sh"
 bin_dir="${KUSTOMIZE_BIN_DIR:-$here/bin}"
 target="$bin_dir/kustomize"
 
@@ -21,31 +23,12 @@ if [[ -x "$target" ]] && [[ "$("$target" version 2>/dev/null || true)" == "$KUST
     exit 0
 fi
 
-if ! command -v go >/dev/null 2>&1; then
-    if [[ -x /usr/local/go/bin/go ]]; then
-        export PATH="/usr/local/go/bin:$PATH"
-    else
-        echo "install-kustomize: 'go' is not on PATH; install Go 1.22 or newer first" >&2
-        exit 1
-    fi
-fi
+use_go install-kustomize 1.22
 
 mkdir -p "$bin_dir"
 echo "installing kustomize $KUSTOMIZE_VERSION into $bin_dir (go install)"
 start=$(date +%s)
-# GOTOOLCHAIN=local: fail loudly rather than fetch another Go toolchain.
-for attempt in 1 2 3; do
-    if GOBIN="$bin_dir" GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS="${GOFLAGS:-} -buildvcs=false" \
-        go install "sigs.k8s.io/kustomize/kustomize/v5@${KUSTOMIZE_VERSION}"; then
-        break
-    fi
-    if [[ $attempt -eq 3 ]]; then
-        echo "install-kustomize: go install failed three times" >&2
-        exit 1
-    fi
-    echo "install-kustomize: go install failed (attempt $attempt), retrying in 5 s" >&2
-    sleep 5
-done
+go_install_retrying install-kustomize "$bin_dir" "sigs.k8s.io/kustomize/kustomize/v5@${KUSTOMIZE_VERSION}"
 
 installed="$("$target" version)"
 if [[ "$installed" != "$KUSTOMIZE_VERSION" ]]; then

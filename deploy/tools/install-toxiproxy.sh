@@ -17,6 +17,8 @@ set -euo pipefail
 
 TOXIPROXY_VERSION="${TOXIPROXY_VERSION:-v2.12.0}"
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=go-tools.sh
+source "$here/go-tools.sh"
 bin_dir="${TOXIPROXY_BIN_DIR:-$here/bin}"
 target="$bin_dir/toxiproxy-server"
 # What `toxiproxy-server -version` prints for the pin (the version without its leading v).
@@ -27,14 +29,7 @@ if [[ -x "$target" ]] && [[ "$("$target" -version 2>/dev/null || true)" == "$exp
     exit 0
 fi
 
-if ! command -v go >/dev/null 2>&1; then
-    if [[ -x /usr/local/go/bin/go ]]; then
-        export PATH="/usr/local/go/bin:$PATH"
-    else
-        echo "install-toxiproxy: 'go' is not on PATH; install Go 1.23 or newer first" >&2
-        exit 1
-    fi
-fi
+use_go install-toxiproxy 1.23
 
 mkdir -p "$bin_dir"
 scratch="$(mktemp -d)"
@@ -42,19 +37,7 @@ trap 'rm -rf "$scratch"' EXIT
 echo "installing toxiproxy-server $TOXIPROXY_VERSION into $bin_dir (go install)"
 start=$(date +%s)
 ldflags="-s -w -X github.com/Shopify/toxiproxy/v2.Version=${TOXIPROXY_VERSION#v}"
-# GOTOOLCHAIN=local: fail loudly rather than fetch another Go toolchain.
-for attempt in 1 2 3; do
-    if GOBIN="$scratch" GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS="${GOFLAGS:-} -buildvcs=false" \
-        go install -ldflags "$ldflags" "github.com/Shopify/toxiproxy/v2/cmd/server@${TOXIPROXY_VERSION}"; then
-        break
-    fi
-    if [[ $attempt -eq 3 ]]; then
-        echo "install-toxiproxy: go install failed three times" >&2
-        exit 1
-    fi
-    echo "install-toxiproxy: go install failed (attempt $attempt), retrying in 5 s" >&2
-    sleep 5
-done
+go_install_retrying install-toxiproxy "$scratch" -ldflags "$ldflags" "github.com/Shopify/toxiproxy/v2/cmd/server@${TOXIPROXY_VERSION}"
 mv -f "$scratch/server" "$target"
 
 installed="$("$target" -version)"

@@ -41,6 +41,7 @@ import pytest
 from devkit.pg import EmbeddedPostgres
 from devkit.ports import free_port
 from devkit.procs import ServiceProcess
+from tests.support.metrics import requests_served_with
 from tests.support.waiting import eventually
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "sdks" / "python" / "src"))
@@ -166,16 +167,6 @@ async def ready_status(http: aiohttp.ClientSession, proc: ServiceProcess) -> int
             return resp.status
     except (aiohttp.ClientError, TimeoutError):
         return -1
-
-
-async def api_500s(http: aiohttp.ClientSession, proc: ServiceProcess) -> float:
-    async with http.get(f"{proc.metrics_url}/metrics") as resp:
-        text = await resp.text()
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith("queueflow_http_requests_total{") and 'status="500"' in line
-    )
 
 
 async def test_postgres_crash_and_outage_under_load(cluster: EmbeddedPostgres, service: Any) -> None:
@@ -305,7 +296,7 @@ async def test_postgres_crash_and_outage_under_load(cluster: EmbeddedPostgres, s
             if not producing.done():
                 producing.cancel()
 
-        api_errors = await api_500s(http, api)
+        api_errors = await requests_served_with(http, api, "500")
 
     print(
         f"ready after the outage (s): {ready_after}; everything settled {settled_after:.1f} s after"

@@ -12,8 +12,6 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
@@ -69,17 +67,6 @@ def test_with_it_on_pythonpath_python_imports_the_installed_copy(installed, tmp_
     )
     assert where.returncode == 0, where.stderr
     assert all(path.startswith(str(installed)) for path in where.stdout.split()), where.stdout
-
-
-@pytest.fixture
-async def empty_database(pg_cluster) -> AsyncIterator[str]:
-    """A database with no schema at all (the usual test databases are cloned pre-migrated)."""
-    name = f"t_{uuid.uuid4().hex}"
-    url = await pg_cluster.create_database(name)
-    try:
-        yield url
-    finally:
-        await pg_cluster.drop_database(name)
 
 
 async def test_the_installed_package_migrates_an_empty_database_and_runs_jobs(

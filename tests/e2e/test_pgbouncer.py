@@ -20,7 +20,7 @@ import aiohttp
 import asyncpg
 import pytest
 
-from devkit.procs import ServiceProcess
+from tests.support.metrics import requests_served_with
 from tests.support.pgbouncer import Bouncer, pgbouncer
 from tests.support.waiting import eventually
 
@@ -46,16 +46,6 @@ async def call(http: aiohttp.ClientSession, method: str, url: str, body: Any = N
     async with http.request(method, url, json=body, headers=AUTH) as resp:
         data = await resp.json() if resp.content_type == "application/json" else None
         return resp.status, data
-
-
-async def server_errors(http: aiohttp.ClientSession, proc: ServiceProcess) -> float:
-    async with http.get(f"{proc.metrics_url}/metrics") as resp:
-        text = await resp.text()
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith("queueflow_http_requests_total{") and 'status="5' in line
-    )
 
 
 async def test_everything_works_through_pgbouncer_in_transaction_mode(
@@ -187,7 +177,7 @@ async def test_everything_works_through_pgbouncer_in_transaction_mode(
 
     status, listed = await call(http, "GET", f"{api}/jobs?limit=5")
     assert status == 200 and len(listed["jobs"]) == 5
-    assert await server_errors(http, proc) == 0
+    assert await requests_served_with(http, proc, "5") == 0
     assert "request_failed" not in proc.log_text()
     assert "login attempt: db=" in bouncer.log_text()  # the pool really went through the bouncer
 

@@ -28,7 +28,6 @@ from typing import Any
 import aiohttp
 import pytest
 
-from devkit.pg import PgServer
 from devkit.ports import free_port
 from tests.support.waiting import eventually
 
@@ -228,17 +227,6 @@ class Fleet:
                 container.logs = await podman("logs", container.name, check=False)
                 print(f"--- {container.name} ---\n{container.logs[-4000:]}")
             await podman("rm", "--force", container.name, check=False)
-
-
-@pytest.fixture
-async def empty_database(pg_cluster: PgServer) -> AsyncIterator[str]:
-    """A database with no schema: the migrations Job's container applies it."""
-    name = f"t_{uuid.uuid4().hex}"
-    url = await pg_cluster.create_database(name)
-    try:
-        yield url
-    finally:
-        await pg_cluster.drop_database(name)
 
 
 @pytest.fixture
