@@ -205,10 +205,8 @@ class ServiceProcess(ChildProcess):
         own_session: bool = False,
     ) -> None:
         self.mode = mode
-        self.api_port = free_port()
-        self.metrics_port = free_port()
-        while self.metrics_port == self.api_port:
-            self.metrics_port = free_port()
+        self.api_port, self.metrics_port = _two_free_ports()
+        self._log_offset = 0
         directory = Path(log_dir) if log_dir is not None else Path(tempfile.mkdtemp(prefix="qf-proc-"))
         # extra_args come last so that a caller can override any flag set here (argparse: last wins).
         super().__init__(
@@ -247,7 +245,31 @@ class ServiceProcess(ChildProcess):
         return f"{self.base_url if self.mode in API_MODES else self.metrics_url}/ready"
 
     async def start(self, ready_within: float = 30.0) -> ServiceProcess:
-        """Launch the process and return once its /ready endpoint answers 200."""
+        """Launch the process and return once its /ready endpoint answers 200. A port picked here
+        can be taken by another process before the server binds it: then the server exits at
+        start, and it is launched again on new ports (up to twice)."""
+        for attempt in range(3):
+            try:
+                return await self._start_once(ready_within)
+            except _PortTaken:
+                if attempt == 2:
+                    raise
+                self._proc = None
+                self._pick_ports()
+        raise AssertionError("unreachable")
+
+    def _pick_ports(self) -> None:
+        """New free ports, written into the argv where __init__ put them."""
+        old = {"--api-port": str(self.api_port), "--metrics-port": str(self.metrics_port)}
+        self.api_port, self.metrics_port = _two_free_ports()
+        new = {"--api-port": str(self.api_port), "--metrics-port": str(self.metrics_port)}
+        for flag in old:
+            at = self.argv.index(flag)
+            assert self.argv[at + 1] == old[flag]
+            self.argv[at + 1] = new[flag]
+
+    async def _start_once(self, ready_within: float) -> ServiceProcess:
+        self._log_offset = len(self.log_text())  # this launch's own lines start here
         self.launch()
         deadline = time.monotonic() + ready_within
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as http:
@@ -265,11 +287,24 @@ class ServiceProcess(ChildProcess):
         """Whether /ready answers 200; raises RuntimeError when the process has exited instead."""
         code = _poll(self._process)
         if code is not None:
+            if "address already in use" in self.log_text()[self._log_offset :]:
+                raise _PortTaken(self.describe())
             raise RuntimeError(f"{self.name} exited with {code} before it was ready\n" + self.describe())
         with contextlib.suppress(aiohttp.ClientError, TimeoutError):
             async with http.get(self.ready_url) as response:
                 return response.status == 200
         return False
+
+
+class _PortTaken(RuntimeError):
+    """The server exited at start because a port picked for it was taken meanwhile."""
+
+
+def _two_free_ports() -> tuple[int, int]:
+    first, second = free_port(), free_port()
+    while second == first:
+        second = free_port()
+    return first, second
 
 
 def _poll(proc: subprocess.Popen[bytes]) -> int | None:

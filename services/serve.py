@@ -76,13 +76,15 @@ async def serve(settings: Settings) -> None:
     runners.append(main)
     serves_api = settings.runs("api")
     main_port = settings.api_port if serves_api else settings.metrics_port
-    if main_port or serves_api:
-        await web.TCPSite(main, settings.host, main_port).start()
+    # The metrics listener binds first: once the api port answers (/ready), every port is bound,
+    # and a port that cannot be bound stops the process before anything reported it ready.
     if serves_api and settings.metrics_port:
         probes = web.AppRunner(probe_app(app), handle_signals=False, access_log=None)
         await probes.setup()
         runners.append(probes)
         await web.TCPSite(probes, settings.host, settings.metrics_port).start()
+    if main_port or serves_api:
+        await web.TCPSite(main, settings.host, main_port).start()
     log.info(
         "queueflow_started",
         mode=settings.mode,

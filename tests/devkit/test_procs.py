@@ -84,3 +84,26 @@ print(proc.launch().pid, flush=True)
     # Stopped and reaped before its parent exited; a survivor would still be sleeping (pids are
     # not reused this fast, and a reused one would run something else).
     assert not child.exists() or "time.sleep(60)" not in child.read_text()
+
+
+async def test_a_server_whose_port_was_taken_meanwhile_is_started_again_on_new_ports(
+    database_url, tmp_path
+) -> None:
+    """free_port() answers a port that was free a moment ago; another process may bind it first.
+    The server then exits at start (its metrics listener binds before the api answers /ready),
+    and start() launches it again on new ports."""
+    import socket
+
+    from devkit.procs import ServiceProcess
+
+    proc = ServiceProcess(database_url, mode="api", log_dir=tmp_path)
+    taken = proc.metrics_port
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", taken))
+        squatter.listen()
+        try:
+            await proc.start()
+            assert proc.metrics_port != taken and f"--metrics-port {proc.metrics_port}" in " ".join(proc.argv)
+            assert "address already in use" in proc.log_text()
+        finally:
+            await proc.terminate()
