@@ -27,6 +27,7 @@ import collections
 import concurrent.futures
 import contextlib
 import contextvars
+import functools
 import os
 import uuid
 from collections.abc import Awaitable, Callable
@@ -42,9 +43,9 @@ from shared.config import Settings
 from shared.db import jobs as jobs_db
 from shared.db import workers
 from shared.db.database import Database
-from shared.db.pool import is_database_error, until_answered
+from shared.db.pool import RETRY_FIRST_SECS, RETRY_MAX_SECS, is_database_error, is_unavailable, until_answered
 from shared.domain.errors import DomainError
-from shared.domain.jobs import DeadLetterReason, Job, JobStatus, Lease
+from shared.domain.jobs import DeadLetterReason, JobStatus, Lease
 from shared.runtime.keys import Lifecycle
 from shared.runtime.leasing import lease_jobs
 
@@ -63,15 +64,21 @@ class WorkerRuntime:
         self.registry = registry
         self.process_id = f"{os.uname().nodename}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._loops: list[asyncio.Task[None]] = []
-        self._inflight: set[asyncio.Task[None]] = set()
-        self._leases: dict[asyncio.Task[None], tuple[uuid.UUID, uuid.UUID]] = {}
-        self._waiting: set[asyncio.Task[Any]] = set()  # leased, waiting for a task slot
+        # Every job this process holds, from its claim until its outcome is written (or it is
+        # given back): what a cancellation through the API and the shutdown look up.
+        self._claimed: dict[uuid.UUID, _Claimed] = {}
+        self._slow: dict[asyncio.Task[None], _Claimed] = {}  # jobs run through _run_slow
+        self._waiting: set[asyncio.Task[Any]] = set()  # slow ones waiting for a task slot
         self._slots = {t.name: Slots(t.concurrency) for t in registry if t.concurrency}
         # Per queue, at most --workers handlers run at once; up to as many more jobs are held,
         # claimed ahead so the next claim's commit overlaps the running handlers.
-        self._gates = {q: Slots(settings.workers) for q in settings.worker_queues}
+        self._queues = {q: _QueueRun(q, settings.workers) for q in settings.worker_queues}
         self._threads: concurrent.futures.ThreadPoolExecutor | None = None
         self._durations: dict[str, Any] = {}
+        self._writes = 0  # outcome writes not yet answered
+        self._writes_done = asyncio.Event()
+        self._writes_abandoned = False  # the shutdown stopped waiting for them: no more retries
+        self._unwatch: Callable[[], None] | None = None
         self._stopping = False
 
     async def start(self) -> None:
@@ -81,8 +88,10 @@ class WorkerRuntime:
                 max_workers=s.workers * len(s.worker_queues), thread_name_prefix="queueflow-task"
             )
         await self._register_tasks()
+        self._unwatch = self.db.hub.watch_all_jobs(self._on_job_event)
         self._loops = [
-            asyncio.create_task(self._queue_loop(q), name=f"queueflow-worker-{q}") for q in s.worker_queues
+            asyncio.create_task(self._queue_loop(q), name=f"queueflow-worker-{q.name}")
+            for q in self._queues.values()
         ]
         self._loops.append(asyncio.create_task(self._task_heartbeat(), name="queueflow-task-heartbeat"))
 
@@ -103,34 +112,55 @@ class WorkerRuntime:
         }
 
     async def stop(self) -> None:
-        """Stop leasing; give back the jobs waiting for a task slot; drain running handlers for up
-        to the grace period, then cancel and give back the rest."""
+        """Stop leasing; give back the jobs waiting for a run or task slot; drain running handlers
+        for up to the grace period, then cancel and give back the rest."""
         self._stopping = True
         for t in self._loops:
             t.cancel()
         for t in self._loops:
             with contextlib.suppress(asyncio.CancelledError):
                 await t
-        leases = dict(self._leases)  # entries leave the dict as their tasks finish
-        give_back = {t for t in self._inflight if t in self._waiting}
-        for t in give_back:
+        give_back: list[_Claimed] = []
+        for q in self._queues.values():
+            give_back.extend(q.ready)
+            q.ready.clear()
+        for t in self._waiting:
             t.cancel()
-        running = self._inflight - give_back
+            give_back.append(self._slow[t])
+        running: dict[asyncio.Future[Any], _Claimed] = {
+            t: item for t, item in self._slow.items() if t not in self._waiting
+        }
+        for item in self._claimed.values():
+            if item.handler is not None and item.slow is False and not item.handler.done():
+                running[item.handler] = item
         if running:
             log.info("worker_draining", jobs=len(running))
             _, pending = await asyncio.wait(running, timeout=self.settings.shutdown_grace_secs)
-            for t in pending:
-                t.cancel()
-            give_back |= pending
+            for fut in pending:
+                item = running[fut]
+                if not item.slow:
+                    item.given_back = True  # its done-callback reports nothing
+                    item.ctx.abandon()
+                fut.cancel()  # a slow job's task abandons its handler, then cancels it
+                give_back.append(item)
         if give_back:
-            await asyncio.wait(give_back, timeout=2)
+            ending = [t for t, item in self._slow.items() if item in give_back]
+            if ending:
+                await asyncio.wait(ending, timeout=2)
             released = 0
-            for t in give_back:
-                if t in leases:
-                    job_id, token = leases[t]
-                    with contextlib.suppress(Exception):
-                        released += await jobs_db.release(self.db.pool, job_id, token)
+            for item in give_back:
+                with contextlib.suppress(Exception):
+                    released += await jobs_db.release(self.db.pool, item.job.id, item.token)
             log.warning("worker_released_jobs", jobs=len(give_back), released=released)
+        # Outcomes of the handlers that finished are being written: let them land.
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(max(5.0, self.settings.shutdown_grace_secs)):
+                while self._writes:
+                    self._writes_done.clear()
+                    await self._writes_done.wait()
+        self._writes_abandoned = True
+        if self._unwatch is not None:
+            self._unwatch()
         with contextlib.suppress(Exception):
             await workers.unregister_tasks(self.db.pool, self.process_id)
         if self._threads is not None:
@@ -153,23 +183,22 @@ class WorkerRuntime:
                     raise
                 log.warning("task_heartbeat_failed", error=str(err))
 
-    async def _queue_loop(self, queue: str) -> None:
+    # -- claiming ---------------------------------------------------------------------------------
+
+    async def _queue_loop(self, q: _QueueRun) -> None:
         s = self.settings
-        # Claimed ahead: up to --workers jobs waiting behind the running ones. Finished jobs whose
-        # outcome is still being written are held up to 8 x --workers, so claims overlap the
-        # completions; a claim waits for --workers free places, so each statement carries a batch
-        # worth its fixed cost (at 16 jobs a claim, a statement log measured 75 us a job in PostgreSQL).
-        budget = _Budget(ahead=2 * s.workers, held=HELD_PER_WORKER * s.workers)
+        loop = asyncio.get_running_loop()
         while not self._stopping and not self.lifecycle.draining:
-            free = budget.free
-            if free < s.workers:
-                await budget.wait()
+            q.budget.pace(loop.time())
+            free = q.budget.free
+            if free < q.budget.worth_claiming:
+                await q.budget.wait()
                 continue
             try:
                 leases = await lease_jobs(
                     self.db,
                     self.lifecycle,
-                    queue,
+                    q.name,
                     free,
                     s.lease_secs,
                     s.worker_poll_secs,
@@ -179,92 +208,251 @@ class WorkerRuntime:
             except Exception as err:
                 # A claim that failed must never end the queue's loop: an unreachable database is
                 # warned about, anything else logged with its traceback; both are tried again.
-                log.warning("claim_failed", queue=queue, error=str(err), exc_info=not is_database_error(err))
+                log.warning("claim_failed", queue=q.name, error=str(err), exc_info=not is_database_error(err))
                 await asyncio.sleep(1.0)
                 continue
-            claimed_at = asyncio.get_running_loop().time()
+            claimed_at = loop.time()
             for lease in leases:
-                handled, ended = budget.take()
-                task = asyncio.create_task(self._run(lease, claimed_at, handled))
-                self._inflight.add(task)
-                self._leases[task] = (lease.job.id, lease.token)
-                task.add_done_callback(self._forget)
-                task.add_done_callback(ended)
+                task = self.registry.get(lease.job.task_name)
+                item = _Claimed(lease, task, claimed_at, q.budget)
+                q.budget.take()
+                self._claimed[lease.job.id] = item
+                q.ready.append(item)
+            self._pump(q)
 
-    def _forget(self, task: asyncio.Task[None]) -> None:
-        self._inflight.discard(task)
-        self._leases.pop(task, None)
-        self._waiting.discard(task)
+    def _pump(self, q: _QueueRun) -> None:
+        """Start buffered jobs while the queue has free run slots."""
+        while q.ready and q.running < q.workers:
+            item = q.ready.popleft()
+            if item.ctx.is_cancelled:  # cancelled through the API while it waited: never started
+                log.info("job_handler_cancelled", started=False, **item.fields())
+                self._done(item)
+                continue
+            q.running += 1
+            task = item.task
+            if (
+                task is not None
+                and task.is_async
+                and task.concurrency is None
+                and not self._needs_fresh_lease(item, waited=True)
+            ):
+                self._start_fast(q, item)
+            else:
+                item.slow = True
+                run = asyncio.create_task(self._run_slow(q, item))
+                self._slow[run] = item
+                run.add_done_callback(self._slow_ended)
 
-    async def _run(self, lease: Lease, claimed_at: float, handled: Callable[[], None]) -> None:
-        job, token = lease.job, lease.token
-        # Every log line of this job (the runtime's and its handler's) names it.
-        logs.bind(job_id=str(job.id), task=job.task_name, queue=job.queue_name)
-        task = self.registry.get(job.task_name)
+    def _release_run_slot(self, q: _QueueRun) -> None:
+        q.running -= 1
+        if not self._stopping:
+            self._pump(q)
+
+    def _needs_fresh_lease(self, item: _Claimed, waited: bool) -> bool:
+        """The claim leased the job for its own timeout plus the grace; a longer task timeout, or
+        a wait for a run or task slot that ate into the grace, needs a fresh lease before the
+        handler starts. A short wait (a job claimed ahead) needs none: the grace covers it, and a
+        heartbeat per job would cost a statement per job."""
+        task = item.task
+        if (
+            task is not None
+            and task.timeout_secs is not None
+            and task.timeout_secs > item.job.config.timeout_secs
+        ):
+            return True
+        loop = asyncio.get_running_loop()
+        return waited and loop.time() - item.claimed_at > self.settings.lease_grace_secs / 2
+
+    def _on_job_event(self, job_id: str, status: str) -> None:
+        """A job was cancelled through the API: if it is ours, its handler is cancelled (an async
+        one outright, a sync one told through ctx.is_cancelled) and nothing is reported."""
+        if status != "cancelled":
+            return
         try:
-            if task is None:
-                await self._fail(
-                    job.id,
-                    token,
-                    f"no handler registered for task '{job.task_name}'",
-                    False,
-                    reason=DeadLetterReason.HANDLER_NOT_FOUND,
+            item = self._claimed.get(uuid.UUID(job_id))
+        except ValueError:
+            return
+        if item is not None:
+            item.ctx.abandon()
+            if item.handler is not None:
+                item.handler.cancel()
+
+    # -- the common path: an async handler without a task-level limit -------------------------------
+    # No task per job beyond the handler's own, no per-job future for the completion: a finished
+    # handler's done-callback frees its run slot, starts the next buffered job and queues the
+    # outcome for the group commit.
+
+    def _start_fast(self, q: _QueueRun, item: _Claimed) -> None:
+        assert item.task is not None
+        loop = asyncio.get_running_loop()
+        handler = loop.create_task(_call_bound(item.task, item.ctx))
+        item.handler = handler
+        item.started = loop.time()
+        item.timer = loop.call_later(item.timeout, self._expire, item)
+        handler.add_done_callback(functools.partial(self._fast_done, q, item))
+
+    def _fast_done(self, q: _QueueRun, item: _Claimed, handler: asyncio.Future[Any]) -> None:
+        assert item.timer is not None and item.task is not None
+        item.timer.cancel()
+        self._duration(item.task.name).observe(asyncio.get_running_loop().time() - item.started)
+        item.handled()
+        self._release_run_slot(q)
+        if item.given_back:  # the shutdown took it back; stop() releases the lease
+            self._done(item)
+            return
+        self._report(item, handler)
+
+    @staticmethod
+    def _expire(item: _Claimed) -> None:
+        item.expired = True
+        item.ctx.abandon()
+        if item.handler is not None:
+            item.handler.cancel()
+
+    # -- outcomes -----------------------------------------------------------------------------------
+
+    def _report(self, item: _Claimed, handler: asyncio.Future[Any]) -> None:
+        """Write the outcome of a finished handler (or nothing, when the server owns it)."""
+        if item.expired:
+            self._fail_later(item, f"job exceeded its timeout of {item.timeout}s", True)
+            return
+        if item.ctx.cancelled.is_set():
+            # Cancelled through the API: whatever the handler did last, the server owns the outcome.
+            log.info("job_handler_cancelled", started=True, **item.fields())
+            self._done(item)
+            return
+        if handler.cancelled():
+            self._fail_later(item, "handler was cancelled", True)
+            return
+        err = handler.exception()
+        if err is not None:
+            retryable = getattr(err, "retryable", True) is not False
+            self._fail_later(item, str(err) or type(err).__name__, retryable)
+            return
+        result = handler.result()
+        if result is not None and not isinstance(result, dict):
+            self._fail_later(item, f"handler returned {type(result).__name__}, not an object", False)
+            return
+        encoded = _stored_result(result or {})
+        if isinstance(encoded, str):
+            self._fail_later(item, f"handler returned a result that cannot be stored: {encoded}", False)
+            return
+        self._writes += 1
+        item.result = encoded
+        item.answered = functools.partial(self._completion_answered, item)
+        self.db.completer.submit_nowait((item.job.id, item.token, encoded), item.answered)
+
+    def _completion_answered(self, item: _Claimed, answer: BaseException | None) -> None:
+        if isinstance(answer, BaseException):
+            if is_unavailable(answer) and not self._writes_abandoned:
+                # Written again until it lands or answers, as every outcome is (see _written).
+                delay = item.retry_in
+                item.retry_in = min(delay * 2, RETRY_MAX_SECS)
+                log.warning(
+                    "job_report_retrying",
+                    write="completion",
+                    error=str(answer),
+                    retry_in_secs=delay,
+                    **item.fields(),
                 )
-                log.warning("job_dead_lettered", reason=DeadLetterReason.HANDLER_NOT_FOUND)
+                asyncio.get_running_loop().call_later(delay, self._resubmit, item)
                 return
-            await self._execute(task, job, token, claimed_at, handled)
-        except Exception:  # a bug in a report (an unreachable database is waited out, not here)
-            log.exception("job_report_failed")
+            if isinstance(answer, DomainError):  # cancelled or reclaimed meanwhile: the server owns it
+                log.info("job_completion_refused", reason=answer.message, **item.fields())
+            else:
+                log.error("job_report_failed", error=repr(answer), **item.fields())
+        self._write_answered()
+        self._done(item)
 
-    async def _execute(
-        self, task: Task, job: Job, token: uuid.UUID, claimed_at: float, handled: Callable[[], None]
-    ) -> None:
-        job_id = job.id
-        ctx = JobContext(job)
-        timeout = max(1, task.timeout_secs or job.config.timeout_secs)
-        handler: asyncio.Future[Any] | None = None
+    def _resubmit(self, item: _Claimed) -> None:
+        assert item.result is not None
+        self.db.completer.submit_nowait((item.job.id, item.token, item.result), item.answered)
 
-        def on_status(status: str) -> None:
-            if status == "cancelled":
-                ctx.abandon()
-                if handler is not None:
-                    handler.cancel()
+    def _write_answered(self) -> None:
+        self._writes -= 1
+        if self._writes == 0:
+            self._writes_done.set()
 
-        unsubscribe = self.db.hub.watch_job(str(job_id), on_status)
-        held: list[Slots] = []  # the run slots this job holds, given back when it ends
+    def _fail_later(self, item: _Claimed, error: str, retryable: bool, reason: str | None = None) -> None:
+        self._writes += 1
+        failing = asyncio.create_task(self._fail(item, error, retryable, reason))
+
+        def written(_: asyncio.Task[None]) -> None:
+            self._write_answered()
+            self._done(item)
+
+        failing.add_done_callback(written)
+
+    def _done(self, item: _Claimed) -> None:
+        """The job is no longer this process's: outcome written, refused, or owned by the server."""
+        self._claimed.pop(item.job.id, None)
+        item.ended()
+
+    async def _fail(self, item: _Claimed, error: str, retryable: bool, reason: str | None = None) -> None:
+        logs.bind(**item.fields())
+        job_id, token = item.job.id, item.token
+        try:
+            outcome: str = await _written(
+                "failure", lambda: jobs_db.fail(self.db.pool, job_id, token, error, retryable, reason)
+            )
+        except DomainError as err:
+            outcome = err.message
+        log.info("job_failed", outcome=outcome, retryable=retryable)
+
+    # -- everything else: sync handlers, task-level limits, fresh leases, unknown tasks ---------------
+
+    def _slow_ended(self, run: asyncio.Task[None]) -> None:
+        item = self._slow.pop(run)
+        self._waiting.discard(run)
+        if not item.reporting:
+            self._done(item)
+        if not run.cancelled() and run.exception() is not None:
+            log.error("job_report_failed", error=repr(run.exception()), **item.fields())
+
+    async def _run_slow(self, q: _QueueRun, item: _Claimed) -> None:
+        job, token, task, ctx = item.job, item.token, item.task, item.ctx
+        # Every log line of this job (the runtime's and its handler's) names it.
+        logs.bind(**item.fields())
+        # What this job holds (its run slot, then maybe a task slot), given back when it ends.
+        held: list[Callable[[], None]] = [lambda: self._release_run_slot(q)]
 
         def release_all() -> None:
             while held:
-                held.pop().release()
+                held.pop()()
 
         release: Callable[[], None] | None = release_all
-        loop = asyncio.get_running_loop()
         try:
-            # The claim leased the job for its own timeout plus the grace; a longer task timeout,
-            # or a wait for a run or task slot that ate into the grace, needs a fresh lease before
-            # the handler starts (while it waits, _take_slot keeps the lease alive). A short wait
-            # (a job claimed ahead) needs none: the grace covers it, and a heartbeat per job
-            # would cost a statement per job.
-            extend = task.timeout_secs is not None and task.timeout_secs > job.config.timeout_secs
-            for slots in (self._gates.get(job.queue_name), self._slots.get(task.name)):
-                if slots is None:
-                    continue
+            if task is None:
+                release_all()
+                item.handled()
+                item.reporting = True
+                self._fail_later(
+                    item,
+                    f"no handler registered for task '{job.task_name}'",
+                    False,
+                    DeadLetterReason.HANDLER_NOT_FOUND,
+                )
+                log.warning("job_dead_lettered", reason=DeadLetterReason.HANDLER_NOT_FOUND)
+                return
+            extend = self._needs_fresh_lease(item, waited=True)
+            slots = self._slots.get(task.name)
+            if slots is not None:
                 waited = slots.locked()
-                if not await self._take_slot(slots, ctx, job_id, token, timeout):
+                if not await self._take_slot(slots, ctx, job.id, token, item.timeout):
                     log.info("job_handler_cancelled", started=False)
                     return
-                held.append(slots)
-                waited_long = loop.time() - claimed_at > self.settings.lease_grace_secs / 2
-                extend = extend or (waited and waited_long)
-            if extend and not await self._extend_lease(job_id, token, timeout):
+                held.append(slots.release)
+                extend = extend or (waited and self._needs_fresh_lease(item, waited=True))
+            if extend and not await self._extend_lease(job.id, token, item.timeout):
                 log.info("job_handler_cancelled", started=False)
                 return
             handler = self._start(task, ctx, release)
-            release = None  # the handler owns the slot now and gives it back when it finishes
+            release = None  # the handler owns the slots now and gives them back when it finishes
+            item.handler = handler
             handler.add_done_callback(_observed)
-            await self._await_handler(task, ctx, handler, job_id, token, timeout, handled)
+            await self._await_handler(item, handler)
         finally:
-            unsubscribe()
+            item.handled()
             if release is not None:
                 release()
 
@@ -331,34 +519,18 @@ class WorkerRuntime:
             thread_job.add_done_callback(released)
         return asyncio.wrap_future(thread_job, loop=loop)
 
-    async def _await_handler(
-        self,
-        task: Task,
-        ctx: JobContext,
-        handler: asyncio.Future[Any],
-        job_id: uuid.UUID,
-        token: uuid.UUID,
-        timeout: int,
-        handled: Callable[[], None],
-    ) -> None:
+    async def _await_handler(self, item: _Claimed, handler: asyncio.Future[Any]) -> None:
+        assert item.task is not None
         loop = asyncio.get_running_loop()
-        started = loop.time()
-        expired = False
-
-        def expire() -> None:
-            nonlocal expired
-            expired = True
-            ctx.abandon()
-            handler.cancel()
-
-        # One timer per job, not asyncio.wait's futures and callbacks: this is the hot path.
-        timer = loop.call_later(timeout, expire)
+        item.started = loop.time()
+        # One timer per job, not asyncio.wait's futures and callbacks.
+        timer = loop.call_later(item.timeout, self._expire, item)
         current = asyncio.current_task()
         try:
             await asyncio.shield(handler)  # a shutdown cancels this task: abandon first, then the handler
         except asyncio.CancelledError:
             if current is not None and current.cancelling():  # shutdown: stop() gives the lease back
-                ctx.abandon()
+                item.ctx.abandon()
                 handler.cancel()
                 raise
             # the handler itself ended cancelled (its time-out, the API's cancel, or its own doing)
@@ -366,52 +538,100 @@ class WorkerRuntime:
             pass
         finally:
             timer.cancel()
-            self._duration(task.name).observe(loop.time() - started)
-            handled()  # what is left is reporting: the queue loop may claim the next job
-        if expired:
-            await self._fail(job_id, token, f"job exceeded its timeout of {timeout}s", True)
-            return
-        if ctx.cancelled.is_set():
-            # Cancelled through the API: whatever the handler did last, the server owns the outcome.
-            log.info("job_handler_cancelled", started=True)
-            return
-        if handler.cancelled():
-            await self._fail(job_id, token, "handler was cancelled", True)
-            return
-        err = handler.exception()
-        if err is not None:
-            retryable = getattr(err, "retryable", True) is not False
-            await self._fail(job_id, token, str(err) or type(err).__name__, retryable)
-            return
-        result = handler.result()
-        if result is not None and not isinstance(result, dict):
-            await self._fail(job_id, token, f"handler returned {type(result).__name__}, not an object", False)
-            return
-        problem = _unstorable(result or {})
-        if problem is not None:
-            await self._fail(
-                job_id, token, f"handler returned a result that cannot be stored: {problem}", False
-            )
-            return
-        try:
-            await _written("completion", lambda: self.db.completer.complete(job_id, token, result or {}))
-        except DomainError as refused:  # cancelled or reclaimed meanwhile: the server owns the outcome
-            log.info("job_completion_refused", reason=refused.message)
+            self._duration(item.task.name).observe(loop.time() - item.started)
+            item.handled()  # what is left is reporting: the queue loop may claim the next job
+        item.reporting = True
+        self._report(item, handler)
 
-    async def _fail(
-        self, job_id: uuid.UUID, token: uuid.UUID, error: str, retryable: bool, reason: str | None = None
+
+class _QueueRun:
+    """One queue's in-process state: its claim budget, its claimed jobs waiting for a run slot,
+    and how many handlers run."""
+
+    def __init__(self, name: str, workers: int) -> None:
+        self.name = name
+        self.workers = workers
+        # Claimed ahead: jobs waiting behind the running ones, and finished ones whose outcome is
+        # being written, within the budget's caps (see _Budget).
+        self.budget = _Budget(workers)
+        self.ready: collections.deque[_Claimed] = collections.deque()
+        self.running = 0
+
+
+class _Claimed:
+    """One job this process leased, from its claim until its outcome is written."""
+
+    __slots__ = (
+        "answered",
+        "budget",
+        "claimed_at",
+        "ctx",
+        "expired",
+        "finished",
+        "given_back",
+        "handler",
+        "job",
+        "reporting",
+        "result",
+        "retry_in",
+        "slow",
+        "started",
+        "task",
+        "timeout",
+        "timer",
+        "token",
+    )
+
+    def __init__(
+        self,
+        lease: Lease,
+        task: Task | None,
+        claimed_at: float,
+        budget: _Budget,
     ) -> None:
-        try:
-            outcome: str = await _written(
-                "failure", lambda: jobs_db.fail(self.db.pool, job_id, token, error, retryable, reason)
-            )
-        except DomainError as err:
-            outcome = err.message
-        log.info("job_failed", outcome=outcome, retryable=retryable)
+        self.job = lease.job
+        self.token = lease.token
+        self.task = task
+        self.ctx = JobContext(lease.job)
+        self.claimed_at = claimed_at
+        self.timeout = max(
+            1, (task.timeout_secs if task is not None else None) or lease.job.config.timeout_secs
+        )
+        self.budget = budget
+        self.finished = False  # its handler finished (or it never started)
+        self.handler: asyncio.Future[Any] | None = None
+        self.timer: asyncio.TimerHandle | None = None
+        self.started = 0.0
+        self.expired = False
+        self.given_back = False
+        self.slow = False
+        self.reporting = False
+        self.result: msgspec.Raw | None = None
+        self.retry_in = RETRY_FIRST_SECS
+        self.answered: Callable[[BaseException | None], None] = lambda answer: None
+
+    def handled(self) -> None:
+        """Its handler finished (or it will never start): idempotent."""
+        if not self.finished:
+            self.finished = True
+            self.budget.handled()
+
+    def ended(self) -> None:
+        """Its outcome is written, or it is no longer ours: once."""
+        self.handled()
+        self.budget.ended()
+
+    def fields(self) -> dict[str, str]:
+        """The job's log context."""
+        job = self.job
+        return {"job_id": str(job.id), "task": job.task_name, "queue": job.queue_name}
 
 
-# Jobs a queue loop may hold per --workers, counting finished ones whose outcome is being written.
+# Jobs a queue loop may hold per --workers, counting finished ones whose outcome is being written,
+# at the slowest pace; at a fast one, about AHEAD_SECS of work, up to MAX_AHEAD (see _Budget).
 HELD_PER_WORKER = 8
+AHEAD_SECS = 0.05
+MAX_AHEAD = 500
 
 
 class Slots:
@@ -454,49 +674,67 @@ class Slots:
 
 class _Budget:
     """How many more jobs a queue loop may claim. A job counts as *unfinished* from its claim until
-    its handler finishes, and as *held* until its task ends (its outcome written). Unfinished jobs
-    are capped at `ahead` (running plus claimed ahead), held ones at `held`: a finished job stops
-    holding a run slot, so the next claim overlaps the previous jobs' completions, but only so far,
-    or a database slower to write outcomes than to hand out jobs would let claims run away from
-    the completions (each claimed job a lease ticking)."""
+    its handler finishes, and as *held* until its outcome is written (or it is no longer ours).
+    Unfinished jobs are capped at `ahead` (running plus claimed ahead), held ones at `held`: a
+    finished job stops holding a run slot, so the next claim overlaps the previous jobs'
+    completions, but only so far, or a database slower to write outcomes than to hand out jobs
+    would let claims run away from the completions (each claimed job a lease ticking).
 
-    def __init__(self, ahead: int, held: int) -> None:
-        self.ahead = ahead
-        self.held = max(held, ahead)
+    Both caps follow the queue's pace (`pace`, before each claim): at least 2 x --workers and
+    HELD_PER_WORKER x --workers, and at a fast pace about AHEAD_SECS of work, up to MAX_AHEAD. So
+    slow jobs are claimed a few at a time (a job is not held back from other workers for long),
+    and a stream of short ones in batches large enough to pay each statement's fixed cost. The
+    pace counts written outcomes, so stuck completions shrink the caps rather than grow them."""
+
+    def __init__(self, workers: int) -> None:
+        self.least = 2 * workers
+        self.least_held = max(HELD_PER_WORKER * workers, self.least)
+        self.ahead = self.least
+        self.held = self.least_held
         self._unfinished = 0
         self._held = 0
+        self._ended = 0  # outcomes written, ever
+        self._paced: tuple[float, int] | None = None
+        self._rate = 0.0
         self._freed = asyncio.Event()
 
     @property
     def free(self) -> int:
         return min(self.ahead - self._unfinished, self.held - self._held)
 
+    @property
+    def worth_claiming(self) -> int:
+        """The fewest free places worth a claim: half the cap (a claim per job is what a slow
+        queue needs, a batch per claim what a fast one does)."""
+        return max(1, self.ahead // 2)
+
+    def pace(self, now: float) -> None:
+        if self._paced is not None:
+            since, ended = self._paced
+            if now > since:
+                rate = (self._ended - ended) / (now - since)
+                self._rate = (self._rate + rate) / 2
+        self._paced = (now, self._ended)
+        self.ahead = min(MAX_AHEAD, max(self.least, int(self._rate * AHEAD_SECS)))
+        self.held = max(self.least_held, 2 * self.ahead)
+
     async def wait(self) -> None:
         """Until at least one job has been counted out."""
         self._freed.clear()
         await self._freed.wait()
 
-    def take(self) -> tuple[Callable[[], None], Callable[[asyncio.Task[None]], None]]:
-        """Count one job in: returns `handled` (its handler finished; idempotent) and `ended`, the
-        done-callback of its task, which counts it out entirely (a task that ended before its
-        handler finished, e.g. cancelled while it waited, counts as handled too)."""
+    def take(self) -> None:
         self._unfinished += 1
         self._held += 1
-        finished = False
 
-        def handled() -> None:
-            nonlocal finished
-            if not finished:
-                finished = True
-                self._unfinished -= 1
-                self._freed.set()
+    def handled(self) -> None:
+        self._unfinished -= 1
+        self._freed.set()
 
-        def ended(_task: asyncio.Task[None]) -> None:
-            handled()
-            self._held -= 1
-            self._freed.set()
-
-        return handled, ended
+    def ended(self) -> None:
+        self._held -= 1
+        self._ended += 1
+        self._freed.set()
 
 
 async def _written(what: str, write: Callable[[], Awaitable[T]]) -> T:
@@ -519,21 +757,29 @@ def _observed(handler: asyncio.Future[Any]) -> None:
         handler.exception()
 
 
+async def _call_bound(task: Task, ctx: JobContext) -> Any:
+    """An async handler, with the job's log context bound in its own task."""
+    job = ctx.job
+    logs.bind(job_id=str(job.id), task=job.task_name, queue=job.queue_name)
+    handler = cast(Callable[[JobContext], Awaitable[Any]], task.handler)
+    return await handler(ctx)
+
+
 async def _call_async(task: Task, ctx: JobContext) -> Any:
     handler = cast(Callable[[JobContext], Awaitable[Any]], task.handler)  # is_async said so
     return await handler(ctx)
 
 
-def _unstorable(result: dict[str, Any]) -> str | None:
-    """Why `result` cannot be a jsonb value, or None. Checked before the group commit, where one bad
-    value would fail every completion of its batch."""
+def _stored_result(result: dict[str, Any]) -> msgspec.Raw | str:
+    """`result` encoded for its jsonb column (passed through as is), or why it cannot be stored.
+    Checked before the group commit, where one bad value would fail every completion of its batch."""
     try:
         encoded = _encode_result(result)
     except (TypeError, ValueError, OverflowError) as err:
         return str(err)
     if b"\\u0000" in encoded:
         return "a string contains a NUL character"
-    return None
+    return msgspec.Raw(encoded)
 
 
 def build_registry(handler_modules: tuple[str, ...] = ()) -> Registry:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
+from collections.abc import Callable
 from typing import Generic, TypeVar
 
 from shared.db import jobs as jobs_db
@@ -20,6 +21,9 @@ from shared.domain.jobs import NewJob, Object
 
 In = TypeVar("In")
 Out = TypeVar("Out")
+# Who hears a write's answer: an awaiting caller's future, or a callback (no task or future per
+# item: the in-process runtime's completions).
+Sink = asyncio.Future[Out] | Callable[[Out | BaseException], None]
 
 
 class GroupCommit(Generic[In, Out]):
@@ -30,8 +34,8 @@ class GroupCommit(Generic[In, Out]):
     def __init__(self, pool: Pool, max_batch: int = 500) -> None:
         self.pool = pool
         self.max_batch = max_batch
-        self._pending: list[tuple[In, asyncio.Future[Out]]] = []
-        self._flushing: list[tuple[In, asyncio.Future[Out]]] = []
+        self._pending: list[tuple[In, Sink[Out]]] = []
+        self._flushing: list[tuple[In, Sink[Out]]] = []
         self._idle = asyncio.Event()
         self._idle.set()
         self._wakeup = asyncio.Event()
@@ -47,6 +51,12 @@ class GroupCommit(Generic[In, Out]):
         self._wakeup.set()
         return await fut
 
+    def submit_nowait(self, item: In, answered: Callable[[Out | BaseException], None]) -> None:
+        """Queue `item`; `answered` is called with its answer (or the exception a caller of
+        `submit` would get) once its group is written."""
+        self._pending.append((item, answered))
+        self._wakeup.set()
+
     async def _run(self) -> None:
         while True:
             await self._wakeup.wait()
@@ -59,7 +69,7 @@ class GroupCommit(Generic[In, Out]):
                 self._flushing = []
             self._idle.set()
 
-    async def _flush(self, batch: list[tuple[In, asyncio.Future[Out]]]) -> None:
+    async def _flush(self, batch: list[tuple[In, Sink[Out]]]) -> None:
         try:
             answers = await self._write_many([item for item, _ in batch])
         except Exception as err:
@@ -69,17 +79,11 @@ class GroupCommit(Generic[In, Out]):
                 for one in batch:
                     await self._flush([one])
             else:
-                for _, fut in batch:
-                    if not fut.done():
-                        fut.set_exception(err)
+                for _, sink in batch:
+                    _answer(sink, err)
             return
-        for (_, fut), answer in zip(batch, answers, strict=True):
-            if fut.done():
-                continue
-            if isinstance(answer, BaseException):
-                fut.set_exception(answer)
-            else:
-                fut.set_result(answer)
+        for (_, sink), answer in zip(batch, answers, strict=True):
+            _answer(sink, answer)
 
     async def close(self, timeout: float = 5.0) -> None:
         """Let queued writes finish (up to `timeout` seconds) before the pool goes away; any caller
@@ -92,9 +96,19 @@ class GroupCommit(Generic[In, Out]):
         self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
-        for _, fut in [*self._flushing, *self._pending]:
-            if not fut.done():
-                fut.set_exception(ConnectionError(f"{self.name}: shut down before the write was confirmed"))
+        for _, sink in [*self._flushing, *self._pending]:
+            _answer(sink, ConnectionError(f"{self.name}: shut down before the write was confirmed"))
+
+
+def _answer(sink: Sink[Out], answer: Out | BaseException) -> None:
+    if not isinstance(sink, asyncio.Future):
+        sink(answer)
+    elif sink.done():
+        return
+    elif isinstance(answer, BaseException):
+        sink.set_exception(answer)
+    else:
+        sink.set_result(answer)
 
 
 class CompletionBatcher(GroupCommit[jobs_db.Completion, None]):

@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Sequence
 
 import asyncpg
+import msgspec
 
 from shared import metrics
 from shared.db.listing import fetch_page
@@ -215,7 +216,8 @@ async def heartbeat(
     return answer
 
 
-Completion = tuple[uuid.UUID, uuid.UUID | None, Object]
+# The result is an object, or one already encoded as JSON (msgspec.Raw: written as it is).
+Completion = tuple[uuid.UUID, uuid.UUID | None, Object | msgspec.Raw]
 
 
 async def complete_many(db: Executor, items: Sequence[Completion]) -> list[DomainError | None]:

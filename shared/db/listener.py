@@ -53,6 +53,7 @@ class Hub:
     def __init__(self) -> None:
         self._queues: dict[str, _QueueSignal] = {}
         self._job_watchers: dict[str, set[Callable[[str], None]]] = {}
+        self._all_job_watchers: set[Callable[[str, str], None]] = set()
         self._delayed_watchers: set[Callable[[str], None]] = set()
         self.connected = False
 
@@ -142,6 +143,12 @@ class Hub:
         unsubscribe."""
         return self._watch("job:" + job_id, callback)
 
+    def watch_all_jobs(self, callback: Callable[[str, str], None]) -> Callable[[], None]:
+        """Call `callback(job_id, status)` on every announced job status change: one subscription
+        for a worker runtime's many jobs instead of one per job."""
+        self._all_job_watchers.add(callback)
+        return lambda: self._all_job_watchers.discard(callback)
+
     def watch_workflow(self, workflow_id: str, callback: Callable[[str], None]) -> Callable[[], None]:
         """Call `callback("")` whenever a watched workflow or one of its steps changes."""
         return self._watch("wf:" + workflow_id, callback)
@@ -169,6 +176,8 @@ class Hub:
             job_id, _, status = payload.partition(":")
             for cb in list(self._job_watchers.get("job:" + job_id, ())):
                 cb(status)
+            for every in list(self._all_job_watchers):
+                every(job_id, status)
         elif channel == WORKFLOW:
             self.poke(ADVANCE)
         elif channel == WORKFLOW_EVENTS:

@@ -223,14 +223,18 @@ async def test_claims_never_run_away_from_completions_the_database_has_not_writt
     completer = database_of(client).completer
     stuck = asyncio.Event()
     waiting: list[object] = []
-    write = completer.complete
+    later: list[asyncio.Task[None]] = []
+    submit = completer.submit_nowait
 
-    async def stalled(job_id, token, result):
-        waiting.append(job_id)
+    async def release(item, answered):
         await stuck.wait()
-        await write(job_id, token, result)
+        submit(item, answered)
 
-    completer.complete = stalled  # type: ignore[method-assign]
+    def stalled(item, answered):
+        waiting.append(item[0])
+        later.append(asyncio.create_task(release(item, answered)))
+
+    completer.submit_nowait = stalled  # type: ignore[method-assign]
     resp = await client.post(
         "/api/v1/jobs/batch", json={"jobs": [{"task_name": "echo"} for _ in range(40)]}, headers=AUTH
     )
@@ -245,3 +249,21 @@ async def test_claims_never_run_away_from_completions_the_database_has_not_writt
     await eventually(
         lambda: db.fetchval("SELECT count(*) = 40 FROM queueflow.jobs WHERE status = 'completed'"), timeout=20
     )
+
+
+async def test_a_fast_stream_is_claimed_in_batches_that_grow_with_its_pace(worker_app, db):
+    """At the slowest pace a claim takes 2 x --workers jobs; a stream of short jobs is claimed in
+    larger batches (each claim writes its own claim key, so the keys count the claims)."""
+    client = await worker_app(workers=2)
+    total = 2_000
+    for _ in range(total // 1_000):
+        resp = await client.post(
+            "/api/v1/jobs/batch", json={"jobs": [{"task_name": "echo"} for _ in range(1_000)]}, headers=AUTH
+        )
+        assert resp.status == 201
+    await eventually(
+        lambda: db.fetchval("SELECT count(*) = $1 FROM queueflow.jobs WHERE status = 'completed'", total),
+        timeout=60,
+    )
+    claims = await db.fetchval("SELECT count(DISTINCT claim_key) FROM queueflow.jobs")
+    assert claims < total / (2 * 2 * 2)  # on average more than twice the slowest pace's batch
