@@ -150,7 +150,11 @@ SET status = 'running',
     started_at = COALESCE(j.started_at, now()),
     next_retry_at = NULL
 FROM chosen WHERE j.id = chosen.id
-RETURNING j.*;
+-- A job's fields (jobs.to_lease), with its config as text: most jobs share one, decoded once.
+RETURNING j.id, j.queue_name, j.task_name, j.payload, j.config::text AS config, j.status, j.retry_count,
+    j.delivery_count, j.created_at, j.scheduled_at, j.metadata, j.started_at, j.completed_at,
+    j.next_retry_at, j.error_message, j.result, j.idempotency_key, j.tenant_id, j.workflow_id,
+    j.workflow_step_id, j.lease_token, j.priority;
 
 -- name: heartbeat
 UPDATE queueflow.jobs SET locked_until = now() + make_interval(secs => $3::int)
