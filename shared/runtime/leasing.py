@@ -48,12 +48,15 @@ async def lease_jobs(
                     raise
                 hub.claimed(queue, seen, bool(leases))
         if leases:
-            waited = metrics.QUEUE_WAIT.labels(queue)
-            for lease in leases:
-                job = lease.job
-                if job.delivery_count == 1 and job.started_at is not None:
-                    # started_at is this claim; a redelivery has no wait to measure
-                    waited.observe(max(0.0, (job.started_at - job.scheduled_at).total_seconds()))
+            # started_at is this claim; a redelivery has no wait to measure
+            metrics.observe_many(
+                metrics.QUEUE_WAIT.labels(queue),
+                [
+                    max(0.0, (job.started_at - job.scheduled_at).total_seconds())
+                    for job in (lease.job for lease in leases)
+                    if job.delivery_count == 1 and job.started_at is not None
+                ],
+            )
             if len(leases) == max_jobs:
                 hub.poke(queue)  # more may be waiting: pass the wake-up on
             return leases
