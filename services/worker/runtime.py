@@ -81,6 +81,7 @@ class WorkerRuntime:
         self._writes_done = asyncio.Event()
         self._writes_abandoned = False  # the shutdown stopped waiting for them: no more retries
         self._deadlines = _Deadlines(self._expire)
+        self._renewals: set[asyncio.Task[bool]] = set()  # buffered jobs' lease renewals
         self._unwatch: Callable[[], None] | None = None
         self._stopping = False
 
@@ -124,8 +125,12 @@ class WorkerRuntime:
         for t in self._loops:
             with contextlib.suppress(asyncio.CancelledError):
                 await t
+        for renewing in list(self._renewals):
+            renewing.cancel()
         give_back: list[_Claimed] = []
         for q in self._queues.values():
+            if q.keepalive is not None:
+                q.keepalive.cancel()
             give_back.extend(q.ready)
             q.ready.clear()
         for t in self._waiting:
@@ -218,11 +223,35 @@ class WorkerRuntime:
             claimed_at = loop.time()
             for lease in leases:
                 task = self.registry.get(lease.job.task_name)
-                item = _Claimed(lease, task, claimed_at, q.budget)
+                item = _Claimed(lease, task, claimed_at, q.budget, s.lease_grace_secs)
                 q.budget.take()
                 self._claimed[lease.job.id] = item
                 q.ready.append(item)
             self._pump(q)
+            if q.ready and q.keepalive is None:
+                self._arm_keepalive(q)
+
+    def _arm_keepalive(self, q: _QueueRun) -> None:
+        due = min(item.renewed_at + item.keepalive for item in q.ready)
+        q.keepalive = asyncio.get_running_loop().call_at(due, self._keep_buffered_alive, q)
+
+    def _keep_buffered_alive(self, q: _QueueRun) -> None:
+        """Jobs claimed ahead that have waited a third of their lease for a run slot get a fresh
+        lease (one statement each: only a queue whose handlers are slow gets here); a job no longer
+        ours (cancelled or reclaimed meanwhile) is dropped from the buffer when its turn comes."""
+        q.keepalive = None
+        if self._stopping:
+            return
+        now = asyncio.get_running_loop().time()
+        for item in q.ready:
+            if item.renewed_at + item.keepalive <= now:
+                item.renewed_at = now
+                renewing = asyncio.create_task(self._extend_lease(item.job.id, item.token, item.timeout))
+                self._renewals.add(renewing)
+                renewing.add_done_callback(self._renewals.discard)
+                renewing.add_done_callback(functools.partial(_renewed, item))
+        if q.ready:
+            self._arm_keepalive(q)
 
     def _pump(self, q: _QueueRun) -> None:
         """Start buffered jobs while the queue has free run slots."""
@@ -265,7 +294,7 @@ class WorkerRuntime:
         ):
             return True
         loop = asyncio.get_running_loop()
-        return waited and loop.time() - item.claimed_at > self.settings.lease_grace_secs / 2
+        return waited and loop.time() - item.renewed_at > self.settings.lease_grace_secs / 2
 
     def _on_job_event(self, job_id: str, status: str) -> None:
         """A job was cancelled through the API: if it is ours, its handler is cancelled (an async
@@ -608,6 +637,7 @@ class _QueueRun:
         self.budget = _Budget(workers)
         self.ready: collections.deque[_Claimed] = collections.deque()
         self.running = 0
+        self.keepalive: asyncio.TimerHandle | None = None  # renews the buffered jobs' leases
 
 
 class _Claimed:
@@ -624,6 +654,8 @@ class _Claimed:
         "given_back",
         "handler",
         "job",
+        "keepalive",
+        "renewed_at",
         "reporting",
         "result",
         "retry_in",
@@ -640,15 +672,19 @@ class _Claimed:
         task: Task | None,
         claimed_at: float,
         budget: _Budget,
+        grace: int,
     ) -> None:
         self.job = lease.job
         self.token = lease.token
         self.task = task
         self.ctx = JobContext(lease.job)
         self.claimed_at = claimed_at
+        self.renewed_at = claimed_at  # when its lease was last set: by the claim or a renewal
         self.timeout = max(
             1, (task.timeout_secs if task is not None else None) or lease.job.config.timeout_secs
         )
+        # While it waits for a run slot, its lease is renewed every third of (timeout + grace).
+        self.keepalive = max(1.0, min(30.0, (self.timeout + grace) / 3))
         self.budget = budget
         self.finished = False  # its handler finished (or it never started)
         self.handler: asyncio.Future[Any] | None = None
@@ -801,6 +837,12 @@ async def _written(what: str, write: Callable[[], Awaitable[T]]) -> T:
         log.warning("job_report_retrying", write=what, error=str(err), retry_in_secs=delay)
 
     return await until_answered(write, retrying)
+
+
+def _renewed(item: _Claimed, renewing: asyncio.Task[bool]) -> None:
+    """A buffered job's lease renewal answered: a job no longer ours is skipped when its turn comes."""
+    if renewing.cancelled() or renewing.exception() is not None or not renewing.result():
+        item.ctx.abandon()
 
 
 def _observed(handler: asyncio.Future[Any]) -> None:

@@ -267,3 +267,26 @@ async def test_a_fast_stream_is_claimed_in_batches_that_grow_with_its_pace(worke
     )
     claims = await db.fetchval("SELECT count(DISTINCT claim_key) FROM queueflow.jobs")
     assert claims < total / (2 * 2 * 2)  # on average more than twice the slowest pace's batch
+
+
+async def test_a_job_claimed_ahead_keeps_its_lease_while_it_waits_for_a_run_slot(worker_app, db):
+    """With one run slot taken by a long handler, a short job claimed behind it waits longer than
+    its own lease (timeout 1 s + grace 1 s); its lease is renewed while it waits, so the janitor
+    never reclaims it and it runs once, spending no retry."""
+    gate = Gate()
+    registry = default_registry()
+    registry.register("gate", gate.handle)
+    client = await worker_app(registry, janitor_loop=True, workers=1, lease_secs=1, lease_grace_secs=1)
+    first = await create_job(client, "gate", {})
+    await eventually(lambda: len(gate.started) == 1)
+    waiting = await create_job(client, "echo", {"i": 1}, timeout=1)
+    await eventually(
+        lambda: db.fetchval("SELECT status = 'running' FROM queueflow.jobs WHERE id = $1", waiting)
+    )
+    await asyncio.sleep(4)  # twice its lease; the janitor sweeps every second
+    row = await job_row(db, waiting)
+    assert (row["status"], row["retry_count"], row["delivery_count"]) == ("running", 0, 1)
+    gate.release.set()
+    job = await finished(client, waiting)
+    assert (job["status"], job["retry_count"]) == ("completed", 0)
+    assert (await finished(client, first))["status"] == "completed"
