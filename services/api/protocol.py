@@ -3,15 +3,12 @@ complete, fail. Worker-token routes; not tenant-scoped."""
 
 from __future__ import annotations
 
-import asyncio
-
 from aiohttp import web
 
 from services.api.context import db_of, lifecycle_of, settings_of
 from services.api.params import job_id, job_id_in_path, lease_token, queue_in_path
 from shared import wire
 from shared.db import jobs as jobs_db
-from shared.db.batcher import CompletionBatcher
 from shared.domain.errors import DomainError
 from shared.runtime.leasing import lease_jobs
 from shared.web.body import decode, json_response
@@ -68,19 +65,22 @@ async def complete_many(request: web.Request) -> web.Response:
     """The batch acknowledgement: each item goes through the same group commit as the per-job route
     (so concurrent batches share statements too) and gets the answer that route would give."""
     body = await decode(request, wire.CompleteJobsRequest)
-    completer = db_of(request).completer
-    written = await asyncio.gather(
-        *(_complete_one(completer, item) for item in body.jobs), return_exceptions=True
-    )
+    written: list[BaseException | None] = [None] * len(body.jobs)
+    writes: list[jobs_db.Completion] = []
+    at: list[int] = []  # where each write's answer goes
+    for index, item in enumerate(body.jobs):
+        try:
+            writes.append((job_id(item.id), lease_token(item.lease_token), item.result or {}))
+            at.append(index)
+        except DomainError as refused:  # an id that names no job: that item's 404
+            written[index] = refused
+    for index, answer in zip(at, await db_of(request).completer.submit_all(writes), strict=True):
+        written[index] = answer
     return json_response(
         wire.CompleteJobsResponse(
             results=[_answer(item.id, outcome) for item, outcome in zip(body.jobs, written, strict=True)]
         )
     )
-
-
-async def _complete_one(completer: CompletionBatcher, item: wire.CompletionItem) -> None:
-    await completer.complete(job_id(item.id), lease_token(item.lease_token), item.result or {})
 
 
 # The per-job route's refusals, as a batch item's outcome (statuses from shared/web/errors.py).

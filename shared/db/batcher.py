@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import uuid
 from collections.abc import Callable
 from typing import Generic, TypeVar
@@ -50,6 +51,28 @@ class GroupCommit(Generic[In, Out]):
         self._pending.append((item, fut))
         self._wakeup.set()
         return await fut
+
+    async def submit_all(self, items: list[In]) -> list[Out | BaseException]:
+        """Many items of one caller, each answered on its own (its result or its exception, in
+        order), without a future or a task per item."""
+        if not items:
+            return []
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        answers: list[Out | BaseException] = [None] * len(items)  # type: ignore[list-item]
+        left = len(items)
+
+        def answered(index: int, answer: Out | BaseException) -> None:
+            nonlocal left
+            answers[index] = answer
+            left -= 1
+            if left == 0 and not done.done():
+                done.set_result(None)
+
+        for index, item in enumerate(items):
+            self._pending.append((item, functools.partial(answered, index)))
+        self._wakeup.set()
+        await done
+        return answers
 
     def submit_nowait(self, item: In, answered: Callable[[Out | BaseException], None]) -> None:
         """Queue `item`; `answered` is called with its answer (or the exception a caller of
