@@ -59,6 +59,8 @@ class JobContext:
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)
     cancel_reason: str | None = None
     _task: asyncio.Task[Any] | None = field(default=None, repr=False)
+    _beat_at: float = field(default=0.0, repr=False)  # when its next heartbeat is due (monotonic)
+    _beating: asyncio.Task[None] | None = field(default=None, repr=False)
 
     @property
     def payload(self) -> dict[str, Any]:
@@ -175,13 +177,15 @@ class Worker:
         self._stopping = False
         self._running = False
         self._wake: asyncio.Event | None = None
-        self._slots: asyncio.Semaphore | None = None
+        self._slots: _Slots | None = None
         self._held: dict[str, asyncio.Task[None]] = {}
         # Held jobs whose handler is done and whose report is not answered yet (out of _held): they
         # no longer take a slot, and leasing waits while there are max(batch_size, concurrency).
         self._settling = 0
         self._contexts: dict[str, JobContext] = {}
-        self._heartbeats: set[asyncio.Task[None]] = set()
+        self._heartbeats: set[asyncio.Task[None]] = set()  # heartbeat calls in flight
+        self._beater: asyncio.Task[None] | None = None  # sends the held jobs' heartbeats when due
+        self._beat_wake = asyncio.Event()
         # The batch acknowledgement: whether the server offers it (None: not known yet), the
         # successes waiting for the next flush, those of the flush in flight, and the flushing task.
         self._batch_route: bool | None = None
@@ -211,20 +215,27 @@ class Worker:
             raise RuntimeError("this worker is already running")
         self._running = True
         self._wake = asyncio.Event()
-        self._slots = asyncio.Semaphore(self.concurrency)
+        self._slots = _Slots(self.concurrency)
         self._settling = 0
         self._batch_route = None  # asked again for each run: the server may have changed
+        self._beat_wake = asyncio.Event()
+        self._beater = asyncio.create_task(self._beat_loop(), name="queueflow-heartbeats")
         try:
-            await self._lease_loop()
-        except BaseException:
-            await self._abandon_all("worker stopped by an error")
-            raise
+            try:
+                await self._lease_loop()
+            except BaseException:
+                await self._abandon_all("worker stopped by an error")
+                raise
+            finally:
+                self._running = False
+            try:
+                await self._drain()  # the held jobs include those waiting for their acknowledgement
+            finally:
+                await self._stop_flushing()
         finally:
-            self._running = False
-        try:
-            await self._drain()  # the held jobs include those waiting for their acknowledgement
-        finally:
-            await self._stop_flushing()
+            self._beater.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._beater
 
     # --- the lease loop ----------------------------------------------------------------------------
 
@@ -274,16 +285,17 @@ class Worker:
 
     def _take(self, item: LeasedJob) -> None:
         ctx = JobContext(job=item.job, lease_token=item.lease_token, client=self.client)
+        ctx._beat_at = time.monotonic() + self.lease_secs / 2
         job_id = item.job.id
+        if not self._contexts:
+            self._beat_wake.set()
         self._contexts[job_id] = ctx
-        beat = asyncio.create_task(self._heartbeat(ctx), name=f"queueflow-heartbeat-{job_id}")
-        self._heartbeats.add(beat)
-        beat.add_done_callback(self._heartbeats.discard)
-        self._held[job_id] = asyncio.create_task(self._hold(ctx, beat), name=f"queueflow-job-{job_id}")
+        # Unnamed: a task name per job costs more than the rest of the task's creation.
+        self._held[job_id] = asyncio.create_task(self._hold(ctx))
 
     # --- one held job ----------------------------------------------------------------------------
 
-    async def _hold(self, ctx: JobContext, beat: asyncio.Task[None]) -> None:
+    async def _hold(self, ctx: JobContext) -> None:
         assert self._slots is not None
         job_id = ctx.job.id
         settling = False
@@ -306,7 +318,8 @@ class Worker:
         except Exception:  # a bug in the runtime itself: never let it kill the loop silently
             log.exception("job %s: unexpected worker error", job_id)
         finally:
-            beat.cancel()
+            if ctx._beating is not None:
+                ctx._beating.cancel()
             if settling:
                 self._settling -= 1
             self._held.pop(job_id, None)
@@ -319,7 +332,7 @@ class Worker:
         handler = self.handlers.get(ctx.job.task_name)
         if handler is None:
             return _Outcome(ok=False, error=f"no worker handler for task '{ctx.job.task_name}'", retryable=False)
-        task = asyncio.create_task(self._invoke(handler, ctx), name=f"queueflow-handler-{ctx.job.id}")
+        task = asyncio.create_task(self._invoke(handler, ctx))
         ctx._task = task
         try:
             value = await task
@@ -363,24 +376,39 @@ class Worker:
         if task is not None and not task.done():
             asyncio.get_running_loop().call_later(self.cancel_grace, task.cancel)
 
+    async def _beat_loop(self) -> None:
+        """One task for every held job's heartbeat (not a sleeping task per job): a job is
+        heartbeated every half lease, held or settling, and sooner again after a failed call."""
+        tick = max(0.05, min(1.0, self.lease_secs / 8))
+        while True:
+            if not self._contexts:
+                self._beat_wake.clear()
+                await self._beat_wake.wait()
+            await asyncio.sleep(tick)
+            now = time.monotonic()
+            for ctx in list(self._contexts.values()):
+                if ctx._beat_at <= now and ctx._beating is None and not ctx.is_cancelled:
+                    ctx._beating = beating = asyncio.create_task(self._heartbeat(ctx))
+                    self._heartbeats.add(beating)
+                    beating.add_done_callback(self._heartbeats.discard)
+
     async def _heartbeat(self, ctx: JobContext) -> None:
         interval = self.lease_secs / 2
-        wait = interval
-        while True:
-            await asyncio.sleep(wait)
-            wait = interval
-            try:
-                answer = await self.client.heartbeat(ctx.job.id, ctx.lease_token, self.lease_secs)
-            except (Conflict, NotFound) as err:
-                self._take_back(ctx, f"lease lost: HTTP {err.status}")
-                return
-            except (ApiError, TransportError, UnexpectedResponse) as err:
-                log.warning("job %s: heartbeat failed: %s", ctx.job.id, err)
-                wait = max(0.2, interval / 4)  # the lease is running out: try again sooner
-                continue
-            if answer.status != "running":
-                self._take_back(ctx, f"job is {answer.status}")
-                return
+        try:
+            answer = await self.client.heartbeat(ctx.job.id, ctx.lease_token, self.lease_secs)
+        except (Conflict, NotFound) as err:
+            self._take_back(ctx, f"lease lost: HTTP {err.status}")
+            return
+        except (ApiError, TransportError, UnexpectedResponse) as err:
+            log.warning("job %s: heartbeat failed: %s", ctx.job.id, err)
+            ctx._beat_at = time.monotonic() + max(0.2, interval / 4)  # the lease is running out: sooner
+            return
+        finally:
+            ctx._beating = None
+        if answer.status != "running":
+            self._take_back(ctx, f"job is {answer.status}")
+            return
+        ctx._beat_at = time.monotonic() + interval
 
     def _retry_backoff(self) -> Backoff:
         """A back-off for retrying a report: the loop's settings, its own count."""
@@ -612,3 +640,39 @@ class Worker:
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
         await self._stop_flushing()
+
+
+class _Slots:
+    """Handler slots: a FIFO counting semaphore whose checks cost O(1) (asyncio.Semaphore walks
+    its waiters on every acquire on Python 3.11, and a worker acquires one per job)."""
+
+    def __init__(self, size: int) -> None:
+        self._free = size
+        self._waiters: deque[asyncio.Future[None]] = deque()
+
+    async def __aenter__(self) -> None:
+        if self._free > 0 and not self._waiters:
+            self._free -= 1
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(fut)
+        try:
+            await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled():
+                self._release()  # handed a slot in the same instant it was cancelled: pass it on
+            else:
+                with contextlib.suppress(ValueError):
+                    self._waiters.remove(fut)
+            raise
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._release()
+
+    def _release(self) -> None:
+        while self._waiters:
+            fut = self._waiters.popleft()
+            if not fut.done():
+                fut.set_result(None)
+                return
+        self._free += 1
