@@ -186,6 +186,10 @@ class Worker:
         self._heartbeats: set[asyncio.Task[None]] = set()  # heartbeat calls in flight
         self._beater: asyncio.Task[None] | None = None  # sends the held jobs' heartbeats when due
         self._beat_wake = asyncio.Event()
+        # The beat loop looks every tick for heartbeats due; a job's is due a tick before its half
+        # lease, so it is sent within [lease/2 - tick, lease/2] of the previous one.
+        self._beat_tick = max(0.05, min(1.0, lease_secs / 8))
+        self._beat_every = lease_secs / 2 - self._beat_tick
         # The batch acknowledgement: whether the server offers it (None: not known yet), the
         # successes waiting for the next flush, those of the flush in flight, and the flushing task.
         self._batch_route: bool | None = None
@@ -285,7 +289,7 @@ class Worker:
 
     def _take(self, item: LeasedJob) -> None:
         ctx = JobContext(job=item.job, lease_token=item.lease_token, client=self.client)
-        ctx._beat_at = time.monotonic() + self.lease_secs / 2
+        ctx._beat_at = time.monotonic() + self._beat_every
         job_id = item.job.id
         if not self._contexts:
             self._beat_wake.set()
@@ -379,7 +383,7 @@ class Worker:
     async def _beat_loop(self) -> None:
         """One task for every held job's heartbeat (not a sleeping task per job): a job is
         heartbeated every half lease, held or settling, and sooner again after a failed call."""
-        tick = max(0.05, min(1.0, self.lease_secs / 8))
+        tick = self._beat_tick
         while True:
             if not self._contexts:
                 self._beat_wake.clear()
@@ -408,7 +412,7 @@ class Worker:
         if answer.status != "running":
             self._take_back(ctx, f"job is {answer.status}")
             return
-        ctx._beat_at = time.monotonic() + interval
+        ctx._beat_at = time.monotonic() + self._beat_every
 
     def _retry_backoff(self) -> Backoff:
         """A back-off for retrying a report: the loop's settings, its own count."""
