@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import resource
 import signal
 from collections.abc import Callable
@@ -85,6 +86,7 @@ async def serve(settings: Settings) -> None:
         await web.TCPSite(probes, settings.host, settings.metrics_port).start()
     if main_port or serves_api:
         await web.TCPSite(main, settings.host, main_port).start()
+    _settle_garbage_collector()
     log.info(
         "queueflow_started",
         mode=settings.mode,
@@ -101,3 +103,14 @@ async def serve(settings: Settings) -> None:
         with contextlib.suppress(Exception):
             await runner.cleanup()
     log.info("queueflow_stopped")
+
+
+def _settle_garbage_collector() -> None:
+    """Once started: move everything built so far (modules, the app, the pools) out of the
+    collector's generations, so no collection scans it again, and collect the youngest generation
+    every 10,000 allocations instead of 700: a drain allocates a few objects per job and frees
+    them at once, and each young collection otherwise walks the survivors with the handlers
+    stopped."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(10_000, 20, 20)
