@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"runtime"
 	"sync"
 	"time"
 )
@@ -146,6 +147,9 @@ func (a *acker) flush() bool {
 		handBack(a.takeAll())
 		return true
 	}
+	// Let the handlers that are ready to finish add their completions first: without this yield
+	// the flusher woken by the first success of a lease sent it almost alone.
+	runtime.Gosched()
 	a.send(a.take(MaxCompletions))
 	return true
 }

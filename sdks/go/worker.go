@@ -155,6 +155,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	slots := make(chan struct{}, o.Concurrency)
 	freed := make(chan struct{}, 1)
 	var held atomic.Int64
+	// Held jobs whose handler is done and whose report is not answered yet: they take no handler
+	// slot, so leasing goes on while they settle (up to max(BatchSize, Concurrency) of them).
+	var settling atomic.Int64
+	capacity := int64(max(o.BatchSize, o.Concurrency))
 	var wg sync.WaitGroup
 	turn := make(chan struct{}) // jobs take handler slots in lease order
 	close(turn)
@@ -168,7 +172,7 @@ func (w *Worker) Run(ctx context.Context) error {
 
 loop:
 	for ctx.Err() == nil {
-		for int64(o.Concurrency)-held.Load() < room {
+		for int64(o.Concurrency)-(held.Load()-settling.Load()) < room || settling.Load() >= capacity {
 			select {
 			case <-ctx.Done():
 				break loop
@@ -176,7 +180,7 @@ loop:
 			}
 		}
 		// At most BatchSize per lease; with BatchSize above Concurrency, up to BatchSize held.
-		h := int(held.Load())
+		h := int(held.Load() - settling.Load())
 		n := min(max(o.Concurrency-h, o.BatchSize-h), o.BatchSize)
 		leased, err := w.client.Lease(ctx, w.queue, LeaseRequest{MaxJobs: n, LeaseSecs: o.LeaseSecs, WaitSecs: o.WaitSecs})
 		if err != nil {
@@ -208,7 +212,17 @@ loop:
 					default:
 					}
 				}()
-				w.hold(bg, log, acks, &lj, slots, prev, mine)
+				w.hold(bg, log, acks, &lj, slots, prev, mine, func(on bool) {
+					if on {
+						settling.Add(1)
+					} else {
+						settling.Add(-1)
+					}
+					select {
+					case freed <- struct{}{}:
+					default:
+					}
+				})
 			}(turn, next)
 			turn = next
 		}
@@ -223,7 +237,7 @@ loop:
 // success goes through the loop's acknowledgement buffer (acks) and the job stays held until it is
 // answered; without the batch route it is completed with its own call.
 func (w *Worker) hold(bg context.Context, log *slog.Logger, acks *acker, lj *LeasedJob, slots chan struct{},
-	prev <-chan struct{}, mine chan struct{}) {
+	prev <-chan struct{}, mine chan struct{}, settle func(on bool)) {
 	o := w.opts
 	job := &lj.Job
 	log = log.With("job_id", job.ID, "task", job.TaskName)
@@ -302,6 +316,8 @@ func (w *Worker) hold(bg context.Context, log *slog.Logger, acks *acker, lj *Lea
 	// The heartbeat keeps the lease while the report is sent; a heartbeat saying the job is gone
 	// does not stop a report already decided.
 	until := func() time.Time { return time.Unix(0, deadline.Load()) }
+	settle(true) // the handler is done: its slot is free, its report outstanding
+	defer settle(false)
 	if outcome == OutcomeOK {
 		if result == nil {
 			result = map[string]any{}
