@@ -4,6 +4,7 @@ concurrency bound, cancellation reaching the handler, task timeouts, and shutdow
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 
 import pytest
@@ -290,3 +291,49 @@ async def test_a_job_claimed_ahead_keeps_its_lease_while_it_waits_for_a_run_slot
     job = await finished(client, waiting)
     assert (job["status"], job["retry_count"]) == ("completed", 0)
     assert (await finished(client, first))["status"] == "completed"
+
+
+MARK: contextvars.ContextVar[str | None] = contextvars.ContextVar("mark", default=None)
+
+
+async def test_a_handler_that_never_awaits_runs_in_a_context_of_its_own(worker_app):
+    """A handler finishing in its first step runs without a task of its own (eagerly), still in
+    its own copy of the context: what it sets is never seen by the next job's handler."""
+
+    async def marking(ctx: JobContext) -> dict:
+        seen = MARK.get()
+        MARK.set(str(ctx.job.id))
+        return {"seen": seen}
+
+    registry = default_registry()
+    registry.register("mark", marking)
+    client = await worker_app(registry, workers=1)
+    ids = [await create_job(client, "mark", {}) for _ in range(5)]
+    results = [(await finished(client, job_id))["result"] for job_id in ids]
+    assert results == [{"seen": None}] * 5
+
+
+async def test_a_handler_cancelled_after_its_first_step_can_await_while_it_cleans_up(worker_app, db):
+    """A handler that suspended in its first step goes on as a task; the API's cancellation reaches
+    it there, and it may await (and be woken) while it cleans up."""
+    cleaned: list[str] = []
+    started = asyncio.Event()
+
+    async def stubborn(ctx: JobContext) -> dict:
+        started.set()
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            await asyncio.sleep(0.05)  # a wake-up after the cancellation, relayed to the handler
+            cleaned.append(str(ctx.job.id))
+            raise
+        return {}
+
+    registry = default_registry()
+    registry.register("stubborn", stubborn)
+    client = await worker_app(registry)
+    job_id = await create_job(client, "stubborn")
+    await asyncio.wait_for(started.wait(), 10)
+    assert await cancel(client, job_id) == 204
+    await eventually(lambda: cleaned == [job_id])
+    assert (await get_job(client, job_id))["status"] == "cancelled"
