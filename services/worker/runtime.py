@@ -268,7 +268,7 @@ class WorkerRuntime:
                 task is not None
                 and task.is_async
                 and task.concurrency is None
-                and not self._needs_fresh_lease(item, waited=True)
+                and not self._needs_fresh_lease(item)
             ):
                 finished = self._start_fast(q, item)
                 if finished is not None:  # it never suspended: reported here, no task was made
@@ -286,7 +286,7 @@ class WorkerRuntime:
         if not self._stopping:
             self._pump(q)
 
-    def _needs_fresh_lease(self, item: _Claimed, waited: bool) -> bool:
+    def _needs_fresh_lease(self, item: _Claimed) -> bool:
         """The claim leased the job for its own timeout plus the grace; a longer task timeout, or
         a wait for a run or task slot that ate into the grace, needs a fresh lease before the
         handler starts. A short wait (a job claimed ahead) needs none: the grace covers it, and a
@@ -299,7 +299,7 @@ class WorkerRuntime:
         ):
             return True
         loop = asyncio.get_running_loop()
-        return waited and loop.time() - item.renewed_at > self.settings.lease_grace_secs / 2
+        return loop.time() - item.renewed_at > self.settings.lease_grace_secs / 2
 
     def _on_job_event(self, job_id: str, status: str) -> None:
         """A job was cancelled through the API: if it is ours, its handler is cancelled (an async
@@ -487,7 +487,7 @@ class WorkerRuntime:
                 )
                 log.warning("job_dead_lettered", reason=DeadLetterReason.HANDLER_NOT_FOUND)
                 return
-            extend = self._needs_fresh_lease(item, waited=True)
+            extend = self._needs_fresh_lease(item)
             slots = self._slots.get(task.name)
             if slots is not None:
                 waited = slots.locked()
@@ -495,7 +495,7 @@ class WorkerRuntime:
                     log.info("job_handler_cancelled", started=False)
                     return
                 held.append(slots.release)
-                extend = extend or (waited and self._needs_fresh_lease(item, waited=True))
+                extend = extend or (waited and self._needs_fresh_lease(item))
             if extend and not await self._extend_lease(job.id, token, item.timeout):
                 log.info("job_handler_cancelled", started=False)
                 return
