@@ -199,10 +199,15 @@ class WorkerRuntime:
         s = self.settings
         loop = asyncio.get_running_loop()
         while not self._stopping and not self.lifecycle.draining:
-            q.budget.pace(loop.time())
             free = q.budget.free
             if free < q.budget.worth_claiming:
                 await q.budget.wait()
+                continue
+            # The pace is sampled claim to claim (not at every job counted out, whose intervals
+            # are too short to say anything), and sizes this claim.
+            q.budget.pace(loop.time())
+            free = q.budget.free
+            if free <= 0:
                 continue
             try:
                 leases = await lease_jobs(
@@ -418,7 +423,7 @@ class WorkerRuntime:
         self._done(item)
 
     def _resubmit(self, item: _Claimed) -> None:
-        assert item.result is not None
+        assert item.result is not None and item.answered is not None
         self.db.completer.submit_nowait((item.job.id, item.token, item.result), item.answered)
 
     def _write_answered(self) -> None:
@@ -491,7 +496,7 @@ class WorkerRuntime:
             slots = self._slots.get(task.name)
             if slots is not None:
                 waited = slots.locked()
-                if not await self._take_slot(slots, ctx, job.id, token, item.timeout):
+                if not await self._take_slot(slots, item):
                     log.info("job_handler_cancelled", started=False)
                     return
                 held.append(slots.release)
@@ -499,7 +504,7 @@ class WorkerRuntime:
             if extend and not await self._extend_lease(job.id, token, item.timeout):
                 log.info("job_handler_cancelled", started=False)
                 return
-            handler = self._start(task, ctx, release)
+            handler = self._start(task, ctx, release_all)
             release = None  # the handler owns the slots now and gives them back when it finishes
             item.handler = handler
             handler.add_done_callback(_observed)
@@ -509,9 +514,7 @@ class WorkerRuntime:
             if release is not None:
                 release()
 
-    async def _take_slot(
-        self, slots: Slots, ctx: JobContext, job_id: uuid.UUID, token: uuid.UUID, timeout: int
-    ) -> bool:
+    async def _take_slot(self, slots: Slots, item: _Claimed) -> bool:
         """Wait for a free slot of a concurrency-limited task while keeping the job's lease alive.
         False when the job was cancelled or its lease lost meanwhile (no slot is then held)."""
         if not slots.locked():
@@ -520,14 +523,16 @@ class WorkerRuntime:
         current = asyncio.current_task()
         assert current is not None
         self._waiting.add(current)
-        keepalive = max(1.0, min(30.0, (timeout + self.settings.lease_grace_secs) / 3))
+        ctx = item.ctx
         try:
             while True:
                 try:
-                    async with asyncio.timeout(keepalive):
+                    async with asyncio.timeout(item.keepalive):
                         await slots.acquire()
                 except TimeoutError:
-                    if ctx.cancelled.is_set() or not await self._extend_lease(job_id, token, timeout):
+                    if ctx.cancelled.is_set() or not await self._extend_lease(
+                        item.job.id, item.token, item.timeout
+                    ):
                         return False
                     continue
                 if ctx.cancelled.is_set():  # cancelled through the API while it waited
@@ -551,25 +556,23 @@ class WorkerRuntime:
             return False
         return status is JobStatus.RUNNING
 
-    def _start(self, task: Task, ctx: JobContext, release: Callable[[], None] | None) -> asyncio.Future[Any]:
+    def _start(self, task: Task, ctx: JobContext, release: Callable[[], None]) -> asyncio.Future[Any]:
         """Start the handler. `release` runs when it has really finished: for a sync handler that is
         when its thread returns, even if the job was given up earlier, so a task's concurrency
         counts every handler still running."""
         if task.is_async:
-            running: asyncio.Future[Any] = asyncio.ensure_future(_call_async(task, ctx))
-            if release is not None:
-                running.add_done_callback(lambda _: release())
+            running: asyncio.Future[Any] = asyncio.ensure_future(_call_bound(task, ctx))
+            running.add_done_callback(lambda _: release())
             return running
         assert self._threads is not None
         loop = asyncio.get_running_loop()
         thread_job = self._threads.submit(contextvars.copy_context().run, task.handler, ctx)
-        if release is not None:
 
-            def released(_: concurrent.futures.Future[Any]) -> None:
-                with contextlib.suppress(RuntimeError):  # the loop is gone: nothing left to release
-                    loop.call_soon_threadsafe(release)
+        def released(_: concurrent.futures.Future[Any]) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop is gone: nothing left to release
+                loop.call_soon_threadsafe(release)
 
-            thread_job.add_done_callback(released)
+        thread_job.add_done_callback(released)
         return asyncio.wrap_future(thread_job, loop=loop)
 
     async def _await_handler(self, item: _Claimed, handler: asyncio.Future[Any]) -> None:
@@ -758,7 +761,7 @@ class _Claimed:
         self.reporting = False
         self.result: msgspec.Raw | None = None
         self.retry_in = RETRY_FIRST_SECS
-        self.answered: Callable[[BaseException | None], None] = lambda answer: None
+        self.answered: Callable[[BaseException | None], None] | None = None  # set with the result
 
     def handled(self) -> None:
         """Its handler finished (or it will never start): idempotent."""
@@ -922,10 +925,6 @@ async def _call_bound(task: Task, ctx: JobContext) -> Any:
     """An async handler, with the job's log context bound in its own task."""
     job = ctx.job
     logs.bind(job_id=str(job.id), task=job.task_name, queue=job.queue_name)
-    return await cast(_AsyncHandler, task.handler)(ctx)  # is_async said so
-
-
-async def _call_async(task: Task, ctx: JobContext) -> Any:
     return await cast(_AsyncHandler, task.handler)(ctx)  # is_async said so
 
 

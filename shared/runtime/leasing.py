@@ -52,9 +52,9 @@ async def lease_jobs(
             metrics.observe_many(
                 metrics.QUEUE_WAIT.labels(queue),
                 [
-                    max(0.0, (job.started_at - job.scheduled_at).total_seconds())
-                    for job in (lease.job for lease in leases)
-                    if job.delivery_count == 1 and job.started_at is not None
+                    max(0.0, (lease.job.started_at - lease.job.scheduled_at).total_seconds())
+                    for lease in leases
+                    if lease.job.delivery_count == 1 and lease.job.started_at is not None
                 ],
             )
             if len(leases) == max_jobs:
