@@ -167,6 +167,12 @@ class Settings:
         60,
         "no effect; kept for compatibility (a reclaim is one statement)",
     )
+    limit_metrics_keys: int = option(
+        "--limit-metrics-keys",
+        "QUEUEFLOW_LIMIT_METRICS_KEYS",
+        100,
+        "limit keys labelled one by one on /metrics (the busiest; the rest are summed as key _other)",
+    )
     max_batch: int = option("--max-batch", "QUEUEFLOW_MAX_BATCH", 1000, "largest POST /jobs/batch")
     max_body_bytes: int = option(
         "--max-body-bytes", "QUEUEFLOW_MAX_BODY_BYTES", 10 * 1024 * 1024, "largest request body (413)"

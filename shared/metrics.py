@@ -103,6 +103,32 @@ def set_queue_gauges(rows: list[tuple[str, int, int, int, float]] | None) -> Non
         QUEUE_OLDEST.labels(queue).set(oldest)
 
 
+LIMIT_RUNNING = Gauge(
+    "queueflow_limit_running_jobs",
+    "Jobs holding a slot of a limit key, fleet-wide (the busiest keys; the rest as key _other).",
+    ["tenant", "key"],
+    registry=REGISTRY,
+)
+LIMIT_THROTTLED = Gauge(
+    "queueflow_limit_throttled_claims",
+    "Times a claim left a job of a limit key waiting for room, fleet-wide, since the key was first seen.",
+    ["tenant", "key"],
+    registry=REGISTRY,
+)
+OTHER_KEYS = "_other"
+
+
+def set_limit_gauges(rows: Sequence[tuple[str | None, str | None, int, int]] | None) -> None:
+    """Replace the per-key gauges with a fresh reading (None: the database did not answer); a row
+    with key None sums the keys past the label bound."""
+    LIMIT_RUNNING.clear()
+    LIMIT_THROTTLED.clear()
+    for tenant, key, running, throttled in rows or ():
+        labels = (tenant or "", OTHER_KEYS if key is None else key)
+        LIMIT_RUNNING.labels(*labels).set(running)
+        LIMIT_THROTTLED.labels(*labels).set(throttled)
+
+
 def observe_many(histogram: Any, values: Sequence[float]) -> None:
     """Record `values` in a (labelled) histogram at once: one increment per bucket touched and one
     of the sum, where `observe` takes two locked increments per value (a tenth of the in-process

@@ -30,6 +30,7 @@ from shared.domain.jobs import (
     JobConfig,
     JobFilter,
     JobStatus,
+    LimitKeys,
     MaxRetries,
     NewJob,
     Object,
@@ -41,6 +42,7 @@ from shared.domain.jobs import (
     TimeoutSecs,
     instant,
 )
+from shared.domain.limits import Concurrency, LimitPolicy, Rate
 from shared.domain.paging import PageRequest
 from shared.domain.workflows import (
     FanOut,
@@ -59,6 +61,7 @@ __all__ = [
     "FanOut",
     "Job",
     "JobConfig",
+    "LimitPolicy",
     "PartialJobConfig",
     "QueueControl",
     "QueueStats",
@@ -117,6 +120,7 @@ class JobConfigRequest(Request):
     retry_delay_secs: DelaySecs | None = None
     retry_max_delay_secs: DelaySecs | None = None
     jitter_factor: Jitter | None = None
+    limits: LimitKeys | None = None
 
     def to_config(self) -> JobConfig:
         return JobConfig.of(
@@ -128,6 +132,7 @@ class JobConfigRequest(Request):
                 "retry_delay_secs": self.retry_delay_secs,
                 "retry_max_delay_secs": self.retry_max_delay_secs,
                 "jitter_factor": self.jitter_factor,
+                "limits": self.limits,
             }
         )
 
@@ -414,3 +419,17 @@ class CreateCronResponse(Response):
 class ListCronsResponse(Page, kw_only=True):
     items_field = "crons"
     crons: list[CronSchedule]
+
+
+# --- flow control --------------------------------------------------------------------------------
+
+
+class PutLimitRequest(Request):
+    """A key's whole policy: at least one of the two (a PUT replaces what was there)."""
+
+    concurrency: Concurrency | None = None
+    rate: Rate | None = None
+
+
+class LimitsResponse(Response):
+    limits: list[LimitPolicy]

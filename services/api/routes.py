@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from services.api import cron, dlq, jobs, protocol, queues, system, workflows
+from services.api import cron, dlq, jobs, limits, protocol, queues, system, workflows
 from services.api.context import Handler
 from shared import wire
 
@@ -415,6 +415,51 @@ ROUTES: list[Route] = [
         "Let claims of the caller's jobs on a queue resume",
         None,
         wire.QueueControl,
+    ),
+    Route(
+        "GET",
+        "/api/v1/limits",
+        limits.list_limits,
+        "read",
+        "limits",
+        "listLimits",
+        "The caller's limit policies with their live figures",
+        None,
+        wire.LimitsResponse,
+    ),
+    Route(
+        "GET",
+        "/api/v1/limits/{key}",
+        limits.get_limit,
+        "read",
+        "limits",
+        "getLimit",
+        "One limit key's own policy with its live figures",
+        None,
+        wire.LimitPolicy,
+    ),
+    Route(
+        "PUT",
+        "/api/v1/limits/{key}",
+        limits.put_limit,
+        "write",
+        "limits",
+        "putLimit",
+        "Create or replace a limit key's policy (a key ending in * covers every key with its prefix)",
+        wire.PutLimitRequest,
+        wire.LimitPolicy,
+    ),
+    Route(
+        "DELETE",
+        "/api/v1/limits/{key}",
+        limits.delete_limit,
+        "write",
+        "limits",
+        "deleteLimit",
+        "Remove a limit key's policy",
+        None,
+        None,
+        204,
     ),
     Route(
         "GET",

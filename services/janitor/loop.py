@@ -15,7 +15,7 @@ import structlog
 
 from shared import metrics
 from shared.config import Settings
-from shared.db import crons, janitor, watchers
+from shared.db import crons, janitor, limits, watchers
 from shared.db import workflows as workflows_db
 from shared.db.database import Database
 from shared.db.pool import is_unavailable
@@ -110,6 +110,8 @@ class Janitor:
             try:
                 await self.reclaim_expired()
                 since = await janitor.wake_due_queues(self.db.pool, since)
+                await limits.wake_limited_queues(self.db.pool)
+                await limits.fold_releases(self.db.pool, s.janitor_batch)
                 await self.fire_crons()
                 await self.time_out_workflows()
                 if loop.time() >= next_housekeeping:

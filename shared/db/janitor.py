@@ -48,10 +48,10 @@ async def wake_due_queues(db: Executor, since: datetime) -> datetime:
 
 
 async def seconds_until_next_due(db: Executor) -> float | None:
-    """Until the next delayed or retrying job, or the next cron occurrence, falls due; None when
-    nothing is waiting."""
+    """Until the next delayed or retrying job, the next cron occurrence, or the next rate room of a
+    limit key falls due; None when nothing is waiting."""
     waits = []
-    for query in (Q.next_due, Q.next_cron_due):
+    for query in (Q.next_due, Q.next_cron_due, Q.next_limit_wake):
         row = await db.fetchrow(query)
         if row is not None and row["at"] is not None:
             wait: timedelta = row["at"] - row["now"]

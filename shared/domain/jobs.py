@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any
 
 import msgspec
-from msgspec import Meta, Struct
+from msgspec import UNSET, Meta, Struct, UnsetType
 
 from shared.domain.errors import ValidationFailed
 
@@ -112,6 +112,26 @@ TimeoutSecs = Annotated[int, Meta(ge=1, le=MAX_TIMEOUT_SECS)]
 DelaySecs = Annotated[int, Meta(ge=0, le=MAX_DELAY_SECS)]
 Jitter = Annotated[float, Meta(ge=0.0, le=1.0)]
 
+# Flow control (docs/limits.md): a job names up to MAX_LIMIT_KEYS keys, each 1 to MAX_LIMIT_KEY_BYTES
+# bytes of UTF-8 with no whitespace or control characters (the queue-name rule).
+MAX_LIMIT_KEYS = 4
+MAX_LIMIT_KEY_BYTES = 128
+LimitKey = Annotated[str, Meta(min_length=1, max_length=MAX_LIMIT_KEY_BYTES)]
+LimitKeys = Annotated[tuple[LimitKey, ...], Meta(max_length=MAX_LIMIT_KEYS)]
+
+
+def check_limit_keys(keys: tuple[str, ...]) -> None:
+    """The byte length and uniqueness the annotations cannot say (a key twice would take two slots)."""
+    if len(keys) > MAX_LIMIT_KEYS:
+        raise ValueError(f"limits takes at most {MAX_LIMIT_KEYS} keys, not {len(keys)}")
+    for key in keys:
+        if len(key.encode(errors="surrogateescape")) > MAX_LIMIT_KEY_BYTES or _BAD_QUEUE_CHARS.search(key):
+            raise ValueError(
+                f"a limit key is 1 to {MAX_LIMIT_KEY_BYTES} bytes with no whitespace or control characters, not {key!r}"
+            )
+    if len(set(keys)) != len(keys):
+        raise ValueError("limits names a key twice")
+
 
 class JobConfig(Struct, frozen=True, kw_only=True):
     """A job's execution policy, complete: every field has its default (API-NOTES section 6).
@@ -127,12 +147,21 @@ class JobConfig(Struct, frozen=True, kw_only=True):
     retry_delay_secs: DelaySecs = 60
     retry_max_delay_secs: DelaySecs = 3600
     jitter_factor: Jitter = 0.1
+    # Flow-control keys (an extension): left out of the JSON when the job has none, so the wire
+    # shape upstream clients know is unchanged.
+    limits: LimitKeys | UnsetType = UNSET
+
+    def __post_init__(self) -> None:
+        if self.limits is not UNSET:
+            check_limit_keys(self.limits)
 
     @classmethod
     def of(cls, partial: Object | None = None) -> JobConfig:
         """The complete config for `partial` (stored field names; absent or null takes the default).
         An unknown field or an out-of-range value is a ValidationFailed naming it."""
-        given = {k: v for k, v in (partial or {}).items() if v is not None}
+        given = {k: v for k, v in (partial or {}).items() if v is not None and v is not UNSET}
+        if not given.get("limits", True):
+            del given["limits"]  # an empty list names no key
         if not given:
             return DEFAULT_CONFIG  # frozen: one shared instance (most jobs give no policy)
         try:

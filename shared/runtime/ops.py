@@ -12,7 +12,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 import shared
 from shared import metrics, wire
 from shared.db import jobs as jobs_db
-from shared.runtime.keys import DATABASE, LIFECYCLE, PROBED
+from shared.db import limits
+from shared.runtime.keys import DATABASE, LIFECYCLE, PROBED, SETTINGS
 from shared.web.body import json_response
 from shared.web.errors import error_response
 
@@ -39,14 +40,19 @@ async def ready(request: web.Request) -> web.Response:
 
 
 async def metrics_endpoint(request: web.Request) -> web.Response:
+    app = _source(request)
+    pool = app[DATABASE].pool
     try:
-        gauges = await asyncio.wait_for(jobs_db.queue_gauges(_source(request)[DATABASE].pool), 5)
+        gauges = await asyncio.wait_for(jobs_db.queue_gauges(pool), 5)
+        keys = await asyncio.wait_for(limits.key_figures(pool, app[SETTINGS].limit_metrics_keys), 5)
     except Exception:  # the counters still render; the store gauge says why
         metrics.set_queue_gauges(None)
+        metrics.set_limit_gauges(None)
     else:
         metrics.set_queue_gauges(
             [(g.queue, g.pending, g.scheduled, g.running, g.oldest_age_secs) for g in gauges]
         )
+        metrics.set_limit_gauges([(k.tenant, k.key, k.running, k.throttled) for k in keys])
     return web.Response(body=generate_latest(metrics.REGISTRY), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 

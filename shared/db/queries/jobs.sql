@@ -95,13 +95,25 @@ SELECT status, workflow_id FROM queueflow.jobs WHERE id = $1 AND tenant_id = $2;
 -- The batch is then cut in rounds (every tenant's first job, then every tenant's second ...), and
 -- $5 rotates which tenant leads a round, so one tenant's backlog can never starve another's job.
 -- $6: the claim's key (see claim_key below).
-WITH tenants AS (
+--
+-- Jobs with limit keys (migration 12) come from their own index, one key at a time: a loose scan
+-- finds each tenant's waiting first keys, and each key gives at most the jobs its policy would let
+-- start (a saturated key gives none and its backlog is not read). Their state rows are then held
+-- (FOR UPDATE SKIP LOCKED: a row another claim holds leaves its jobs for the next claim), released
+-- slots folded in, and each job kept only if every one of its keys has room for it, in priority
+-- order per key; the kept ones take their slots and rate in the same statement.
+WITH RECURSIVE tenants AS (
     SELECT t.tenant_key, row_number() OVER (ORDER BY t.tenant_key) AS pos
     FROM queueflow.tenant_queues t
     WHERE t.queue_name = $1 AND NOT t.paused
-      AND EXISTS (SELECT 1 FROM queueflow.jobs j
-                  WHERE j.queue_name = $1 AND COALESCE(j.tenant_id, '') = t.tenant_key
-                    AND j.status IN ('pending', 'retrying') AND j.scheduled_at <= now())
+      AND (EXISTS (SELECT 1 FROM queueflow.jobs j
+                   WHERE j.queue_name = $1 AND COALESCE(j.tenant_id, '') = t.tenant_key
+                     AND j.status IN ('pending', 'retrying') AND j.limit_keys IS NULL
+                     AND j.scheduled_at <= now())
+           OR EXISTS (SELECT 1 FROM queueflow.jobs j
+                      WHERE j.queue_name = $1 AND COALESCE(j.tenant_id, '') = t.tenant_key
+                        AND j.status IN ('pending', 'retrying') AND j.limit_keys IS NOT NULL
+                        AND j.scheduled_at <= now()))
 ), share AS (
     SELECT CEIL($2::numeric / GREATEST(count(*), 1))::int AS n, GREATEST(count(*), 1) AS tenants FROM tenants
 ), first_pass AS (
@@ -113,7 +125,7 @@ WITH tenants AS (
     CROSS JOIN LATERAL (
         SELECT j.id, j.priority, j.scheduled_at, j.created_at FROM queueflow.jobs j
         WHERE j.queue_name = $1 AND COALESCE(j.tenant_id, '') = t.tenant_key
-          AND j.status IN ('pending', 'retrying') AND j.scheduled_at <= now()
+          AND j.status IN ('pending', 'retrying') AND j.limit_keys IS NULL AND j.scheduled_at <= now()
         ORDER BY j.priority DESC, j.scheduled_at, j.created_at
         LIMIT share.n
         FOR UPDATE SKIP LOCKED
@@ -127,16 +139,119 @@ WITH tenants AS (
     CROSS JOIN LATERAL (
         SELECT j.id, j.priority, j.scheduled_at, j.created_at FROM queueflow.jobs j
         WHERE j.queue_name = $1 AND COALESCE(j.tenant_id, '') = t.tenant_key
-          AND j.status IN ('pending', 'retrying') AND j.scheduled_at <= now()
+          AND j.status IN ('pending', 'retrying') AND j.limit_keys IS NULL AND j.scheduled_at <= now()
           AND j.id NOT IN (SELECT id FROM first_pass)
         ORDER BY j.priority DESC, j.scheduled_at, j.created_at
         LIMIT GREATEST(0, $2 - (SELECT count(*) FROM first_pass))
         FOR UPDATE SKIP LOCKED
     ) c
-), chosen AS (
-    SELECT id FROM (SELECT * FROM first_pass UNION ALL SELECT * FROM fill) AS candidates
+), waiting_keys AS (
+    SELECT t.tenant_key,
+           (SELECT min(j.limit_keys[1]) FROM queueflow.jobs j
+            WHERE j.queue_name = $1 AND COALESCE(j.tenant_id, '') = t.tenant_key
+              AND j.status IN ('pending', 'retrying') AND j.limit_keys IS NOT NULL) AS key
+    FROM tenants t
+    UNION ALL
+    SELECT w.tenant_key,
+           (SELECT min(j.limit_keys[1]) FROM queueflow.jobs j
+            WHERE j.queue_name = $1 AND COALESCE(j.tenant_id, '') = w.tenant_key
+              AND j.status IN ('pending', 'retrying') AND j.limit_keys IS NOT NULL
+              AND j.limit_keys[1] > w.key)
+    FROM waiting_keys w WHERE w.key IS NOT NULL
+), key_room AS (
+    -- What each waiting key may start, read without its lock: the grant below decides.
+    SELECT w.tenant_key, w.key,
+           LEAST(share.n,
+                 CASE WHEN s.concurrency IS NULL THEN share.n
+                      ELSE s.concurrency - s.running + (SELECT count(*) FROM queueflow.limit_releases r
+                                                        WHERE r.tenant_key = s.tenant_key AND r.key = s.key)
+                 END,
+                 CASE WHEN s.rate_count IS NULL THEN share.n
+                      ELSE (SELECT rw.room FROM queueflow.rate_window(s.rate_count, s.rate_per_secs, s.rate_start,
+                                                                      s.rate_prev, s.rate_cur, now()) rw)
+                 END) AS room
+    FROM waiting_keys w CROSS JOIN share
+    JOIN queueflow.limit_state s ON s.tenant_key = w.tenant_key AND s.key = w.key
+), limited AS (
+    SELECT c.id, k.tenant_key, c.limit_keys, c.priority, c.scheduled_at, c.created_at
+    FROM key_room k
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.limit_keys, j.priority, j.scheduled_at, j.created_at FROM queueflow.jobs j
+        WHERE j.queue_name = $1 AND COALESCE(j.tenant_id, '') = k.tenant_key AND j.limit_keys[1] = k.key
+          AND j.status IN ('pending', 'retrying') AND j.limit_keys IS NOT NULL AND j.scheduled_at <= now()
+        ORDER BY j.priority DESC, j.scheduled_at, j.created_at
+        LIMIT k.room
+        FOR UPDATE SKIP LOCKED
+    ) c
+    WHERE k.room > 0
+), pairs AS (
+    SELECT l.id, l.tenant_key, k.key, l.priority, l.scheduled_at, l.created_at
+    FROM limited l CROSS JOIN LATERAL unnest(l.limit_keys) AS k(key)
+), locked AS MATERIALIZED (
+    SELECT s.* FROM (SELECT DISTINCT tenant_key, key FROM pairs) AS p
+    CROSS JOIN LATERAL (
+        SELECT * FROM queueflow.limit_state s WHERE s.tenant_key = p.tenant_key AND s.key = p.key
+        FOR UPDATE SKIP LOCKED
+    ) s
+), folded AS (
+    DELETE FROM queueflow.limit_releases r USING locked l
+    WHERE r.tenant_key = l.tenant_key AND r.key = l.key
+    RETURNING r.tenant_key, r.key
+), room AS MATERIALIZED (
+    SELECT l.tenant_key, l.key, l.rate_count, l.rate_per_secs, l.rate_start, l.rate_prev, l.rate_cur,
+           GREATEST(0, l.running - COALESCE(f.n, 0)) AS running, w.start, w.prev, w.cur,
+           LEAST(CASE WHEN l.concurrency IS NULL THEN $2
+                      ELSE l.concurrency - GREATEST(0, l.running - COALESCE(f.n, 0)) END,
+                 CASE WHEN l.rate_count IS NULL THEN $2 ELSE w.room END) AS free
+    FROM locked l
+    LEFT JOIN (SELECT tenant_key, key, count(*)::int AS n FROM folded GROUP BY tenant_key, key) f
+        USING (tenant_key, key)
+    LEFT JOIN LATERAL queueflow.rate_window(l.rate_count, l.rate_per_secs, l.rate_start, l.rate_prev,
+                                            l.rate_cur, now()) w ON l.rate_count IS NOT NULL
+), ranked AS (
+    SELECT p.id, p.tenant_key, p.key,
+           row_number() OVER (PARTITION BY p.tenant_key, p.key
+                              ORDER BY p.priority DESC, p.scheduled_at, p.created_at) AS rank
+    FROM pairs p
+), refused AS (
+    SELECT DISTINCT r.id FROM ranked r LEFT JOIN room m USING (tenant_key, key)
+    WHERE m.key IS NULL OR r.rank > m.free
+), granted AS (
+    SELECT l.id, (t.pos + $5::bigint) % share.tenants AS lead,
+           row_number() OVER (PARTITION BY l.tenant_key
+                              ORDER BY l.priority DESC, l.scheduled_at, l.created_at) AS round,
+           l.priority, l.scheduled_at, l.created_at
+    FROM limited l JOIN tenants t USING (tenant_key) CROSS JOIN share
+    WHERE l.id NOT IN (SELECT id FROM refused)
+), chosen AS MATERIALIZED (
+    SELECT id FROM (SELECT * FROM first_pass UNION ALL SELECT * FROM fill UNION ALL SELECT * FROM granted)
+        AS candidates
     ORDER BY round, lead, priority DESC, scheduled_at, created_at
     LIMIT $2
+), taken AS (
+    SELECT p.tenant_key, p.key, count(*)::int AS n FROM pairs p JOIN chosen c USING (id)
+    GROUP BY p.tenant_key, p.key
+), bumped AS (
+    UPDATE queueflow.limit_state s
+    SET running = m.running + COALESCE(t.n, 0),
+        rate_start = COALESCE(m.start, s.rate_start),
+        rate_prev = COALESCE(m.prev, s.rate_prev),
+        rate_cur = COALESCE(m.cur + COALESCE(t.n, 0), s.rate_cur),
+        throttled = s.throttled + (SELECT count(*) FROM ranked r
+                                   WHERE r.tenant_key = m.tenant_key AND r.key = m.key AND r.rank > m.free),
+        -- A key whose rate this claim used up: the janitor wakes the queue when one more may start.
+        wake_at = CASE WHEN m.rate_count IS NOT NULL AND m.free - COALESCE(t.n, 0) < 1
+                       THEN (SELECT rw.next_at FROM queueflow.rate_window(m.rate_count, m.rate_per_secs,
+                                 m.rate_start, m.rate_prev, m.rate_cur, now(), COALESCE(t.n, 0)) rw)
+                       ELSE s.wake_at END,
+        wake_queue = CASE WHEN m.rate_count IS NOT NULL AND m.free - COALESCE(t.n, 0) < 1 THEN $1
+                          ELSE s.wake_queue END
+    FROM room m LEFT JOIN taken t USING (tenant_key, key)
+    WHERE s.tenant_key = m.tenant_key AND s.key = m.key
+    RETURNING s.wake_at IS NOT NULL AND s.wake_queue = $1 AS waking
+), announced AS (
+    -- The janitor owns the timers: tell it a key's rate ran out (it sleeps until the wake-up).
+    SELECT count(pg_notify('queueflow_delayed', $1)) AS n FROM (SELECT 1 FROM bumped WHERE waking LIMIT 1) AS b
 )
 UPDATE queueflow.jobs j
 SET status = 'running',
@@ -149,7 +264,7 @@ SET status = 'running',
     delivery_count = j.delivery_count + 1,
     started_at = COALESCE(j.started_at, now()),
     next_retry_at = NULL
-FROM chosen WHERE j.id = chosen.id
+FROM chosen WHERE j.id = chosen.id AND (SELECT n FROM announced) >= 0
 -- A job's fields (jobs.to_lease), with its config as text: most jobs share one, decoded once.
 RETURNING j.id, j.queue_name, j.task_name, j.payload, j.config::text AS config, j.status, j.retry_count,
     j.delivery_count, j.created_at, j.scheduled_at, j.metadata, j.started_at, j.completed_at,

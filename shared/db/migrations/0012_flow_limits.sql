@@ -1,0 +1,233 @@
+-- QueueFlow schema, version 12: flow control. A job's config may name up to 4 limit keys
+-- (`limits`); a tenant's policies cap how many jobs of a key run at once (concurrency) and how many
+-- start per window (rate). The claim enforces both in the statement that leases (claim_jobs).
+--
+-- * jobs.limit_keys: the config's keys as an array, generated, so every writer (the API, the SQL
+--   enqueue functions, replays, workflow steps, cron) fills it without knowing it exists. NULL for
+--   a job without limits: such jobs never touch the tables below.
+-- * limit_policies: what a tenant PUT. A key ending in `*` is a wildcard for every key with its
+--   prefix that has no exact policy (the longest wildcard prefix wins).
+-- * limit_state: one row per (tenant, key) ever named by a job, created by the insert trigger: the
+--   policy in effect (copied from limit_policies, refreshed when a policy changes), the running
+--   count, the rate window and the wake-up time of a key whose rate ran out. Only claims write
+--   `running` upwards, holding the row with FOR UPDATE SKIP LOCKED: a claim never waits for a row
+--   another holds (it leaves that key's jobs for the next claim), so claims cannot deadlock.
+-- * limit_releases: a job leaving `running` (complete, fail, retry, cancel, reclaim, give-back,
+--   delete) appends one row per key instead of decrementing the count, so completions, which
+--   finish jobs of many keys in one transaction, lock nothing another writer holds. The next claim
+--   of the key (or the janitor's sweep) folds them into `running` under the row's lock.
+--
+-- The rate is a sliding window of two fixed windows (the previous one weighted by how much of it
+-- still overlaps): at most about `rate_count` starts in any `rate_per_secs`, without the burst of
+-- a full token bucket at every window edge. queueflow.rate_window says how.
+
+CREATE FUNCTION queueflow.job_limit_keys(config jsonb) RETURNS text[] LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN config ? 'limits' AND jsonb_typeof(config -> 'limits') = 'array'
+                THEN ARRAY(SELECT jsonb_array_elements_text(config -> 'limits')) END
+$$;
+
+ALTER TABLE queueflow.jobs
+    ADD COLUMN limit_keys text[] GENERATED ALWAYS AS (queueflow.job_limit_keys(config)) STORED;
+
+-- The claim leases jobs without limits through jobs_claim_idx and jobs with limits through their
+-- own index, led by their first key, so a saturated key's backlog is never walked to reach other
+-- work: the claim visits each waiting key once (a loose scan) and takes only what it may start.
+CREATE INDEX jobs_claim_free_idx ON queueflow.jobs
+    (queue_name, (COALESCE(tenant_id, '')), priority DESC, scheduled_at, created_at)
+    WHERE status IN ('pending', 'retrying') AND limit_keys IS NULL;
+DROP INDEX queueflow.jobs_claim_idx;
+ALTER INDEX queueflow.jobs_claim_free_idx RENAME TO jobs_claim_idx;
+CREATE INDEX jobs_claim_limited_idx ON queueflow.jobs
+    (queue_name, (COALESCE(tenant_id, '')), (limit_keys[1]), priority DESC, scheduled_at, created_at)
+    WHERE status IN ('pending', 'retrying') AND limit_keys IS NOT NULL;
+
+CREATE TABLE queueflow.limit_policies (
+    tenant_key    text             NOT NULL,
+    key           text             NOT NULL,
+    concurrency   integer,
+    rate_count    integer,
+    rate_per_secs double precision,
+    created_at    timestamptz      NOT NULL DEFAULT now(),
+    updated_at    timestamptz      NOT NULL DEFAULT now(),
+    PRIMARY KEY (tenant_key, key)
+);
+
+CREATE TABLE queueflow.limit_state (
+    tenant_key    text             NOT NULL,
+    key           text             NOT NULL,
+    concurrency   integer,
+    rate_count    integer,
+    rate_per_secs double precision,
+    running       integer          NOT NULL DEFAULT 0,
+    rate_start    timestamptz,
+    rate_prev     integer          NOT NULL DEFAULT 0,
+    rate_cur      integer          NOT NULL DEFAULT 0,
+    throttled     bigint           NOT NULL DEFAULT 0,
+    wake_at       timestamptz,
+    wake_queue    text,
+    PRIMARY KEY (tenant_key, key)
+);
+CREATE INDEX limit_state_wake_idx ON queueflow.limit_state (wake_at) WHERE wake_at IS NOT NULL;
+
+CREATE TABLE queueflow.limit_releases (
+    tenant_key text NOT NULL,
+    key        text NOT NULL
+);
+CREATE INDEX limit_releases_key_idx ON queueflow.limit_releases (tenant_key, key);
+
+-- The policy in effect for one key: its own, else the longest wildcard whose prefix it has.
+CREATE FUNCTION queueflow.limit_policy_of(tenant text, k text)
+RETURNS TABLE (concurrency integer, rate_count integer, rate_per_secs double precision)
+LANGUAGE sql STABLE AS $$
+    SELECT p.concurrency, p.rate_count, p.rate_per_secs FROM queueflow.limit_policies p
+    WHERE p.tenant_key = tenant
+      AND (p.key = k OR (right(p.key, 1) = '*' AND starts_with(k, left(p.key, -1))))
+    ORDER BY p.key = k DESC, length(p.key) DESC
+    LIMIT 1
+$$;
+
+-- Copy the policies in effect onto the state rows a policy write under `pattern` may change.
+CREATE FUNCTION queueflow.refresh_limit_state(tenant text, pattern text) RETURNS void LANGUAGE sql AS $$
+    UPDATE queueflow.limit_state s
+    SET (concurrency, rate_count, rate_per_secs) =
+        (SELECT p.concurrency, p.rate_count, p.rate_per_secs FROM queueflow.limit_policy_of(s.tenant_key, s.key) p)
+    WHERE s.tenant_key = tenant
+      AND CASE WHEN right(pattern, 1) = '*' THEN starts_with(s.key, left(pattern, -1)) ELSE s.key = pattern END
+$$;
+
+-- The rate window at time `at`: rolled forward (the current window becomes the previous one after
+-- `per_secs`; both empty after two), and `room`, how many may start now: rate_count less the
+-- current window's starts and the share of the previous window's that still overlaps the last
+-- `per_secs`. `next_at`: when one more may start, should `taken` more start now.
+CREATE FUNCTION queueflow.rate_window(rate_count integer, per_secs double precision, start timestamptz,
+                                      prev integer, cur integer, at timestamptz, taken integer DEFAULT 0)
+RETURNS TABLE (start timestamptz, prev integer, cur integer, room integer, next_at timestamptz)
+LANGUAGE sql IMMUTABLE AS $$
+    WITH w AS (
+        SELECT CASE WHEN r.start IS NULL OR r.elapsed >= 2 * per_secs THEN at
+                    WHEN r.elapsed >= per_secs THEN r.start + make_interval(secs => per_secs)
+                    ELSE r.start END AS start,
+               CASE WHEN r.start IS NULL OR r.elapsed >= 2 * per_secs THEN 0
+                    WHEN r.elapsed >= per_secs THEN r.cur ELSE r.prev END AS prev,
+               CASE WHEN r.start IS NULL OR r.elapsed >= per_secs THEN 0 ELSE r.cur END AS cur
+        FROM (SELECT rate_window.start AS start, prev, cur,
+                     EXTRACT(EPOCH FROM at - rate_window.start)::double precision AS elapsed) AS r
+    ), f AS (
+        SELECT w.*, EXTRACT(EPOCH FROM at - w.start)::double precision / per_secs AS frac FROM w
+    )
+    SELECT f.start, f.prev, f.cur,
+           GREATEST(0, floor(rate_count - f.prev * (1 - f.frac) - f.cur))::integer,
+           CASE
+               -- one more fits in this window once enough of the previous window has slid out
+               WHEN f.prev > 0 AND f.cur + taken <= rate_count - 1
+                   THEN f.start + make_interval(secs => per_secs * GREATEST(f.frac,
+                            1 - (rate_count - 1 - f.cur - taken)::double precision / f.prev))
+               -- else in the next window, once enough of this one has slid out
+               ELSE f.start + make_interval(secs => per_secs * (1 + GREATEST(0,
+                            1 - (rate_count - 1)::double precision / GREATEST(f.cur + taken, 1))))
+           END
+    FROM f
+$$;
+
+-- Fold the releases of the given keys into `running`: used by the janitor for keys no claim
+-- visits. Rows another transaction holds are left for later.
+CREATE FUNCTION queueflow.fold_limit_releases(max_keys integer) RETURNS integer LANGUAGE sql AS $$
+    WITH pending AS (
+        SELECT DISTINCT tenant_key, key FROM queueflow.limit_releases LIMIT max_keys
+    ), locked AS MATERIALIZED (
+        SELECT s.tenant_key, s.key FROM queueflow.limit_state s JOIN pending USING (tenant_key, key)
+        FOR UPDATE OF s SKIP LOCKED
+    ), folded AS (
+        DELETE FROM queueflow.limit_releases r USING locked l
+        WHERE r.tenant_key = l.tenant_key AND r.key = l.key
+        RETURNING r.tenant_key, r.key
+    ), counted AS (
+        SELECT tenant_key, key, count(*)::integer AS n FROM folded GROUP BY tenant_key, key
+    ), applied AS (
+        UPDATE queueflow.limit_state s SET running = GREATEST(0, s.running - c.n)
+        FROM counted c WHERE s.tenant_key = c.tenant_key AND s.key = c.key
+        RETURNING 1
+    )
+    SELECT count(*)::integer FROM applied
+$$;
+
+-- A job leaving `running` gives its slots back, and wakes the queue's waiters.
+CREATE FUNCTION queueflow.release_limit_slots() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO queueflow.limit_releases (tenant_key, key)
+    SELECT COALESCE(OLD.tenant_id, ''), k FROM unnest(OLD.limit_keys) AS k;
+    PERFORM pg_notify('queueflow_work', OLD.queue_name);
+    RETURN NULL;
+END $$;
+
+CREATE TRIGGER jobs_release_limit_slots AFTER UPDATE OF status ON queueflow.jobs
+    FOR EACH ROW WHEN (OLD.status = 'running' AND NEW.status <> 'running' AND OLD.limit_keys IS NOT NULL)
+    EXECUTE FUNCTION queueflow.release_limit_slots();
+CREATE TRIGGER jobs_release_limit_slots_deleted AFTER DELETE ON queueflow.jobs
+    FOR EACH ROW WHEN (OLD.status = 'running' AND OLD.limit_keys IS NOT NULL)
+    EXECUTE FUNCTION queueflow.release_limit_slots();
+
+-- The insert trigger also creates the state rows of keys it has not seen, in key order (two
+-- concurrent inserts of the same new keys wait for each other in one order, never in a cycle).
+CREATE OR REPLACE FUNCTION queueflow.notify_inserted() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    bad text;
+BEGIN
+    SELECT q.queue_name INTO bad
+    FROM (SELECT DISTINCT queue_name FROM inserted) AS q
+    WHERE octet_length(q.queue_name) NOT BETWEEN 1 AND 128 OR q.queue_name ~ '[[:space:][:cntrl:]]'
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('queue name must be 1 to 128 bytes with no whitespace or control characters, not %L', bad);
+    END IF;
+    INSERT INTO queueflow.tenant_queues (queue_name, tenant_key)
+    SELECT DISTINCT queue_name, COALESCE(tenant_id, '') FROM inserted
+    ON CONFLICT DO NOTHING;
+    INSERT INTO queueflow.limit_state (tenant_key, key, concurrency, rate_count, rate_per_secs)
+    SELECT n.tenant_key, n.key, p.concurrency, p.rate_count, p.rate_per_secs
+    FROM (SELECT DISTINCT COALESCE(i.tenant_id, '') AS tenant_key, k AS key
+          FROM inserted i CROSS JOIN LATERAL unnest(i.limit_keys) AS k
+          WHERE i.limit_keys IS NOT NULL) AS n
+    LEFT JOIN LATERAL queueflow.limit_policy_of(n.tenant_key, n.key) p ON true
+    ORDER BY n.tenant_key, n.key
+    ON CONFLICT DO NOTHING;
+    PERFORM pg_notify(CASE WHEN due THEN 'queueflow_work' ELSE 'queueflow_delayed' END, queue_name)
+    FROM (SELECT DISTINCT queue_name, scheduled_at <= now() AS due
+          FROM inserted WHERE status = 'pending') AS q;
+    RETURN NULL;
+END $$;
+
+-- The SQL enqueue functions take `limits` as the API does: up to 4 keys of 1 to 128 bytes, no
+-- whitespace or control characters.
+CREATE FUNCTION queueflow.check_limit_keys(config jsonb, context text) RETURNS jsonb
+LANGUAGE plpgsql IMMUTABLE AS $$
+DECLARE
+    keys jsonb := config -> 'limits';
+BEGIN
+    IF keys IS NULL OR jsonb_typeof(keys) = 'null' THEN
+        RETURN NULL;
+    END IF;
+    IF jsonb_typeof(keys) <> 'array' OR jsonb_array_length(keys) > 4
+       OR EXISTS (SELECT 1 FROM jsonb_array_elements(keys) AS e
+                  WHERE jsonb_typeof(e) <> 'string' OR octet_length(e #>> '{}') NOT BETWEEN 1 AND 128
+                     OR (e #>> '{}') ~ '[[:space:][:cntrl:]]') THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('%s: config.limits must be an array of up to 4 keys of 1 to 128 bytes with no '
+                             'whitespace or control characters, not %s', context, keys);
+    END IF;
+    RETURN CASE WHEN jsonb_array_length(keys) = 0 THEN NULL ELSE keys END;
+END $$;
+
+ALTER FUNCTION queueflow.resolve_job_config(jsonb, text) RENAME TO resolve_job_config_v4;
+
+CREATE FUNCTION queueflow.resolve_job_config(config jsonb, context text DEFAULT 'queueflow')
+RETURNS jsonb LANGUAGE plpgsql IMMUTABLE AS $$
+DECLARE
+    given jsonb := CASE WHEN config IS NULL OR jsonb_typeof(config) <> 'object' THEN config
+                        ELSE config - 'limits' END;
+    keys  jsonb := CASE WHEN jsonb_typeof(config) = 'object' THEN queueflow.check_limit_keys(config, context) END;
+    resolved jsonb := queueflow.resolve_job_config_v4(given, context);
+BEGIN
+    RETURN CASE WHEN keys IS NULL THEN resolved ELSE resolved || jsonb_build_object('limits', keys) END;
+END $$;

@@ -1,0 +1,75 @@
+-- Named queries for flow-control policies (migration 12). Policy writes hold a per-tenant advisory
+-- lock, so two writes of overlapping wildcards refresh the state rows one after the other.
+
+-- name: lock_tenant_limits
+SELECT pg_advisory_xact_lock(hashtextextended('queueflow.limits:' || $1, 0));
+
+-- name: put_limit_policy
+INSERT INTO queueflow.limit_policies (tenant_key, key, concurrency, rate_count, rate_per_secs)
+VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (tenant_key, key) DO UPDATE
+SET concurrency = EXCLUDED.concurrency, rate_count = EXCLUDED.rate_count,
+    rate_per_secs = EXCLUDED.rate_per_secs, updated_at = now();
+
+-- name: delete_limit_policy
+DELETE FROM queueflow.limit_policies WHERE tenant_key = $1 AND key = $2 RETURNING key;
+
+-- name: refresh_limit_state
+SELECT queueflow.refresh_limit_state($1, $2);
+
+-- name: limit_policies
+-- The tenant's policies ($2 null) or one, with live figures: `running` over the keys each governs
+-- (less releases not yet folded in), and an exact key's rate room now.
+SELECT p.key, p.concurrency, p.rate_count, p.rate_per_secs, p.created_at, p.updated_at,
+       COALESCE((SELECT sum(s.running - (SELECT count(*) FROM queueflow.limit_releases r
+                                          WHERE r.tenant_key = s.tenant_key AND r.key = s.key))
+                 FROM queueflow.limit_state s
+                 WHERE s.tenant_key = p.tenant_key
+                   AND CASE WHEN right(p.key, 1) = '*'
+                            THEN starts_with(s.key, left(p.key, -1))
+                                 AND NOT EXISTS (SELECT 1 FROM queueflow.limit_policies o
+                                                 WHERE o.tenant_key = s.tenant_key AND o.key = s.key)
+                            ELSE s.key = p.key END), 0)::bigint AS running,
+       CASE WHEN p.rate_count IS NOT NULL AND right(p.key, 1) <> '*' THEN COALESCE(
+           (SELECT w.room FROM queueflow.limit_state s
+            CROSS JOIN LATERAL queueflow.rate_window(s.rate_count, s.rate_per_secs, s.rate_start, s.rate_prev,
+                                                     s.rate_cur, now()) w
+            WHERE s.tenant_key = p.tenant_key AND s.key = p.key AND s.rate_count IS NOT NULL),
+           p.rate_count) END AS rate_available
+FROM queueflow.limit_policies p
+WHERE p.tenant_key = $1 AND ($2::text IS NULL OR p.key = $2)
+ORDER BY p.key;
+
+-- name: fold_limit_releases
+SELECT queueflow.fold_limit_releases($1);
+
+-- name: wake_limited_queues
+-- Keys whose rate has room again: wake their queue's waiters (the janitor's timer).
+WITH due AS (
+    UPDATE queueflow.limit_state SET wake_at = NULL, wake_queue = NULL
+    WHERE wake_at <= now()
+    RETURNING wake_queue
+)
+SELECT count(pg_notify('queueflow_work', q)) AS woken FROM (SELECT DISTINCT wake_queue AS q FROM due) AS d
+WHERE q IS NOT NULL;
+
+-- name: next_limit_wake
+SELECT min(wake_at) AS at, now() AS now FROM queueflow.limit_state WHERE wake_at IS NOT NULL;
+
+-- name: limit_key_figures
+-- Per key, fleet-wide, for /metrics: running (less unfolded releases) and throttled claims. The
+-- busiest $1 keys by name; the rest summed into one row with a NULL key.
+WITH figures AS (
+    SELECT s.tenant_key, s.key,
+           s.running - (SELECT count(*) FROM queueflow.limit_releases r
+                        WHERE r.tenant_key = s.tenant_key AND r.key = s.key) AS running,
+           s.throttled
+    FROM queueflow.limit_state s
+    WHERE s.running > 0 OR s.throttled > 0
+), ranked AS (
+    SELECT *, row_number() OVER (ORDER BY running DESC, throttled DESC, tenant_key, key) AS n FROM figures
+)
+SELECT tenant_key, key, running, throttled FROM ranked WHERE n <= $1
+UNION ALL
+SELECT NULL, NULL, COALESCE(sum(running), 0)::bigint, COALESCE(sum(throttled), 0)::bigint
+FROM ranked WHERE n > $1 HAVING count(*) > 0;
