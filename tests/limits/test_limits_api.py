@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.limits.helpers import A, B, READ_ONLY, W, complete, enqueue, lease, put_limit, strict
+from tests.limits.helpers import READ_ONLY, A, B, W, complete, enqueue, lease, put_limit, strict
 
 
 async def test_a_policy_is_put_read_listed_replaced_and_deleted_per_tenant(api):
@@ -108,11 +108,11 @@ async def test_the_sql_enqueue_function_takes_limits_and_checks_them(api, db):
     stored = await db.fetchval("SELECT config->'limits' FROM queueflow.jobs WHERE id = $1", first)
     assert stored == '["sql:k"]'
     assert len(await lease(client, max_jobs=10)) == 1  # the policy holds for SQL-enqueued jobs too
-    with pytest.raises(Exception, match="config.limits"):
+    with pytest.raises(Exception, match=r"config\.limits"):
         await db.fetchval(
             "SELECT queueflow.enqueue('acme', 't', '{}', 'q', '{\"limits\": [\"a b\"]}'::jsonb)"
         )
-    with pytest.raises(Exception, match="config.limits"):
+    with pytest.raises(Exception, match=r"config\.limits"):
         await db.fetchval(
             'SELECT queueflow.enqueue(\'acme\', \'t\', \'{}\', \'q\', \'{"limits": ["a","b","c","d","e"]}\'::jsonb)'
         )

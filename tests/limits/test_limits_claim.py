@@ -5,10 +5,11 @@ woken by a freed slot, and the rate window (its arithmetic on a fixed clock)."""
 from __future__ import annotations
 
 import asyncio
+import uuid
 from datetime import UTC, datetime, timedelta
 
-import pytest
-
+from shared.db import jobs as jobs_db
+from shared.db import limits
 from tests.limits.helpers import A, W, complete, enqueue, lease, put_limit, strict
 from tests.support.api import database_of, janitor_of
 
@@ -142,11 +143,7 @@ async def test_a_slot_comes_back_on_every_way_out_of_running(api):
     )
     assert await janitor_of(client).reclaim_expired() == 1
     # given back unfinished (a graceful shutdown's release)
-    from shared.db import jobs as jobs_db
-
     job = await take()
-    import uuid
-
     assert await jobs_db.release(db.pool, uuid.UUID(job["job"]["id"]), uuid.UUID(job["lease_token"]))
     # deleted while running
     job = await take()
@@ -164,8 +161,6 @@ async def test_the_janitor_folds_released_slots_no_claim_visits(api):
         await complete(client, job)
     assert await db.pool.fetchval("SELECT running FROM queueflow.limit_state WHERE key = 'k'") == 2
     assert await running_of(client, "k") == 0  # the releases are counted before they are folded
-    from shared.db import limits
-
     assert await limits.fold_releases(db.pool, 100) == 1
     assert await db.pool.fetchval("SELECT running FROM queueflow.limit_state WHERE key = 'k'") == 0
     assert await db.pool.fetchval("SELECT count(*) FROM queueflow.limit_releases") == 0
