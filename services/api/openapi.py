@@ -30,6 +30,7 @@ from shared import wire
 from shared.config import Settings
 from shared.domain.cron import CRON_PATTERN
 from shared.domain.jobs import (
+    MAX_LIMIT_KEY_BYTES,
     MAX_QUEUE_BYTES,
     NON_BLANK_PATTERN,
     QUEUE_NAME_PATTERN,
@@ -63,6 +64,13 @@ QUEUE_SCHEMA = {
     "description": f"A queue name: 1 to {MAX_QUEUE_BYTES} bytes of UTF-8, no whitespace, no control characters.",
 }
 NAME_SCHEMA = {"type": "string", "pattern": NON_BLANK_PATTERN, "description": "Not blank."}
+LIMIT_KEY_SCHEMA = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": MAX_LIMIT_KEY_BYTES,
+    "pattern": QUEUE_NAME_PATTERN,
+    "description": f"A limit key: 1 to {MAX_LIMIT_KEY_BYTES} bytes of UTF-8, no whitespace, no control characters.",
+}
 
 # The shared list parameters, and which listing each filter means something to. A listing ignores
 # the filters it does not have (as upstream does), so those stay documented as plain strings where
@@ -129,6 +137,12 @@ def _path_param(path: str, route_tag: str, name: str) -> dict[str, Any]:
         schema: dict[str, Any] = {"type": "integer", "format": "int64"}
     elif name == "queue":
         schema = dict(QUEUE_SCHEMA)
+    elif name == "key":
+        schema = {
+            **LIMIT_KEY_SCHEMA,
+            "description": "A limit key; a trailing `*` names a wildcard policy (for every key with that prefix).",
+            "not": {"const": "*"},
+        }
     else:
         schema = {"type": "string", "minLength": 1, "pattern": NO_NUL}
     siblings = fixed_siblings(path, name)
@@ -266,6 +280,21 @@ def _refine(schemas: dict[str, Any], request_names: set[str], max_batch: int) ->
         for field in ("created_after", "created_before"):
             _narrow(props[owner][field], INSTANT_SCHEMA)
     _narrow(props["CreateJobRequest"]["run_at"], INSTANT_SCHEMA)
+    for owner in ("JobConfigRequest", "PartialJobConfig"):
+        _narrow(
+            props[owner]["limits"],
+            {
+                "uniqueItems": True,
+                "items": LIMIT_KEY_SCHEMA,
+                "description": "Flow-control keys (docs/limits.md): the job starts only when every key's"
+                " policy has room. Left out of responses when the job has none.",
+            },
+        )
+    # At least one of the two, and not null (`{"concurrency": null, "rate": null}` limits nothing).
+    schemas["PutLimitRequest"]["anyOf"] = [
+        {"required": ["concurrency"], "properties": {"concurrency": {"type": "integer"}}},
+        {"required": ["rate"], "properties": {"rate": {"type": "object"}}},
+    ]
     _narrow(props["CreateBatchJobsRequest"]["jobs"], {"minItems": 1, "maxItems": max_batch})
     _narrow(
         props["CreateCronRequest"]["cron_expr"],

@@ -190,15 +190,27 @@ class JobConfig(Struct, frozen=True, kw_only=True):
 # The policy of a job that gives none: one shared instance (the db layer encodes it once).
 DEFAULT_CONFIG = JobConfig()
 
+
 # The same fields, all optional: what a workflow step or a cron schedule stores as given (echoed
 # back as given) and resolves with `resolve_partial` when it creates a job. Generated from
 # JobConfig, so the fields and their bounds are declared once; the type checker sees a Struct.
+class _CheckedLimits(Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True, kw_only=True):
+    """The partial config's base: its limit keys are checked as a complete config's are, when the
+    workflow or the cron schedule is written, not first when its job is."""
+
+    def __post_init__(self) -> None:
+        keys = getattr(self, "limits", None)
+        if keys:
+            check_limit_keys(keys)
+
+
 if TYPE_CHECKING:
     PartialJobConfig = Struct
 else:
     PartialJobConfig = msgspec.defstruct(
         "PartialJobConfig",
         [(f.name, f.type | None, None) for f in msgspec.structs.fields(JobConfig)],
+        bases=(_CheckedLimits,),
         frozen=True,
         forbid_unknown_fields=True,
         omit_defaults=True,

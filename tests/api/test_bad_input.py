@@ -494,7 +494,7 @@ async def test_a_route_that_takes_a_body_refuses_a_request_without_one(api, rout
     before anything is written (`{}` is the body whose fields all take their defaults)."""
     client = await api()
     job_id = await create_job(client)
-    path = route.path.replace("{id}", job_id).replace("{queue}", "default")
+    path = route.path.replace("{id}", job_id).replace("{queue}", "default").replace("{key}", "k")
     resp = await client.request(route.method, path, data=raw, headers=DEV)
     assert await expect_error(resp, 400) == "validation error: a JSON body is required"
     assert await count(client, "jobs") == 1
