@@ -3,7 +3,7 @@
 A job names up to four keys in its config (`limits`); a policy caps how many jobs of a key run at
 once and how many may start per window. A policy key ending in `*` applies to every key with that
 prefix that has no policy of its own (the longest such prefix wins). Keys without any policy are
-unlimited. The claim enforces the policies (shared/db/queries/jobs.sql, claim_jobs).
+unlimited. The claim enforces the policies, in the statement that leases (the db layer).
 """
 
 from __future__ import annotations
