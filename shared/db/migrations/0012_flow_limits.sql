@@ -96,9 +96,11 @@ CREATE FUNCTION queueflow.refresh_limit_state(tenant text, pattern text) RETURNS
 $$;
 
 -- The rate window at time `at`: rolled forward (the current window becomes the previous one after
--- `per_secs`; both empty after two), and `room`, how many may start now: rate_count less the
--- current window's starts and the share of the previous window's that still overlaps the last
--- `per_secs`. `next_at`: when one more may start, should `taken` more start now.
+-- `per_secs`; both empty after two), and `room`, how many may start now: a start is allowed while
+-- the estimate of the last `per_secs` seconds' starts (the current window's, plus the share of the
+-- previous window's that still overlaps) is below rate_count, so a key under constant pressure
+-- starts rate_count per window and one at 1 per window starts once per window. `next_at`: when one
+-- more may start, should `taken` more start now (a microsecond late, so that it has).
 CREATE FUNCTION queueflow.rate_window(rate_count integer, per_secs double precision, start timestamptz,
                                       prev integer, cur integer, at timestamptz, taken integer DEFAULT 0)
 RETURNS TABLE (start timestamptz, prev integer, cur integer, room integer, next_at timestamptz)
@@ -116,15 +118,16 @@ LANGUAGE sql IMMUTABLE AS $$
         SELECT w.*, EXTRACT(EPOCH FROM at - w.start)::double precision / per_secs AS frac FROM w
     )
     SELECT f.start, f.prev, f.cur,
-           GREATEST(0, floor(rate_count - f.prev * (1 - f.frac) - f.cur))::integer,
-           CASE
+           -- (less a hair, so that rounding never lets one more through)
+           GREATEST(0, ceil(rate_count - f.prev * (1 - f.frac) - f.cur - 1e-9))::integer,
+           make_interval(secs => 1e-6) + CASE
                -- one more fits in this window once enough of the previous window has slid out
-               WHEN f.prev > 0 AND f.cur + taken <= rate_count - 1
+               WHEN f.cur + taken < rate_count
                    THEN f.start + make_interval(secs => per_secs * GREATEST(f.frac,
-                            1 - (rate_count - 1 - f.cur - taken)::double precision / f.prev))
+                            1 - (rate_count - f.cur - taken)::double precision / GREATEST(f.prev, 1)))
                -- else in the next window, once enough of this one has slid out
                ELSE f.start + make_interval(secs => per_secs * (1 + GREATEST(0,
-                            1 - (rate_count - 1)::double precision / GREATEST(f.cur + taken, 1))))
+                            1 - rate_count::double precision / (f.cur + taken))))
            END
     FROM f
 $$;

@@ -44,13 +44,22 @@ ORDER BY p.key;
 SELECT queueflow.fold_limit_releases($1);
 
 -- name: wake_limited_queues
--- Keys whose rate has room again: wake their queue's waiters (the janitor's timer).
+-- Keys whose wake-up time came: wake their queue's waiters when the rate has room now, else move
+-- the wake-up to when it will (so a key whose room a clock's rounding hid is never left asleep).
 WITH due AS (
-    UPDATE queueflow.limit_state SET wake_at = NULL, wake_queue = NULL
-    WHERE wake_at <= now()
-    RETURNING wake_queue
+    SELECT s.tenant_key, s.key, s.wake_queue, w.room, w.next_at
+    FROM queueflow.limit_state s
+    CROSS JOIN LATERAL queueflow.rate_window(s.rate_count, s.rate_per_secs, s.rate_start, s.rate_prev,
+                                             s.rate_cur, now()) w
+    WHERE s.wake_at <= now()
+    FOR UPDATE OF s SKIP LOCKED
+), moved AS (
+    UPDATE queueflow.limit_state s
+    SET wake_at = CASE WHEN d.room >= 1 OR d.next_at IS NULL THEN NULL ELSE d.next_at END
+    FROM due d WHERE s.tenant_key = d.tenant_key AND s.key = d.key
 )
-SELECT count(pg_notify('queueflow_work', q)) AS woken FROM (SELECT DISTINCT wake_queue AS q FROM due) AS d
+SELECT count(pg_notify('queueflow_work', q)) AS woken
+FROM (SELECT DISTINCT wake_queue AS q FROM due WHERE room >= 1 OR next_at IS NULL) AS d
 WHERE q IS NOT NULL;
 
 -- name: next_limit_wake
