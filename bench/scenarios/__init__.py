@@ -7,6 +7,7 @@ from bench.scenarios import (
     e_enqueue,
     f_fairness,
     h_history,
+    k_limits,
     l_pgbench,
     m_idle,
     w1_drain,
@@ -26,6 +27,7 @@ SCENARIOS: dict[str, Scenario] = {
         f_fairness.SCENARIO,
         l_pgbench.SCENARIO,
         h_history.SCENARIO,
+        k_limits.SCENARIO,
     )
 }
 # Names that select several scenarios.

@@ -159,9 +159,12 @@ WITH RECURSIVE tenants AS (
               AND j.limit_keys[1] > w.key)
     FROM waiting_keys w WHERE w.key IS NOT NULL
 ), key_room AS (
-    -- What each waiting key may start, read without its lock: the grant below decides.
+    -- What each waiting key may start, read without its lock (the grant below decides), and no
+    -- more than an even share of the batch per key beyond two: the claim reads a few rows of
+    -- each waiting key, not each key's whole room.
     SELECT w.tenant_key, w.key,
            LEAST(share.n,
+                 GREATEST(2, CEIL(2.0 * $2 / GREATEST(1, count(*) OVER ())))::int,
                  CASE WHEN s.concurrency IS NULL THEN share.n
                       ELSE s.concurrency - s.running + (SELECT count(*) FROM queueflow.limit_releases r
                                                         WHERE r.tenant_key = s.tenant_key AND r.key = s.key)
@@ -172,18 +175,25 @@ WITH RECURSIVE tenants AS (
                  END) AS room
     FROM waiting_keys w CROSS JOIN share
     JOIN queueflow.limit_state s ON s.tenant_key = w.tenant_key AND s.key = w.key
-), limited AS (
-    SELECT c.id, k.tenant_key, c.limit_keys, c.priority, c.scheduled_at, c.created_at
+), limited_pick AS (
+    -- Unlocked: each key's first jobs, then the batch's best of them; only those are locked.
+    SELECT c.id, k.tenant_key, c.priority, c.scheduled_at, c.created_at
     FROM key_room k
     CROSS JOIN LATERAL (
-        SELECT j.id, j.limit_keys, j.priority, j.scheduled_at, j.created_at FROM queueflow.jobs j
+        SELECT j.id, j.priority, j.scheduled_at, j.created_at FROM queueflow.jobs j
         WHERE j.queue_name = $1 AND COALESCE(j.tenant_id, '') = k.tenant_key AND j.limit_keys[1] = k.key
           AND j.status IN ('pending', 'retrying') AND j.limit_keys IS NOT NULL AND j.scheduled_at <= now()
         ORDER BY j.priority DESC, j.scheduled_at, j.created_at
         LIMIT k.room
-        FOR UPDATE SKIP LOCKED
     ) c
     WHERE k.room > 0
+    ORDER BY c.priority DESC, c.scheduled_at, c.created_at
+    LIMIT $2
+), limited AS (
+    SELECT j.id, p.tenant_key, j.limit_keys, j.priority, j.scheduled_at, j.created_at
+    FROM limited_pick p JOIN queueflow.jobs j ON j.id = p.id
+    WHERE j.status IN ('pending', 'retrying') AND j.limit_keys IS NOT NULL AND j.scheduled_at <= now()
+    FOR UPDATE OF j SKIP LOCKED
 ), pairs AS (
     SELECT l.id, l.tenant_key, k.key, l.priority, l.scheduled_at, l.created_at
     FROM limited l CROSS JOIN LATERAL unnest(l.limit_keys) AS k(key)
@@ -213,9 +223,11 @@ WITH RECURSIVE tenants AS (
            row_number() OVER (PARTITION BY p.tenant_key, p.key
                               ORDER BY p.priority DESC, p.scheduled_at, p.created_at) AS rank
     FROM pairs p
-), refused AS (
-    SELECT DISTINCT r.id FROM ranked r LEFT JOIN room m USING (tenant_key, key)
+), refused_pairs AS MATERIALIZED (
+    SELECT r.id, r.tenant_key, r.key FROM ranked r LEFT JOIN room m USING (tenant_key, key)
     WHERE m.key IS NULL OR r.rank > m.free
+), refused AS (
+    SELECT DISTINCT id FROM refused_pairs
 ), granted AS (
     SELECT l.id, (t.pos + $5::bigint) % share.tenants AS lead,
            row_number() OVER (PARTITION BY l.tenant_key
@@ -237,8 +249,7 @@ WITH RECURSIVE tenants AS (
         rate_start = COALESCE(m.start, s.rate_start),
         rate_prev = COALESCE(m.prev, s.rate_prev),
         rate_cur = COALESCE(m.cur + COALESCE(t.n, 0), s.rate_cur),
-        throttled = s.throttled + (SELECT count(*) FROM ranked r
-                                   WHERE r.tenant_key = m.tenant_key AND r.key = m.key AND r.rank > m.free),
+        throttled = s.throttled + COALESCE(x.n, 0),
         -- A key whose rate this claim used up: the janitor wakes the queue when one more may start.
         wake_at = CASE WHEN m.rate_count IS NOT NULL AND m.free - COALESCE(t.n, 0) < 1
                        THEN (SELECT rw.next_at FROM queueflow.rate_window(m.rate_count, m.rate_per_secs,
@@ -247,6 +258,8 @@ WITH RECURSIVE tenants AS (
         wake_queue = CASE WHEN m.rate_count IS NOT NULL AND m.free - COALESCE(t.n, 0) < 1 THEN $1
                           ELSE s.wake_queue END
     FROM room m LEFT JOIN taken t USING (tenant_key, key)
+    LEFT JOIN (SELECT tenant_key, key, count(*) AS n FROM refused_pairs GROUP BY tenant_key, key) x
+        USING (tenant_key, key)
     WHERE s.tenant_key = m.tenant_key AND s.key = m.key
     RETURNING s.wake_at IS NOT NULL AND s.wake_queue = $1 AS waking
 ), announced AS (
