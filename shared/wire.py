@@ -44,6 +44,7 @@ from shared.domain.jobs import (
 )
 from shared.domain.limits import Concurrency, LimitPolicy, Rate
 from shared.domain.paging import PageRequest
+from shared.domain.worker_keys import MAX_KEY_QUEUES, NewWorkerKey, WorkerKey, new_worker_key
 from shared.domain.workflows import (
     FanOut,
     Name,
@@ -68,6 +69,7 @@ __all__ = [
     "ReplayedDeadLetter",
     "StatsSnapshot",
     "StepCondition",
+    "WorkerKey",
     "Workflow",
     "WorkflowStep",
     "WorkflowStepState",
@@ -433,3 +435,28 @@ class PutLimitRequest(Request):
 
 class LimitsResponse(Response):
     limits: list[LimitPolicy]
+
+
+# --- worker keys ---------------------------------------------------------------------------------
+
+
+class CreateWorkerKeyRequest(Request):
+    """`queues` null (or absent) lets the key lease from every queue; `expires_at` null never
+    expires."""
+
+    name: Name
+    queues: Annotated[list[str], Meta(min_length=1, max_length=MAX_KEY_QUEUES)] | None = None
+    expires_at: datetime | None = None
+
+    def to_new_key(self, now: datetime) -> NewWorkerKey:
+        return new_worker_key(self.name, self.queues, self.expires_at, now)
+
+
+class CreateWorkerKeyResponse(WorkerKey, frozen=True, kw_only=True):
+    """The key and its token: the one answer that ever shows the token."""
+
+    token: str
+
+
+class ListWorkerKeysResponse(Response):
+    worker_keys: list[WorkerKey]

@@ -102,10 +102,10 @@ RETURNING j.*"""
 
 def cycle_script(rows: int, claim_sql: str | None = None) -> str:
     # claim_jobs: $1 queue, $2 batch, $3 lease secs, $4 timeout grace, $5 fair-share rotation,
-    # $6 the claim's key.
+    # $6 the claim's key, $7 the one tenant claimed from (none: every tenant).
     claim = _bind(
         claim_sql or Q.claim_jobs,
-        {1: f"'{QUEUE}'", 2: str(rows), 3: "60", 4: "NULL", 5: "0", 6: "gen_random_uuid()"},
+        {1: f"'{QUEUE}'", 2: str(rows), 3: "60", 4: "NULL", 5: "0", 6: "gen_random_uuid()", 7: "NULL"},
     )
     ids, toks = "CAST(:ids AS uuid[])", "CAST(:toks AS uuid[])"
     complete = _bind(

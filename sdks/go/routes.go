@@ -199,6 +199,32 @@ func (c *Client) WorkflowEvents(ctx context.Context, id string) (*Stream[Workflo
 	return openStream[WorkflowEvent](ctx, c, "/api/v1/workflows/"+seg(id)+"/events")
 }
 
+// --- worker keys ---
+
+// CreateWorkerKey mints a key for this tenant's own workers. The answer's Token is shown only here;
+// pass it as WithWorkerToken to act for this tenant's jobs, on the key's queues only.
+func (c *Client) CreateWorkerKey(ctx context.Context, req CreateWorkerKeyRequest) (*CreateWorkerKeyResponse, error) {
+	var out CreateWorkerKeyResponse
+	if err := c.do(ctx, http.MethodPost, "/api/v1/worker-keys", nil, req, &out, callOpts{}); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// ListWorkerKeys lists the tenant's worker keys (without their tokens).
+func (c *Client) ListWorkerKeys(ctx context.Context) (*ListWorkerKeysResponse, error) {
+	var out ListWorkerKeysResponse
+	if err := c.do(ctx, http.MethodGet, "/api/v1/worker-keys", nil, nil, &out, callOpts{}); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// DeleteWorkerKey revokes a worker key.
+func (c *Client) DeleteWorkerKey(ctx context.Context, id string) error {
+	return c.do(ctx, http.MethodDelete, "/api/v1/worker-keys/"+seg(id), nil, nil, nil, callOpts{})
+}
+
 // --- cron ---
 
 // CreateCron creates a cron schedule; a duplicate name is a 409.

@@ -492,6 +492,34 @@ type WorkflowEvent struct {
 
 // --- cron ---
 
+// CreateWorkerKeyRequest is the body of POST /api/v1/worker-keys: no Queues is every queue, no
+// ExpiresAt never expires.
+type CreateWorkerKeyRequest struct {
+	Name      string     `json:"name"`
+	Queues    []string   `json:"queues,omitempty"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+}
+
+// WorkerKey is a worker key as the server lists it (never its token).
+type WorkerKey struct {
+	ID        string     `json:"id"`
+	Name      string     `json:"name"`
+	Queues    []string   `json:"queues"`
+	CreatedAt time.Time  `json:"created_at"`
+	ExpiresAt *time.Time `json:"expires_at"`
+}
+
+// CreateWorkerKeyResponse answers a mint: the key and its token, shown in this answer only.
+type CreateWorkerKeyResponse struct {
+	WorkerKey
+	Token string `json:"token"`
+}
+
+// ListWorkerKeysResponse answers GET /api/v1/worker-keys.
+type ListWorkerKeysResponse struct {
+	WorkerKeys []WorkerKey `json:"worker_keys"`
+}
+
 // CreateCronRequest is the body of POST /api/v1/cron.
 type CreateCronRequest struct {
 	Name     string         `json:"name"`

@@ -5,6 +5,9 @@ API on its own."""
 
 from __future__ import annotations
 
+import functools
+from collections.abc import AsyncIterator
+
 from aiohttp import web
 
 from services.api.console import add_console_routes
@@ -12,18 +15,34 @@ from services.api.context import AUTH, guard
 from services.api.openapi import openapi_handler, openapi_yaml_handler
 from services.api.routes import ROUTES, router_path
 from shared.config import Settings
+from shared.db import worker_keys
 from shared.runtime.app import base_app
-from shared.runtime.keys import SETTINGS
-from shared.web.auth import Authenticator
+from shared.runtime.keys import DATABASE, SETTINGS
+from shared.web.auth import Authenticator, WorkerKeyCache
 
 
 def setup(app: web.Application) -> None:
     app[AUTH] = Authenticator(app[SETTINGS])
+    app.cleanup_ctx.append(_worker_keys)
     for route in ROUTES:
         app.router.add_route(route.method, router_path(route.path), guard(route.handler, route.auth))
     app.router.add_get("/openapi.json", openapi_handler)
     app.router.add_get("/openapi.yaml", openapi_yaml_handler)
     add_console_routes(app)
+
+
+async def _worker_keys(app: web.Application) -> AsyncIterator[None]:
+    """Once the database is open: worker keys are looked up in it, and each revocation announced
+    on its LISTEN connection drops the key from this process's cache."""
+    db = app[DATABASE]
+    cache = WorkerKeyCache(functools.partial(worker_keys.find, db.pool), lambda: db.hub.connected)
+    app[AUTH].worker_keys = cache
+    unsubscribe = db.hub.watch_worker_keys(cache.forget)
+    try:
+        yield
+    finally:
+        unsubscribe()
+        app[AUTH].worker_keys = None
 
 
 def create_app(settings: Settings) -> web.Application:

@@ -1,5 +1,5 @@
-"""Per-request access for the API's handlers: the authenticated tenant, the settings, the database
-and the lifecycle, and the auth guard each route is wrapped in."""
+"""Per-request access for the API's handlers: the authenticated tenant or worker key, the
+settings, the database and the lifecycle, and the auth guard each route is wrapped in."""
 
 from __future__ import annotations
 
@@ -13,17 +13,24 @@ from shared.config import Settings
 from shared.db.database import Database
 from shared.db.pool import Pool
 from shared.domain.errors import Forbidden
+from shared.domain.worker_keys import WorkerGrant
 from shared.runtime.keys import DATABASE, LIFECYCLE, SETTINGS, Lifecycle
 from shared.web.auth import Authenticator, Tenant
 
 AUTH = web.AppKey("authenticator", Authenticator)
 _TENANT = web.RequestKey("tenant", Tenant)
+_WORKER_KEY = web.RequestKey("worker_key", WorkerGrant)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def tenant_of(request: web.Request) -> Tenant:
     return request[_TENANT]
+
+
+def worker_key_of(request: web.Request) -> WorkerGrant | None:
+    """On a worker route: the worker key's grant, or None for the worker token (every tenant)."""
+    return request.get(_WORKER_KEY)
 
 
 def settings_of(request: web.Request) -> Settings:
@@ -58,8 +65,8 @@ def act_on(
 
 def guard(handler: Handler, auth: str) -> Handler:
     """Wrap `handler` with its route's credential check: 'read' and 'write' need a tenant
-    credential (a read-only one may not write), 'worker' the worker token, 'public' nothing.
-    The tenant joins the request's log context."""
+    credential (a read-only one may not write), 'worker' the worker token or a worker key, 'public'
+    nothing. The tenant (a worker key's too) joins the request's log context."""
     if auth == "public":
         return handler
 
@@ -67,9 +74,12 @@ def guard(handler: Handler, auth: str) -> Handler:
         authenticator = request.app[AUTH]
         header = request.headers.get("Authorization")
         if auth == "worker":
-            authenticator.worker(header)
+            grant = await authenticator.worker(header)
+            if grant is not None:
+                request[_WORKER_KEY] = grant
+                logs.bind(tenant=grant.tenant, worker_key=str(grant.key_id))
         else:
-            tenant = authenticator.tenant(header)
+            tenant = await authenticator.tenant(header)
             if auth == "write" and tenant.read_only:
                 raise Forbidden("access denied: read-only credential")
             request[_TENANT] = tenant

@@ -295,6 +295,12 @@ def _refine(schemas: dict[str, Any], request_names: set[str], max_batch: int) ->
         {"required": ["concurrency"], "properties": {"concurrency": {"type": "integer"}}},
         {"required": ["rate"], "properties": {"rate": {"type": "object"}}},
     ]
+    _narrow(props["CreateWorkerKeyRequest"]["name"], NAME_SCHEMA)
+    _narrow(props["CreateWorkerKeyRequest"]["queues"], {"items": QUEUE_SCHEMA})
+    _narrow(
+        props["CreateWorkerKeyRequest"]["expires_at"],
+        {**INSTANT_SCHEMA, "description": "An RFC 3339 instant in the future (no offset means UTC)."},
+    )
     _narrow(props["CreateBatchJobsRequest"]["jobs"], {"minItems": 1, "maxItems": max_batch})
     _narrow(
         props["CreateCronRequest"]["cron_expr"],

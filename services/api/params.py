@@ -28,6 +28,15 @@ def job_id(raw: str) -> uuid.UUID:
         raise NotFound("job", raw) from None
 
 
+def worker_key_id_in_path(request: web.Request) -> uuid.UUID:
+    """The {id} of a worker key route; anything that is not a UUID names no key (404)."""
+    raw = request.match_info["id"]
+    try:
+        return uuid.UUID(raw)
+    except ValueError:
+        raise NotFound("worker key", raw) from None
+
+
 def lease_token(raw: str) -> uuid.UUID | None:
     """A lease token from a body; one that is not a UUID matches no lease (the write is a 409)."""
     try:

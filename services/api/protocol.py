@@ -1,15 +1,21 @@
 """The remote worker protocol (shared/seed/remote-workers.md): lease with long-poll, heartbeat,
-complete, fail. Worker-token routes; not tenant-scoped."""
+complete, fail. Worker routes: the worker token acts for every tenant; a worker key for its own
+tenant only, on its own queues (another queue is a 403 on lease), and another tenant's job is
+answered as an unknown job (404). Only a key holder pays for the ownership check: the worker
+token's path is as it was."""
 
 from __future__ import annotations
 
+import uuid
+
 from aiohttp import web
 
-from services.api.context import db_of, lifecycle_of, settings_of
+from services.api.context import db_of, lifecycle_of, settings_of, worker_key_of
 from services.api.params import job_id, job_id_in_path, lease_token, queue_in_path
 from shared import wire
 from shared.db import jobs as jobs_db
-from shared.domain.errors import DomainError
+from shared.db import worker_keys
+from shared.domain.errors import DomainError, NotFound
 from shared.runtime.leasing import lease_jobs
 from shared.web.body import decode, json_response
 from shared.web.errors import client_gone, status_of
@@ -17,16 +23,28 @@ from shared.web.errors import client_gone, status_of
 HEARTBEAT_LEASE_LOST = "lease is no longer held (it expired and the job was reclaimed)"
 
 
+async def _check_owned(request: web.Request, job_id: uuid.UUID) -> None:
+    """A worker key may act on its tenant's jobs only; any other is answered as unknown."""
+    grant = worker_key_of(request)
+    if grant is not None and not await worker_keys.owned_jobs(db_of(request).pool, grant.tenant, [job_id]):
+        raise NotFound("job", job_id)
+
+
 async def lease(request: web.Request) -> web.Response:
     body = await decode(request, wire.LeaseJobsRequest)
+    queue = queue_in_path(request)
+    grant = worker_key_of(request)
+    if grant is not None:
+        grant.check_queue(queue)
     leases = await lease_jobs(
         db_of(request),
         lifecycle_of(request),
-        queue_in_path(request),
+        queue,
         body.max_jobs or 1,
         body.lease_secs or 30,
         body.wait_secs or 0,
         settings_of(request).worker_poll_secs,
+        tenant=None if grant is None else grant.tenant,
     )
     if leases and client_gone(request):
         # The worker hung up while its long-poll waited: nobody will read this answer, so the jobs
@@ -43,9 +61,11 @@ async def lease(request: web.Request) -> web.Response:
 
 async def heartbeat(request: web.Request) -> web.Response:
     body = await decode(request, wire.HeartbeatRequest)
+    job = job_id_in_path(request)
+    await _check_owned(request, job)
     status = await jobs_db.heartbeat(
         db_of(request).pool,
-        job_id_in_path(request),
+        job,
         lease_token(body.lease_token),
         body.extend_secs,
         HEARTBEAT_LEASE_LOST,
@@ -55,9 +75,9 @@ async def heartbeat(request: web.Request) -> web.Response:
 
 async def complete(request: web.Request) -> web.Response:
     body = await decode(request, wire.CompleteJobRequest)
-    await db_of(request).completer.complete(
-        job_id_in_path(request), lease_token(body.lease_token), body.result or {}
-    )
+    job = job_id_in_path(request)
+    await _check_owned(request, job)
+    await db_of(request).completer.complete(job, lease_token(body.lease_token), body.result or {})
     return web.Response(status=204)
 
 
@@ -74,6 +94,14 @@ async def complete_many(request: web.Request) -> web.Response:
             at.append(index)
         except DomainError as refused:  # an id that names no job: that item's 404
             written[index] = refused
+    grant = worker_key_of(request)
+    if grant is not None and writes:  # another tenant's job is, to a worker key, no job at all
+        owned = await worker_keys.owned_jobs(db_of(request).pool, grant.tenant, [w[0] for w in writes])
+        for index, write in zip(at, writes, strict=True):
+            if write[0] not in owned:
+                written[index] = NotFound("job", write[0])
+        kept = [(index, write) for index, write in zip(at, writes, strict=True) if write[0] in owned]
+        at, writes = [index for index, _ in kept], [write for _, write in kept]
     for index, answer in zip(at, await db_of(request).completer.submit_all(writes), strict=True):
         written[index] = answer
     return json_response(
@@ -99,7 +127,7 @@ def _answer(item_id: str, outcome: BaseException | None) -> wire.CompletionAnswe
 async def fail(request: web.Request) -> web.Response:
     body = await decode(request, wire.FailJobRequest)
     retryable = True if body.retryable is None else body.retryable
-    await jobs_db.fail(
-        db_of(request).pool, job_id_in_path(request), lease_token(body.lease_token), body.error, retryable
-    )
+    job = job_id_in_path(request)
+    await _check_owned(request, job)
+    await jobs_db.fail(db_of(request).pool, job, lease_token(body.lease_token), body.error, retryable)
     return web.Response(status=204)

@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from services.api import cron, dlq, jobs, limits, protocol, queues, system, workflows
+from services.api import cron, dlq, jobs, limits, protocol, queues, system, worker_keys, workflows
 from services.api.context import Handler
 from shared import wire
 
@@ -415,6 +415,41 @@ ROUTES: list[Route] = [
         "Let claims of the caller's jobs on a queue resume",
         None,
         wire.QueueControl,
+    ),
+    Route(
+        "POST",
+        "/api/v1/worker-keys",
+        worker_keys.create_worker_key,
+        "write",
+        "worker",
+        "createWorkerKey",
+        "Mint a worker key for this tenant's own workers (its token is in this answer only)",
+        wire.CreateWorkerKeyRequest,
+        wire.CreateWorkerKeyResponse,
+        201,
+    ),
+    Route(
+        "GET",
+        "/api/v1/worker-keys",
+        worker_keys.list_worker_keys,
+        "read",
+        "worker",
+        "listWorkerKeys",
+        "This tenant's worker keys (without their tokens)",
+        None,
+        wire.ListWorkerKeysResponse,
+    ),
+    Route(
+        "DELETE",
+        "/api/v1/worker-keys/{id}",
+        worker_keys.delete_worker_key,
+        "write",
+        "worker",
+        "deleteWorkerKey",
+        "Revoke a worker key: every API process refuses it (401) within a second",
+        None,
+        None,
+        204,
     ),
     Route(
         "GET",

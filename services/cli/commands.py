@@ -149,10 +149,15 @@ def cron_body(args: argparse.Namespace) -> dict[str, Any]:
     )
 
 
+def worker_key_body(args: argparse.Namespace) -> dict[str, Any]:
+    return present({"name": args.name, "queues": args.queue, "expires_at": args.expires_at})
+
+
 PAGE = (opt("--limit", type=int), opt("--cursor", help="next_cursor of the previous page"))
 JOBS = "/api/v1/jobs"
 WORKFLOWS = "/api/v1/workflows"
 CRON = "/api/v1/cron"
+WORKER_KEYS = "/api/v1/worker-keys"
 
 COMMANDS: dict[str, Call | Group] = {
     "job": Group(
@@ -229,6 +234,28 @@ COMMANDS: dict[str, Call | Group] = {
             "delete": Call("DELETE", CRON + "/{id}", "delete a schedule", done="deleted"),
             "pause": Call("POST", CRON + "/{id}/pause", "stop a schedule firing", done="paused"),
             "resume": Call("POST", CRON + "/{id}/resume", "resume a schedule", done="resumed"),
+        },
+    ),
+    "worker-key": Group(
+        "keys your own workers lease your jobs with",
+        {
+            "create": Call(
+                "POST",
+                WORKER_KEYS,
+                "mint a worker key (its token is printed this once)",
+                (
+                    opt("--name", required=True),
+                    opt(
+                        "--queue",
+                        action="append",
+                        help="a queue it may lease from (repeat it; none: every queue)",
+                    ),
+                    opt("--expires-at", help="RFC 3339 instant"),
+                ),
+                body=worker_key_body,
+            ),
+            "list": Call("GET", WORKER_KEYS, "your worker keys (without tokens)"),
+            "delete": Call("DELETE", WORKER_KEYS + "/{id}", "revoke a worker key", done="deleted"),
         },
     ),
     "dlq": Group(

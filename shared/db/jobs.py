@@ -200,13 +200,15 @@ async def claim(
     timeout_grace: int | None = None,
     rotation: int = 0,
     key: uuid.UUID | None = None,
+    *,
+    tenant: str | None = None,
 ) -> list[Lease]:
     """Lease up to `max_jobs` due jobs, shared fairly between the queue's tenants (`rotation`
     changes which tenant leads); returned in priority, scheduled_at, created_at order. `key` (a
     new random one when None) lets `release_unanswered_claim` give the jobs back should the
-    answer be lost."""
+    answer be lost. `tenant`, when given, claims only that tenant's jobs (a worker key's)."""
     rows = await db.fetch(
-        Q.claim_jobs, queue, max_jobs, lease_secs, timeout_grace, rotation, key or uuid.uuid4()
+        Q.claim_jobs, queue, max_jobs, lease_secs, timeout_grace, rotation, key or uuid.uuid4(), tenant
     )
     if len(rows) > 1:
         rows.sort(key=lambda r: (-r["priority"], r["scheduled_at"], r["created_at"]))

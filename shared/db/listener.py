@@ -26,7 +26,8 @@ DELAYED = "queueflow_delayed"  # payload: queue name; a future-dated job appeare
 JOB_EVENTS = "queueflow_job_events"  # payload: "<job id>:<status>"
 WORKFLOW = "queueflow_workflow"  # an outbox row was written: the advancer has work
 WORKFLOW_EVENTS = "queueflow_workflow_events"  # payload: workflow id; a watched workflow changed
-CHANNELS = (WORK, DELAYED, JOB_EVENTS, WORKFLOW, WORKFLOW_EVENTS)
+WORKER_KEYS = "queueflow_worker_keys"  # payload: worker key id; the key was revoked
+CHANNELS = (WORK, DELAYED, JOB_EVENTS, WORKFLOW, WORKFLOW_EVENTS, WORKER_KEYS)
 
 # Claim queries one process runs at once for one queue: enough to keep a busy queue's batches
 # flowing, and a cap on the burst when thousands of long-polls arrive together.
@@ -37,11 +38,14 @@ ADVANCE = "\0advance"
 
 
 class _QueueSignal:
-    __slots__ = ("checked_at", "empty_epoch", "epoch", "gate", "waiters")
+    __slots__ = ("checked_at", "empty_epoch", "epoch", "gate", "observers", "waiters")
 
     def __init__(self) -> None:
         self.epoch = 0
         self.waiters: deque[asyncio.Future[None]] = deque()
+        # Waiters that may take only some of the queue's jobs (a worker key's, its tenant's): every
+        # poke wakes them all, and they never use up a wake-up another waiter would act on.
+        self.observers: set[asyncio.Future[None]] = set()
         self.empty_epoch: int | None = None  # the epoch at which a claim last found nothing
         self.checked_at = float("-inf")  # when a claim last looked (loop time)
         self.gate = asyncio.Semaphore(CLAIMS_PER_QUEUE)
@@ -55,6 +59,7 @@ class Hub:
         self._job_watchers: dict[str, set[Callable[[str], None]]] = {}
         self._all_job_watchers: set[Callable[[str, str], None]] = set()
         self._delayed_watchers: set[Callable[[str], None]] = set()
+        self._key_watchers: set[Callable[[str], None]] = set()
         self.connected = False
 
     # -- queues -----------------------------------------------------------------------------------
@@ -89,15 +94,20 @@ class Hub:
 
     def waiting(self, queue: str) -> int:
         sig = self._queues.get(queue)
-        return 0 if sig is None else sum(1 for f in sig.waiters if not f.done())
+        return 0 if sig is None else sum(1 for f in (*sig.waiters, *sig.observers) if not f.done())
 
-    async def wait(self, queue: str, seen_epoch: int, timeout: float) -> bool:
-        """Park until the queue is poked after `seen_epoch`, or `timeout`. True when poked."""
+    async def wait(self, queue: str, seen_epoch: int, timeout: float, *, observe: bool = False) -> bool:
+        """Park until the queue is poked after `seen_epoch`, or `timeout`. True when poked.
+        `observe`: the waiter claims only part of the queue's jobs, so a wake-up meant for a job it
+        cannot take must not be spent on it: every poke wakes it, beside the waiters it wakes."""
         sig = self._signal(queue)
         if sig.epoch != seen_epoch:
             return True
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        sig.waiters.append(fut)
+        if observe:
+            sig.observers.add(fut)
+        else:
+            sig.waiters.append(fut)
         try:
             # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation that
             # races with the future completing, and a shutdown would then never end.
@@ -109,6 +119,7 @@ class Hub:
         finally:
             if not fut.done():
                 fut.cancel()
+            sig.observers.discard(fut)
             with contextlib.suppress(ValueError):
                 sig.waiters.remove(fut)
 
@@ -120,6 +131,9 @@ class Hub:
         """
         sig = self._signal(queue)
         sig.epoch += 1
+        for observer in sig.observers:
+            if not observer.done():
+                observer.set_result(None)
         while wake > 0 and sig.waiters:
             fut = sig.waiters.popleft()
             if not fut.done():
@@ -134,6 +148,8 @@ class Hub:
             for cb in list(watchers):
                 cb("")
         for cb in list(self._delayed_watchers):
+            cb("")
+        for cb in list(self._key_watchers):
             cb("")
 
     # -- jobs and delayed work --------------------------------------------------------------------
@@ -169,6 +185,12 @@ class Hub:
         self._delayed_watchers.add(callback)
         return lambda: self._delayed_watchers.discard(callback)
 
+    def watch_worker_keys(self, callback: Callable[[str], None]) -> Callable[[], None]:
+        """Call `callback(key_id)` when a worker key is revoked, and `callback("")` when
+        notifications may have been missed (the LISTEN connection was lost or regained)."""
+        self._key_watchers.add(callback)
+        return lambda: self._key_watchers.discard(callback)
+
     def dispatch(self, channel: str, payload: str) -> None:
         if channel == WORK:
             self.poke(payload)
@@ -185,6 +207,9 @@ class Hub:
                 cb("")
         elif channel == DELAYED:
             for cb in list(self._delayed_watchers):
+                cb(payload)
+        elif channel == WORKER_KEYS:
+            for cb in list(self._key_watchers):
                 cb(payload)
 
 

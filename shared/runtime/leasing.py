@@ -22,10 +22,16 @@ async def lease_jobs(
     wait_secs: float,
     poll_secs: float,
     timeout_grace: int | None = None,
+    *,
+    tenant: str | None = None,
 ) -> list[Lease]:
     """Claim up to `max_jobs`; when none is due, park on the queue's signal (no connection held)
     until a job arrives, the wait ends, or the safety poll (`poll_secs`) re-checks. Idle waiters of
-    one queue share one safety claim per poll interval instead of each asking the database."""
+    one queue share one safety claim per poll interval instead of each asking the database.
+
+    `tenant` (a worker key's) claims only that tenant's jobs. Such a claim finding nothing says
+    nothing of the queue's other jobs, so it is not recorded as the queue being empty, and its
+    waiter observes the queue's wake-ups rather than spending one meant for another tenant's job."""
     hub = db.hub
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait_secs
@@ -40,13 +46,21 @@ async def lease_jobs(
                 key = uuid.uuid4()
                 try:
                     leases = await jobs_db.claim(
-                        db.pool, queue, max_jobs, lease_secs, timeout_grace, next(db.claim_turns), key
+                        db.pool,
+                        queue,
+                        max_jobs,
+                        lease_secs,
+                        timeout_grace,
+                        next(db.claim_turns),
+                        key,
+                        tenant=tenant,
                     )
                 except Exception as err:
                     if is_unavailable(err):  # it may have committed: its jobs must not sit leased
                         db.give_back_unanswered_claim(queue, key)
                     raise
-                hub.claimed(queue, seen, bool(leases))
+                if leases or tenant is None:
+                    hub.claimed(queue, seen, bool(leases))
         if leases:
             # started_at is this claim; a redelivery has no wait to measure
             metrics.observe_many(
@@ -65,6 +79,6 @@ async def lease_jobs(
             return []
         metrics.LONG_POLL_WAITERS.inc()
         try:
-            await hub.wait(queue, seen, min(remaining, poll_secs))
+            await hub.wait(queue, seen, min(remaining, poll_secs), observe=tenant is not None)
         finally:
             metrics.LONG_POLL_WAITERS.dec()

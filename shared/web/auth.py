@@ -1,26 +1,45 @@
-"""Credentials: tenant API keys and HS256 JWTs, the separate worker token, and development mode.
+"""Credentials: tenant API keys and HS256 JWTs, the separate worker token, worker keys, and
+development mode.
 
-Tenant routes: no token 401; the worker token 403 (infrastructure gets no tenant identity); a
-valid API key or JWT is that tenant; anything else 401. Worker routes: the worker token passes; a
-valid tenant credential is 403; anything else 401. `--dev` accepts any non-empty token as tenant
-`tenant1` when no API keys and no JWT secret are configured, and as a worker when no worker token
-is configured (with one, the worker routes take only it). Every secret comparison is constant-time.
+Tenant routes: no token 401; the worker token or a live worker key 403 (infrastructure gets no
+tenant identity); a valid API key or JWT is that tenant; anything else 401. Worker routes: the
+worker token passes for every tenant; a live worker key passes for its own tenant (the handlers
+hold it to its tenant and queues); a valid tenant credential is 403; anything else, a revoked or
+expired key included, 401. `--dev` accepts any non-empty token as tenant `tenant1` when no API keys
+and no JWT secret are configured, and as a worker when no worker token is configured (with one, the
+worker routes take only it); a token shaped like a worker key is always judged as one, so that
+revoking a key holds in --dev too. Every secret comparison is constant-time.
+
+Worker keys live in the database. Each process caches what it looked up, by token digest, for at
+most KEY_CACHE_SECS, and only while its LISTEN connection is up: a revocation's notification drops
+the key at once, and one missed while that connection was down cannot keep a key alive.
 """
 
 from __future__ import annotations
 
-import hashlib
 import hmac
+import time
+import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Literal
 
 import jwt
 
 from shared.config import Settings
 from shared.domain.errors import Forbidden, Unauthorized
+from shared.domain.worker_keys import WorkerGrant, may_be_key
+from shared.domain.worker_keys import token_digest as _digest
 from shared.web.body import is_utf8
 
 DEV_TENANT = "tenant1"
+# The longest a process trusts its cached copy of a worker key without asking the database again.
+KEY_CACHE_SECS = 10.0
+# Entries the cache holds at most (the oldest go first): presented tokens are not trusted to be few.
+KEY_CACHE_SIZE = 10_000
+
+KeyLookup = Callable[[bytes], Awaitable[WorkerGrant | None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,10 +52,6 @@ class Tenant:
         return "read_only" if self.read_only else "read_write"
 
 
-def _digest(token: str) -> bytes:
-    return hashlib.sha256(token.encode()).digest()
-
-
 def bearer_token(header: str | None) -> str | None:
     """The token of an `Authorization: Bearer <token>` header; None when absent or empty."""
     if not header or not header.startswith("Bearer "):
@@ -45,6 +60,47 @@ def bearer_token(header: str | None) -> str | None:
     if not token or not is_utf8(token):
         return None  # bytes that are not UTF-8 arrive as surrogates: no credential has them
     return token
+
+
+class WorkerKeyCache:
+    """Worker keys looked up by token digest (unknown tokens too: a digest never found is never
+    minted later), each kept for KEY_CACHE_SECS, none while `listening()` says revocations could go
+    unheard. `forget` is fed by the revocation channel; a lookup that was under way when something
+    was forgotten is used once but not kept, so a key revoked during its lookup is not cached."""
+
+    def __init__(self, lookup: KeyLookup, listening: Callable[[], bool]) -> None:
+        self._lookup = lookup
+        self._listening = listening
+        self._entries: dict[bytes, tuple[float, WorkerGrant | None]] = {}
+        self._forgotten = 0  # counts forget calls: a lookup's answer is kept only if none came
+
+    async def find(self, digest: bytes) -> WorkerGrant | None:
+        now = time.monotonic()
+        hit = self._entries.get(digest)
+        if hit is not None and hit[0] > now and self._listening():
+            return hit[1]
+        forgotten = self._forgotten
+        grant = await self._lookup(digest)
+        if forgotten == self._forgotten and self._listening():
+            self._entries.pop(digest, None)
+            if len(self._entries) >= KEY_CACHE_SIZE:
+                del self._entries[next(iter(self._entries))]
+            self._entries[digest] = (now + KEY_CACHE_SECS, grant)
+        return grant
+
+    def forget(self, key_id: str) -> None:
+        """Drop the key with this id; "" drops every key (notifications may have been missed)."""
+        self._forgotten += 1
+        if not key_id:
+            self._entries.clear()
+            return
+        try:
+            gone = uuid.UUID(key_id)
+        except ValueError:
+            return
+        for digest, (_, grant) in list(self._entries.items()):
+            if grant is not None and grant.key_id == gone:
+                del self._entries[digest]
 
 
 class Authenticator:
@@ -58,6 +114,17 @@ class Authenticator:
         self._jwt_secret = settings.jwt_secret
         self._dev_tenants = settings.dev and not settings.api_keys and not settings.jwt_secret
         self._dev_workers = settings.dev and self._worker is None
+        self.worker_keys: WorkerKeyCache | None = None  # set once the database is open
+
+    async def _worker_key(self, digest: bytes) -> WorkerGrant | None:
+        """The live worker key of a token shaped like one; None for an unknown, revoked or expired
+        key. (Tokens of other shapes are never looked up: a wrong one costs no query.)"""
+        if self.worker_keys is None:
+            return None
+        grant = await self.worker_keys.find(digest)
+        if grant is None or grant.expired(datetime.now(UTC)):
+            return None
+        return grant
 
     def _is_worker_token(self, digest: bytes) -> bool:
         return self._worker is not None and hmac.compare_digest(digest, self._worker)
@@ -85,7 +152,7 @@ class Authenticator:
                 return Tenant(sub, read_only=claims.get("scope") == "read")
         return None
 
-    def tenant(self, header: str | None) -> Tenant:
+    async def tenant(self, header: str | None) -> Tenant:
         token = bearer_token(header)
         if token is None:
             raise Unauthorized()
@@ -95,21 +162,31 @@ class Authenticator:
         tenant = self._tenant_credential(token, digest)
         if tenant is not None:
             return tenant
+        if may_be_key(token):
+            if await self._worker_key(digest) is not None:
+                raise Forbidden("access denied: a worker key opens the worker routes only")
+            raise Unauthorized()
         if self._dev_tenants:
             return Tenant(DEV_TENANT)
         raise Unauthorized()
 
-    def worker(self, header: str | None) -> None:
+    async def worker(self, header: str | None) -> WorkerGrant | None:
+        """None for the worker token (every tenant's jobs); a worker key's grant otherwise."""
         token = bearer_token(header)
         if token is None:
             raise Unauthorized()
         digest = _digest(token)
         if self._is_worker_token(digest):
-            return
+            return None
         tenant = self._tenant_credential(token, digest)
+        if tenant is None and may_be_key(token):
+            grant = await self._worker_key(digest)
+            if grant is None:
+                raise Unauthorized()
+            return grant
         if tenant is not None or (self._dev_tenants and self._worker is not None):
             # A tenant's credential (in --dev, any token that is not the worker token is one)
-            raise Forbidden("access denied: worker routes need the worker token")
+            raise Forbidden("access denied: worker routes need the worker token or a worker key")
         if self._dev_workers:
-            return
+            return None
         raise Unauthorized()

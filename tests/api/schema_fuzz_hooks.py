@@ -2,13 +2,15 @@
 
 They help the generator with what JSON Schema cannot say, and only there: a generated workflow's
 step names are made unique and its dependencies made to name earlier steps (so there is no cycle
-and no unknown name; the document says both in words). Only valid (positive) cases are repaired:
-an invalid case must stay invalid.
+and no unknown name; the document says both in words), and a worker key's `expires_at` is moved
+into the future (the document says so in words). Only valid (positive) cases are repaired: an
+invalid case must stay invalid.
 """
 
 from __future__ import annotations
 
 import zlib
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import schemathesis
@@ -35,9 +37,18 @@ def repair_workflow(definition: Any) -> None:
         repair_workflow(step.get("workflow"))
 
 
+def repair_expiry(body: Any) -> None:
+    """A worker key's `expires_at`, when given, a day from now."""
+    if isinstance(body, dict) and isinstance(body.get("expires_at"), str):
+        body["expires_at"] = (datetime.now(UTC) + timedelta(days=1)).isoformat()
+
+
 @schemathesis.hook
 def map_case(context: Any, case: Any) -> Any:
     meta = case.meta
-    if meta is not None and meta.generation.mode.is_positive and case.operation.path == "/api/v1/workflows":
-        repair_workflow(case.body)
+    if meta is not None and meta.generation.mode.is_positive:
+        if case.operation.path == "/api/v1/workflows":
+            repair_workflow(case.body)
+        elif case.operation.path == "/api/v1/worker-keys" and case.operation.method.upper() == "POST":
+            repair_expiry(case.body)
     return case

@@ -271,6 +271,32 @@ async def test_cron_create_get_list_pause_resume_and_delete(cli):
     await cli.fails("cron", "delete", cron_id, status=404)
 
 
+async def test_worker_key_create_list_and_delete(cli):
+    created = await cli.ok(
+        "worker-key",
+        "create",
+        "--name",
+        "runners",
+        "--queue",
+        "emails",
+        "--queue",
+        "pdfs",
+        "--expires-at",
+        "2999-01-01T00:00:00Z",
+    )
+    assert created["token"].startswith("qfwk_")
+    assert (created["name"], created["queues"]) == ("runners", ["emails", "pdfs"])
+    assert created["expires_at"].startswith("2999-01-01T00:00:00")
+    everywhere = await cli.ok("worker-key", "create", "--name", "all")
+    assert everywhere["queues"] is None and everywhere["expires_at"] is None
+    listed = (await cli.ok("worker-key", "list"))["worker_keys"]
+    assert [k["id"] for k in listed] == [created["id"], everywhere["id"]]
+    assert all("token" not in k for k in listed)
+    assert await cli.ok("worker-key", "delete", created["id"]) == {"deleted": created["id"]}
+    await cli.fails("worker-key", "delete", created["id"], status=404)
+    await cli.fails("worker-key", "create", "--name", "x", "--expires-at", "2001-01-01T00:00:00Z", status=400)
+
+
 async def test_client_flags_go_before_or_after_the_arguments_or_come_from_the_environment(cli):
     job_id = (await cli.ok("job", "create", "--task", "echo", "--wait"))["id"]
     before = await asyncio.to_thread(

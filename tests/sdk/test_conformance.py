@@ -24,9 +24,16 @@ from tests.support.waiting import eventually
 REPO = Path(__file__).resolve().parents[2]
 SCENARIOS = sorted((REPO / "sdks" / "conformance" / "scenarios").glob("*.json"))
 TENANT_TOKEN = "conf-tenant-key"
+OTHER_TENANT_TOKEN = "conf-other-tenant-key"
 WORKER_TOKEN = "conf-worker-token"
-CREDENTIALS = ["--worker-token", WORKER_TOKEN, "--api-keys", f"{TENANT_TOKEN}:conformance"]
+CREDENTIALS = [
+    "--worker-token",
+    WORKER_TOKEN,
+    "--api-keys",
+    f"{TENANT_TOKEN}:conformance,{OTHER_TENANT_TOKEN}:conformance-other",
+]
 TENANT = {"Authorization": f"Bearer {TENANT_TOKEN}"}
+OTHER_TENANT = {"Authorization": f"Bearer {OTHER_TENANT_TOKEN}"}
 RUNNER_DEADLINE = 60.0
 
 
@@ -72,12 +79,14 @@ async def cluster(database_url, tmp_path):
     await c.stop()
 
 
-async def create_jobs(base_url: str, queue: str, jobs: list[dict[str, Any]]) -> list[str]:
+async def create_jobs(
+    base_url: str, queue: str, jobs: list[dict[str, Any]], headers: dict[str, str] = TENANT
+) -> list[str]:
     ids = []
     async with aiohttp.ClientSession() as http:
         for job in jobs:
             body = {**job, "config": {**job.get("config", {}), "queue": queue}}
-            async with http.post(f"{base_url}/api/v1/jobs", json=body, headers=TENANT) as resp:
+            async with http.post(f"{base_url}/api/v1/jobs", json=body, headers=headers) as resp:
                 assert resp.status == 201, await resp.text()
                 ids.append((await resp.json())["job_id"])
     return ids
@@ -146,8 +155,20 @@ async def calls_served(cluster: Cluster) -> dict[str, float]:
     return served
 
 
-async def get_json(base_url: str, path: str) -> Any:
-    async with aiohttp.ClientSession() as http, http.get(f"{base_url}{path}", headers=TENANT) as resp:
+async def mint_worker_key(base_url: str, queue: str, spec: dict[str, Any]) -> str:
+    """`setup.worker_key`: a key of the scenario's tenant (limited to the scenario's queue when
+    `queue_only`); its token is the runner's worker token."""
+    body = {"name": spec["name"], "queues": [queue] if spec.get("queue_only") else None}
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(f"{base_url}/api/v1/worker-keys", json=body, headers=TENANT) as resp,
+    ):
+        assert resp.status == 201, await resp.text()
+        return str((await resp.json())["token"])
+
+
+async def get_json(base_url: str, path: str, headers: dict[str, str] = TENANT) -> Any:
+    async with aiohttp.ClientSession() as http, http.get(f"{base_url}{path}", headers=headers) as resp:
         return resp.status, await resp.json()
 
 
@@ -193,13 +214,20 @@ async def act(action: dict[str, Any], event: dict[str, Any], run: Run, cluster: 
 
 
 async def drive(
-    language: str, scenario: dict[str, Any], path: Path, cluster: Cluster, db, queue: str, base_url: str
+    language: str,
+    scenario: dict[str, Any],
+    path: Path,
+    cluster: Cluster,
+    db,
+    queue: str,
+    base_url: str,
+    worker_token: str = WORKER_TOKEN,
 ) -> Run:
     env = {
         **os.environ,
         "QF_BASE_URL": base_url,
         "QF_TENANT_TOKEN": TENANT_TOKEN,
-        "QF_WORKER_TOKEN": WORKER_TOKEN,
+        "QF_WORKER_TOKEN": worker_token,
         "QF_QUEUE": queue,
     }
     argv, extra_env = runner_command(language)
@@ -271,6 +299,12 @@ async def test_sdk_conformance(language, built, path, cluster, db):
     scenario = json.loads(path.read_text())
     queue = f"conf-{language}-{scenario['name']}"
     job_ids = await create_jobs(cluster.api.base_url, queue, scenario["setup"]["jobs"])
+    other_ids = await create_jobs(
+        cluster.api.base_url, queue, scenario["setup"].get("other_tenant_jobs", []), OTHER_TENANT
+    )
+    worker_token = WORKER_TOKEN
+    if key := scenario["setup"].get("worker_key"):
+        worker_token = await mint_worker_key(cluster.api.base_url, queue, key)
 
     proxy = None
     base_url = cluster.api.base_url
@@ -279,7 +313,7 @@ async def test_sdk_conformance(language, built, path, cluster, db):
         await proxy.start()
         base_url = proxy.base_url
     try:
-        run = await drive(language, scenario, path, cluster, db, queue, base_url)
+        run = await drive(language, scenario, path, cluster, db, queue, base_url, worker_token)
     finally:
         if proxy is not None:
             await proxy.stop()
@@ -304,6 +338,10 @@ async def test_sdk_conformance(language, built, path, cluster, db):
         _, dlq = await get_json(cluster.api.base_url, f"/api/v1/dlq?queue={queue}&limit=100")
         dead = next((d for d in dlq["dead_letters"] if d["job_id"] == job_id), None)
         check_job(want, job, dead, f"{where} job {i}")
+    for i, (job_id, want) in enumerate(zip(other_ids, expect.get("other_tenant_jobs", []), strict=True)):
+        status, job = await get_json(cluster.api.base_url, f"/api/v1/jobs/{job_id}", OTHER_TENANT)
+        assert status == 200
+        check_job(want, job, None, f"{where} other tenant's job {i}")
     if calls := expect.get("calls"):
         served = await calls_served(cluster)
         for route, want in calls.items():

@@ -53,17 +53,17 @@ def test_bearer_token_extraction(header, token):
     assert bearer_token(header) == token
 
 
-def test_an_api_key_is_its_tenant_and_the_ro_suffix_makes_it_read_only():
+async def test_an_api_key_is_its_tenant_and_the_ro_suffix_makes_it_read_only():
     auth = strict()
-    assert auth.tenant(bearer("k-acme")) == Tenant("acme")
-    ro = auth.tenant(bearer("k-ro"))
+    assert await auth.tenant(bearer("k-acme")) == Tenant("acme")
+    ro = await auth.tenant(bearer("k-ro"))
     assert ro == Tenant("acme", read_only=True) and ro.access == "read_only"
 
 
-def test_a_jwt_sub_is_the_tenant_and_scope_read_is_read_only():
+async def test_a_jwt_sub_is_the_tenant_and_scope_read_is_read_only():
     auth = strict()
-    assert auth.tenant(bearer(token_for("globex"))) == Tenant("globex")
-    assert auth.tenant(bearer(token_for("globex", scope="read"))).read_only
+    assert await auth.tenant(bearer(token_for("globex"))) == Tenant("globex")
+    assert (await auth.tenant(bearer(token_for("globex", scope="read")))).read_only
 
 
 @pytest.mark.parametrize(
@@ -79,75 +79,76 @@ def test_a_jwt_sub_is_the_tenant_and_scope_read_is_read_only():
     ],
     ids=["expired", "no-exp", "no-sub", "forged", "alg-none", "not-a-jwt", "garbage"],
 )
-def test_an_invalid_tenant_token_is_401(token):
+async def test_an_invalid_tenant_token_is_401(token):
     with pytest.raises(Unauthorized):
-        strict().tenant(bearer(token))
+        await strict().tenant(bearer(token))
 
 
-def test_no_token_is_401_everywhere():
+async def test_no_token_is_401_everywhere():
     auth = strict()
     with pytest.raises(Unauthorized):
-        auth.tenant(None)
+        await auth.tenant(None)
     with pytest.raises(Unauthorized):
-        auth.worker(None)
+        await auth.worker(None)
 
 
-def test_the_worker_token_gets_no_tenant_identity():
+async def test_the_worker_token_gets_no_tenant_identity():
     with pytest.raises(Forbidden):
-        strict().tenant(bearer("w-token"))
+        await strict().tenant(bearer("w-token"))
 
 
-def test_worker_routes_take_only_the_worker_token():
+async def test_worker_routes_take_only_the_worker_token():
     auth = strict()
-    auth.worker(bearer("w-token"))
+    assert await auth.worker(bearer("w-token")) is None
     with pytest.raises(Forbidden):
-        auth.worker(bearer("k-acme"))
+        await auth.worker(bearer("k-acme"))
     with pytest.raises(Forbidden):
-        auth.worker(bearer(token_for("globex")))
+        await auth.worker(bearer(token_for("globex")))
     with pytest.raises(Unauthorized):
-        auth.worker(bearer("guess"))
+        await auth.worker(bearer("guess"))
 
 
-def test_development_mode_makes_any_token_tenant1_and_a_worker():
+async def test_development_mode_makes_any_token_tenant1_and_a_worker():
     auth = Authenticator(Settings(database_url="postgresql://x/y", dev=True))
-    assert auth.tenant(bearer("dev")) == Tenant(DEV_TENANT)
-    assert auth.tenant(bearer("anything")) == Tenant("tenant1")
-    auth.worker(bearer("dev"))
+    assert await auth.tenant(bearer("dev")) == Tenant(DEV_TENANT)
+    assert await auth.tenant(bearer("anything")) == Tenant("tenant1")
+    assert await auth.worker(bearer("dev")) is None
     with pytest.raises(Unauthorized):
-        auth.tenant(None)
+        await auth.tenant(None)
 
 
-def test_without_dev_placeholder_tokens_are_refused():
+async def test_without_dev_placeholder_tokens_are_refused():
     auth = strict()
     for token in ("dev", "tenant1", "anything"):
         with pytest.raises(Unauthorized):
-            auth.tenant(bearer(token))
+            await auth.tenant(bearer(token))
 
 
-def test_dev_with_a_worker_token_opens_the_worker_routes_to_that_token_only():
+async def test_dev_with_a_worker_token_opens_the_worker_routes_to_that_token_only():
     auth = Authenticator(Settings(database_url="postgresql://x/y", dev=True, worker_token="w"))
-    auth.worker(bearer("w"))
+    assert await auth.worker(bearer("w")) is None
     for token in ("dev", "anything"):  # tenant tokens in --dev: a tenant on a worker route is 403
         with pytest.raises(Forbidden):
-            auth.worker(bearer(token))
-    assert auth.tenant(bearer("dev")) == Tenant(DEV_TENANT)
+            await auth.worker(bearer(token))
+    assert await auth.tenant(bearer("dev")) == Tenant(DEV_TENANT)
     with pytest.raises(Forbidden):
-        auth.tenant(bearer("w"))
+        await auth.tenant(bearer("w"))
 
 
-def test_dev_with_api_keys_maps_no_unknown_token_to_the_placeholder_tenant():
+async def test_dev_with_api_keys_maps_no_unknown_token_to_the_placeholder_tenant():
     auth = Authenticator(
         Settings(database_url="postgresql://x/y", dev=True, api_keys=parse_api_keys("k:acme"))
     )
-    assert auth.tenant(bearer("k")) == Tenant("acme")
+    assert await auth.tenant(bearer("k")) == Tenant("acme")
     with pytest.raises(Unauthorized):
-        auth.tenant(bearer("dev"))
-    auth.worker(bearer("anything"))  # no worker token configured: --dev still lets workers in
+        await auth.tenant(bearer("dev"))
+    # No worker token configured: --dev still lets workers in, as the worker token would.
+    assert await auth.worker(bearer("anything")) is None
     with pytest.raises(Forbidden):
-        auth.worker(bearer("k"))
+        await auth.worker(bearer("k"))
 
 
-def test_dev_with_a_jwt_secret_maps_no_unknown_token_to_the_placeholder_tenant():
+async def test_dev_with_a_jwt_secret_maps_no_unknown_token_to_the_placeholder_tenant():
     auth = Authenticator(Settings(database_url="postgresql://x/y", dev=True, jwt_secret="s" * 40))
     with pytest.raises(Unauthorized):
-        auth.tenant(bearer("dev"))
+        await auth.tenant(bearer("dev"))

@@ -232,3 +232,29 @@ async def test_job_events_stream_decoded_jobs(stub):
             async for _ in qf.workflow_events("missing"):
                 pass
     assert statuses == ["running", "completed"]
+
+
+async def test_worker_key_calls_use_the_tenant_token(stub):
+    key = {
+        "id": "k1",
+        "name": "runners",
+        "queues": ["emails"],
+        "created_at": "2026-12-03T14:00:00Z",
+        "expires_at": None,
+    }
+    stub.routes[("POST", "/api/v1/worker-keys")] = lambda r: web.json_response({**key, "token": "qfwk_x"}, status=201)
+    stub.routes[("GET", "/api/v1/worker-keys")] = lambda r: web.json_response({"worker_keys": [key]})
+    stub.routes[("DELETE", "/api/v1/worker-keys/k1")] = lambda r: web.Response(status=204)
+    async with Client(stub.url, "tenant", worker_token="worker") as qf:
+        minted = await qf.create_worker_key(name="runners", queues=["emails"])
+        listed = await qf.list_worker_keys()
+        assert await qf.delete_worker_key("k1") is None
+    assert minted.token == "qfwk_x" and minted.queues == ["emails"] and minted.expires_at is None
+    assert [k.id for k in listed.worker_keys] == ["k1"]
+    assert [(method, path) for method, path, _, _ in stub.requests] == [
+        ("POST", "/api/v1/worker-keys"),
+        ("GET", "/api/v1/worker-keys"),
+        ("DELETE", "/api/v1/worker-keys/k1"),
+    ]
+    assert all(headers["Authorization"] == "Bearer tenant" for _, _, headers, _ in stub.requests)
+    assert stub.requests[0][3] == {"name": "runners", "queues": ["emails"]}

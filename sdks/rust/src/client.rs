@@ -284,6 +284,24 @@ impl Client {
         Ok(EventStream::new(self.send(rb).await?))
     }
 
+    // --- worker keys ----------------------------------------------------------------------------
+
+    /// `POST /api/v1/worker-keys`: the answer's `token` is shown only here; it works as a
+    /// `worker_token` for this tenant's jobs, on the key's queues only.
+    pub async fn create_worker_key(&self, req: &CreateWorkerKeyRequest) -> Result<CreateWorkerKeyResponse> {
+        self.json(self.post_json("/api/v1/worker-keys", req)).await
+    }
+
+    /// `GET /api/v1/worker-keys` (without tokens).
+    pub async fn list_worker_keys(&self) -> Result<ListWorkerKeysResponse> {
+        self.json(self.get("/api/v1/worker-keys")).await
+    }
+
+    /// `DELETE /api/v1/worker-keys/{id}`: revokes the key.
+    pub async fn delete_worker_key(&self, id: &str) -> Result<()> {
+        self.empty(self.request(Method::DELETE, &format!("/api/v1/worker-keys/{}", seg(id)), Auth::Tenant)).await
+    }
+
     // --- cron -----------------------------------------------------------------------------------
 
     /// `POST /api/v1/cron`: 409 when the name is taken.

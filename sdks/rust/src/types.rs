@@ -671,6 +671,40 @@ pub struct QueueControlResponse {
 
 // --- cron ---------------------------------------------------------------------------------------
 
+/// `POST /api/v1/worker-keys`: `queues` None is every queue, `expires_at` (RFC 3339, in the
+/// future) None never expires.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CreateWorkerKeyRequest {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queues: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
+}
+
+/// A worker key as the server lists it (never its token).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkerKey {
+    pub id: String,
+    pub name: String,
+    pub queues: Option<Vec<String>>,
+    pub created_at: String,
+    pub expires_at: Option<String>,
+}
+
+/// The answer to a mint: the key and its token, shown in this answer only.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CreateWorkerKeyResponse {
+    #[serde(flatten)]
+    pub key: WorkerKey,
+    pub token: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ListWorkerKeysResponse {
+    pub worker_keys: Vec<WorkerKey>,
+}
+
 /// `POST /api/v1/cron`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct CreateCronRequest {

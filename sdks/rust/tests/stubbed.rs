@@ -785,3 +785,35 @@ async fn offers_batch_complete_reads_openapi() {
     let err = Client::new("http://127.0.0.1:9", "k").offers_batch_complete().await.unwrap_err();
     assert!(matches!(err, Error::Transport(_)));
 }
+
+#[tokio::test]
+async fn worker_key_calls_mint_list_and_revoke_with_the_tenant_token() {
+    let key = json!({"id": "k1", "name": "runners", "queues": ["emails"], "created_at": "2026-12-03T14:00:00Z", "expires_at": null});
+    let listed = key.clone();
+    let (base, log) = serve(move |req| match req.method.as_str() {
+        "POST" => {
+            let mut minted = key.clone();
+            minted["token"] = json!("qfwk_x");
+            Resp::json(201, minted)
+        }
+        "GET" => Resp::json(200, json!({"worker_keys": [listed.clone()]})),
+        _ => Resp::empty(204),
+    })
+    .await;
+    let qf = client(&base);
+    let req =
+        CreateWorkerKeyRequest { name: "runners".into(), queues: Some(vec!["emails".into()]), ..Default::default() };
+    let minted = qf.create_worker_key(&req).await.expect("minted");
+    assert_eq!(minted.token, "qfwk_x");
+    assert_eq!(minted.key.queues, Some(vec!["emails".to_string()]));
+    assert_eq!(minted.key.expires_at, None);
+    let keys = qf.list_worker_keys().await.expect("listed").worker_keys;
+    assert_eq!(keys.iter().map(|k| k.id.as_str()).collect::<Vec<_>>(), ["k1"]);
+    qf.delete_worker_key("k1").await.expect("revoked");
+    let posted = requests(&log, "POST", "/api/v1/worker-keys");
+    assert_eq!(posted[0].json(), json!({"name": "runners", "queues": ["emails"]}));
+    assert_eq!(posted[0].header("authorization"), Some("Bearer tenant-key"));
+    assert_eq!(requests(&log, "GET", "/api/v1/worker-keys")[0].header("authorization"), Some("Bearer tenant-key"));
+    let deleted = requests(&log, "DELETE", "/api/v1/worker-keys/k1");
+    assert_eq!(deleted[0].header("authorization"), Some("Bearer tenant-key"));
+}

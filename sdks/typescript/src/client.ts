@@ -239,6 +239,24 @@ export class Cron extends Group {
   }
 }
 
+/** `/api/v1/worker-keys`: keys this tenant mints for its own workers (a `workerToken` for its jobs only). */
+export class WorkerKeys extends Group {
+  /** `POST /api/v1/worker-keys`: the answer's `token` is shown only here. */
+  create(body: T.CreateWorkerKeyRequest, options?: CallOptions): Promise<T.CreateWorkerKeyResponse> {
+    return this.postJson<T.CreateWorkerKeyResponse>("/api/v1/worker-keys", body, options);
+  }
+
+  /** `GET /api/v1/worker-keys`: without tokens. */
+  list(options?: CallOptions): Promise<T.ListWorkerKeysResponse> {
+    return this.getJson<T.ListWorkerKeysResponse>("/api/v1/worker-keys", undefined, options);
+  }
+
+  /** `DELETE /api/v1/worker-keys/{id}`: revokes the key. */
+  async delete(id: string, options?: CallOptions): Promise<void> {
+    await this.call<void>({ method: "DELETE", path: `/api/v1/worker-keys/${seg(id)}`, ...options });
+  }
+}
+
 /** `/api/v1/dlq`: dead letters. */
 export class DeadLetters extends Group {
   list(params: T.ListDeadLettersParams = {}, options?: CallOptions): Promise<T.ListDeadLettersResponse> {
@@ -319,6 +337,7 @@ export class QueueFlow {
   readonly dlq: DeadLetters;
   readonly queues: Queues;
   readonly system: System;
+  readonly workerKeys: WorkerKeys;
   /** The worker protocol (lease, heartbeat, complete, fail) and the worker loop, on the worker token. */
   readonly worker: Worker;
 
@@ -340,6 +359,7 @@ export class QueueFlow {
     this.dlq = new DeadLetters(transport, options.token);
     this.queues = new Queues(transport, options.token);
     this.system = new System(transport, options.token);
+    this.workerKeys = new WorkerKeys(transport, options.token);
     this.worker = new Worker(transport, options.workerToken ?? options.token);
   }
 

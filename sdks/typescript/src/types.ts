@@ -448,3 +448,30 @@ export type ListCronsParams = ListParams;
 export interface ListCronsResponse extends Page {
   crons: CronSchedule[];
 }
+
+// --- worker keys -----------------------------------------------------------------------------
+
+export interface CreateWorkerKeyRequest {
+  name: string;
+  /** Null or absent: every queue. */
+  queues?: string[] | null;
+  /** RFC 3339, in the future; null or absent: never expires. */
+  expires_at?: string | null;
+}
+
+export interface WorkerKey {
+  id: string;
+  name: string;
+  queues: string[] | null;
+  created_at: string;
+  expires_at: string | null;
+}
+
+export interface CreateWorkerKeyResponse extends WorkerKey {
+  /** Shown in this answer only: a `workerToken` for this tenant's jobs. */
+  token: string;
+}
+
+export interface ListWorkerKeysResponse {
+  worker_keys: WorkerKey[];
+}

@@ -245,3 +245,27 @@ test("worker.completeMany sends the batch acknowledgement; offersCompleteMany re
     await stub.close();
   }
 });
+
+test("workerKeys mint, list and revoke with the tenant token", async () => {
+  const key = { id: "k1", name: "runners", queues: ["emails"], created_at: "2026-12-03T14:00:00Z", expires_at: null };
+  const stub = await startStub((req, res) => {
+    if (req.method === "POST") json(res, 201, { ...key, token: "qfwk_x" });
+    else if (req.method === "GET") json(res, 200, { worker_keys: [key] });
+    else json(res, 204);
+  });
+  try {
+    const qf = new QueueFlow({ baseUrl: stub.url, token: "tenant", workerToken: "worker" });
+    const minted = await qf.workerKeys.create({ name: "runners", queues: ["emails"] });
+    assert.equal(minted.token, "qfwk_x");
+    assert.deepEqual((await qf.workerKeys.list()).worker_keys, [key]);
+    await qf.workerKeys.delete("k1");
+    assert.deepEqual(
+      stub.requests.map((r) => `${r.method} ${r.path}`),
+      ["POST /api/v1/worker-keys", "GET /api/v1/worker-keys", "DELETE /api/v1/worker-keys/k1"],
+    );
+    assert.ok(stub.requests.every((r) => r.headers.authorization === "Bearer tenant"));
+    assert.deepEqual(stub.requests[0]!.body, { name: "runners", queues: ["emails"] });
+  } finally {
+    await stub.close();
+  }
+});

@@ -94,7 +94,8 @@ SELECT status, workflow_id FROM queueflow.jobs WHERE id = $1 AND tenant_id = $2;
 -- created_at order, with SKIP LOCKED; a fill pass tops the batch up from tenants with more work.
 -- The batch is then cut in rounds (every tenant's first job, then every tenant's second ...), and
 -- $5 rotates which tenant leads a round, so one tenant's backlog can never starve another's job.
--- $6: the claim's key (see claim_key below).
+-- $6: the claim's key (see claim_key below). $7, when not null, is the only tenant claimed from
+-- (a worker key's).
 --
 -- Jobs with limit keys (migration 12) come from their own index, one key at a time: a loose scan
 -- finds each tenant's waiting first keys, and each key gives at most the jobs its policy would let
@@ -105,7 +106,7 @@ SELECT status, workflow_id FROM queueflow.jobs WHERE id = $1 AND tenant_id = $2;
 WITH RECURSIVE tenants AS (
     SELECT t.tenant_key, row_number() OVER (ORDER BY t.tenant_key) AS pos
     FROM queueflow.tenant_queues t
-    WHERE t.queue_name = $1 AND NOT t.paused
+    WHERE t.queue_name = $1 AND NOT t.paused AND ($7::text IS NULL OR t.tenant_key = $7)
       AND (EXISTS (SELECT 1 FROM queueflow.jobs j
                    WHERE j.queue_name = $1 AND COALESCE(j.tenant_id, '') = t.tenant_key
                      AND j.status IN ('pending', 'retrying') AND j.limit_keys IS NULL

@@ -423,6 +423,24 @@ class Client:
         """``POST /api/v1/cron/{id}/resume``."""
         await self.request("POST", f"/api/v1/cron/{_seg(cron_id)}/resume")
 
+    # --- worker keys ----------------------------------------------------------------------------
+
+    async def create_worker_key(
+        self, key: m.CreateWorkerKeyRequest | None = None, **fields: Any
+    ) -> m.CreateWorkerKeyResponse:
+        """``POST /api/v1/worker-keys``: a request, or its fields (name, queues, expires_at). The
+        answer's ``token`` is shown only here; it is a ``worker_token`` for this tenant's jobs."""
+        body = key if key is not None else m.CreateWorkerKeyRequest(**fields)
+        return await self.request("POST", "/api/v1/worker-keys", m.CreateWorkerKeyResponse, body=body)
+
+    async def list_worker_keys(self) -> m.ListWorkerKeysResponse:
+        """``GET /api/v1/worker-keys`` (without tokens)."""
+        return await self.request("GET", "/api/v1/worker-keys", m.ListWorkerKeysResponse)
+
+    async def delete_worker_key(self, key_id: str) -> None:
+        """Revoke a key: ``DELETE /api/v1/worker-keys/{id}``."""
+        await self.request("DELETE", f"/api/v1/worker-keys/{_seg(key_id)}")
+
     # --- dead letters ----------------------------------------------------------------------------
 
     async def list_dead_letters(

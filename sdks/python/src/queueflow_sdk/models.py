@@ -28,6 +28,8 @@ __all__ = [
     "CreateCronResponse",
     "CreateJobRequest",
     "CreateJobResponse",
+    "CreateWorkerKeyRequest",
+    "CreateWorkerKeyResponse",
     "CreateWorkflowRequest",
     "CreateWorkflowResponse",
     "CronSchedule",
@@ -49,6 +51,7 @@ __all__ = [
     "ListCronsResponse",
     "ListDeadLettersResponse",
     "ListJobsResponse",
+    "ListWorkerKeysResponse",
     "ListWorkflowsResponse",
     "MAX_COMPLETIONS",
     "OpenApiDocument",
@@ -65,6 +68,7 @@ __all__ = [
     "StepStatus",
     "TasksResponse",
     "WhoAmIResponse",
+    "WorkerKey",
     "Workflow",
     "WorkflowDiagramResponse",
     "WorkflowEvent",
@@ -536,3 +540,32 @@ class ListCronsResponse(_Body):
     has_more: bool
     total: int | None = None
     next_cursor: str | None = None
+
+
+# --- worker keys ---------------------------------------------------------------------------------
+
+
+class CreateWorkerKeyRequest(_Body):
+    """``queues`` None: every queue; ``expires_at`` None: never expires."""
+
+    name: str
+    queues: list[str] | None = None
+    expires_at: datetime | None = None
+
+
+class WorkerKey(_Body):
+    id: str
+    name: str
+    queues: list[str] | None
+    created_at: datetime
+    expires_at: datetime | None
+
+
+class CreateWorkerKeyResponse(WorkerKey):
+    """The key and its token, which no other answer shows: use it as a client's ``worker_token``."""
+
+    token: str
+
+
+class ListWorkerKeysResponse(_Body):
+    worker_keys: list[WorkerKey]

@@ -1,0 +1,154 @@
+"""The worker key cache and the Authenticator's use of it, without a database: which tokens are
+looked up at all, how long an answer is kept, and what drops it."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from shared.config import Settings, parse_api_keys
+from shared.domain.errors import Forbidden, Unauthorized
+from shared.domain.worker_keys import WorkerGrant, token_digest
+from shared.web import auth
+from shared.web.auth import Authenticator, WorkerKeyCache
+
+TOKEN = "qfwk_" + "k" * 43
+
+
+def grant(expires_at: datetime | None = None) -> WorkerGrant:
+    return WorkerGrant(key_id=uuid.uuid4(), tenant="acme", queues=None, expires_at=expires_at)
+
+
+class Lookups:
+    """A stand-in for the database: the keys it holds by digest, and the digests asked about."""
+
+    def __init__(self, **keys: WorkerGrant) -> None:
+        self.keys = {token_digest(token): g for token, g in keys.items()}
+        self.asked: list[bytes] = []
+        self.read = asyncio.Event()  # set by each lookup once it has read its answer
+        self.gate: asyncio.Event | None = None  # when set, a lookup answers only once it is set
+
+    async def __call__(self, digest: bytes) -> WorkerGrant | None:
+        self.asked.append(digest)
+        found = self.keys.get(digest)
+        self.read.set()
+        if self.gate is not None:
+            await self.gate.wait()
+        return found
+
+
+def authenticator(lookups: Lookups, listening: bool = True) -> Authenticator:
+    settings = Settings(
+        database_url="postgresql://unused/none",
+        dev=False,
+        worker_token="wtok",
+        api_keys=parse_api_keys("key1:acme"),
+    )
+    found = Authenticator(settings)
+    found.worker_keys = WorkerKeyCache(lookups, lambda: listening)
+    return found
+
+
+async def test_only_tokens_shaped_like_keys_are_looked_up():
+    lookups = Lookups()
+    auth_ = authenticator(lookups)
+    for token in ("nope", "wrong-token", "QFWK_x", "key1x"):
+        with pytest.raises(Unauthorized):
+            await auth_.worker(f"Bearer {token}")
+        with pytest.raises(Unauthorized):
+            await auth_.tenant(f"Bearer {token}")
+    assert await auth_.worker("Bearer wtok") is None
+    assert (await auth_.tenant("Bearer key1")).id == "acme"
+    assert lookups.asked == []
+    with pytest.raises(Unauthorized):
+        await auth_.worker(f"Bearer {TOKEN}")
+    assert lookups.asked == [token_digest(TOKEN)]
+
+
+async def test_a_live_key_opens_the_worker_routes_and_is_refused_on_tenant_routes():
+    key = grant()
+    auth_ = authenticator(Lookups(**{TOKEN: key}))
+    assert await auth_.worker(f"Bearer {TOKEN}") == key
+    with pytest.raises(Forbidden):
+        await auth_.tenant(f"Bearer {TOKEN}")
+
+
+async def test_an_answer_is_kept_and_unknown_tokens_too():
+    lookups = Lookups(**{TOKEN: grant()})
+    auth_ = authenticator(lookups)
+    for _ in range(3):
+        await auth_.worker(f"Bearer {TOKEN}")
+        with pytest.raises(Unauthorized):
+            await auth_.worker("Bearer qfwk_unknown")
+    assert len(lookups.asked) == 2
+
+
+async def test_expiry_is_checked_at_every_use_of_a_kept_key():
+    lookups = Lookups(**{TOKEN: grant(expires_at=datetime.now(UTC) + timedelta(milliseconds=200))})
+    auth_ = authenticator(lookups)
+    await auth_.worker(f"Bearer {TOKEN}")
+    await asyncio.sleep(0.25)  # past the key's own expiry, well inside the cache's life
+    with pytest.raises(Unauthorized):
+        await auth_.worker(f"Bearer {TOKEN}")
+    assert len(lookups.asked) == 1
+
+
+async def test_a_kept_answer_lives_at_most_key_cache_secs(monkeypatch):
+    clock = [1000.0]
+    monkeypatch.setattr(auth.time, "monotonic", lambda: clock[0])
+    lookups = Lookups(**{TOKEN: grant()})
+    cache = WorkerKeyCache(lookups, lambda: True)
+    await cache.find(token_digest(TOKEN))
+    clock[0] += auth.KEY_CACHE_SECS - 0.1
+    await cache.find(token_digest(TOKEN))
+    assert len(lookups.asked) == 1
+    clock[0] += 0.2
+    await cache.find(token_digest(TOKEN))
+    assert len(lookups.asked) == 2
+
+
+async def test_forgetting_a_key_drops_it_and_only_it():
+    one, two = grant(), grant()
+    lookups = Lookups(**{TOKEN: one, "qfwk_two": two})
+    cache = WorkerKeyCache(lookups, lambda: True)
+    await cache.find(token_digest(TOKEN))
+    await cache.find(token_digest("qfwk_two"))
+    cache.forget(str(one.key_id))
+    await cache.find(token_digest(TOKEN))
+    await cache.find(token_digest("qfwk_two"))
+    assert lookups.asked.count(token_digest(TOKEN)) == 2
+    assert lookups.asked.count(token_digest("qfwk_two")) == 1
+    cache.forget("")  # notifications may have been missed: everything goes
+    await cache.find(token_digest("qfwk_two"))
+    assert lookups.asked.count(token_digest("qfwk_two")) == 2
+
+
+async def test_nothing_is_kept_while_revocations_could_go_unheard():
+    listening = [False]
+    lookups = Lookups(**{TOKEN: grant()})
+    cache = WorkerKeyCache(lookups, lambda: listening[0])
+    await cache.find(token_digest(TOKEN))
+    await cache.find(token_digest(TOKEN))
+    assert len(lookups.asked) == 2
+    listening[0] = True
+    await cache.find(token_digest(TOKEN))
+    listening[0] = False  # the LISTEN connection is lost: what was kept is not trusted
+    await cache.find(token_digest(TOKEN))
+    assert len(lookups.asked) == 4
+
+
+async def test_a_lookup_overtaken_by_a_revocation_is_not_kept():
+    key = grant()
+    lookups = Lookups(**{TOKEN: key})
+    cache = WorkerKeyCache(lookups, lambda: True)
+    lookups.gate = asyncio.Event()
+    pending = asyncio.create_task(cache.find(token_digest(TOKEN)))
+    await lookups.read.wait()
+    cache.forget(str(key.key_id))  # the row was deleted while the lookup was under way
+    del lookups.keys[token_digest(TOKEN)]
+    lookups.gate.set()
+    assert await pending == key  # read before the delete: used once
+    assert await cache.find(token_digest(TOKEN)) is None  # but not kept
