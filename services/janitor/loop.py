@@ -111,7 +111,7 @@ class Janitor:
                 await self.reclaim_expired()
                 since = await janitor.wake_due_queues(self.db.pool, since)
                 await limits.wake_limited_queues(self.db.pool)
-                await limits.fold_releases(self.db.pool, s.janitor_batch)
+                await limits.fold_releases(self.db.pool, 10 * s.janitor_batch)
                 await self.fire_crons()
                 await self.time_out_workflows()
                 if loop.time() >= next_housekeeping:

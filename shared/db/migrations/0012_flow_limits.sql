@@ -40,6 +40,11 @@ ALTER INDEX queueflow.jobs_claim_free_idx RENAME TO jobs_claim_idx;
 CREATE INDEX jobs_claim_limited_idx ON queueflow.jobs
     (queue_name, (COALESCE(tenant_id, '')), (limit_keys[1]), priority DESC, scheduled_at, created_at)
     WHERE status IN ('pending', 'retrying') AND limit_keys IS NOT NULL;
+-- ... and first, in claim order, a bounded window of them: when that window holds enough jobs
+-- whose keys have room (the usual case: many keys, few saturated), no key is visited one by one.
+CREATE INDEX jobs_claim_limited_order_idx ON queueflow.jobs
+    (queue_name, (COALESCE(tenant_id, '')), priority DESC, scheduled_at, created_at)
+    WHERE status IN ('pending', 'retrying') AND limit_keys IS NOT NULL;
 
 CREATE TABLE queueflow.limit_policies (
     tenant_key    text             NOT NULL,
@@ -130,6 +135,19 @@ LANGUAGE sql IMMUTABLE AS $$
                             1 - rate_count::double precision / (f.cur + taken))))
            END
     FROM f
+$$;
+
+-- How many more jobs of a key may start now, read without its lock: the concurrency left (less the
+-- releases not yet folded in) and the rate's room; `big` for a key with neither.
+CREATE FUNCTION queueflow.limit_room(s queueflow.limit_state, big integer) RETURNS integer
+LANGUAGE sql STABLE AS $$
+    SELECT LEAST(
+        CASE WHEN s.concurrency IS NULL THEN big
+             ELSE s.concurrency - s.running + (SELECT count(*)::integer FROM queueflow.limit_releases r
+                                               WHERE r.tenant_key = s.tenant_key AND r.key = s.key) END,
+        CASE WHEN s.rate_count IS NULL THEN big
+             ELSE (SELECT w.room FROM queueflow.rate_window(s.rate_count, s.rate_per_secs, s.rate_start,
+                                                            s.rate_prev, s.rate_cur, now()) w) END)
 $$;
 
 -- Fold the releases of the given keys into `running`: used by the janitor for keys no claim

@@ -146,7 +146,46 @@ WITH RECURSIVE tenants AS (
         LIMIT GREATEST(0, $2 - (SELECT count(*) FROM first_pass))
         FOR UPDATE SKIP LOCKED
     ) c
+), walk AS MATERIALIZED (
+    -- Unlocked: a bounded window of each tenant's waiting limited jobs, in claim order.
+    SELECT c.id, t.tenant_key, c.limit_keys, c.priority, c.scheduled_at, c.created_at
+    FROM tenants t CROSS JOIN share
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.limit_keys, j.priority, j.scheduled_at, j.created_at FROM queueflow.jobs j
+        WHERE j.queue_name = $1 AND COALESCE(j.tenant_id, '') = t.tenant_key
+          AND j.status IN ('pending', 'retrying') AND j.limit_keys IS NOT NULL AND j.scheduled_at <= now()
+        ORDER BY j.priority DESC, j.scheduled_at, j.created_at
+        LIMIT 2 * share.n + 64
+    ) c
+), walk_pairs AS (
+    SELECT w.id, w.tenant_key, k.key,
+           row_number() OVER (PARTITION BY w.tenant_key, k.key
+                              ORDER BY w.priority DESC, w.scheduled_at, w.created_at) AS rank
+    FROM walk w CROSS JOIN LATERAL unnest(w.limit_keys) AS k(key)
+), walk_room AS MATERIALIZED (
+    SELECT s.tenant_key, s.key,
+           LEAST(CASE WHEN s.concurrency IS NULL THEN $2
+                      ELSE s.concurrency - s.running + COALESCE(r.n, 0) END,
+                 CASE WHEN s.rate_count IS NULL THEN $2
+                      ELSE (SELECT w.room FROM queueflow.rate_window(s.rate_count, s.rate_per_secs, s.rate_start,
+                                                                     s.rate_prev, s.rate_cur, now()) w) END) AS room
+    FROM (SELECT DISTINCT tenant_key, key FROM walk_pairs) AS k
+    JOIN queueflow.limit_state s ON s.tenant_key = k.tenant_key AND s.key = k.key
+    LEFT JOIN (SELECT r.tenant_key, r.key, count(*)::int AS n FROM queueflow.limit_releases r
+               GROUP BY r.tenant_key, r.key) AS r ON r.tenant_key = s.tenant_key AND r.key = s.key
+), walk_pick AS MATERIALIZED (
+    -- The walked jobs whose every key has room for them (in the key's order), read without locks.
+    SELECT w.id, w.tenant_key, w.priority, w.scheduled_at, w.created_at FROM walk w
+    WHERE w.id NOT IN (
+        SELECT p.id FROM walk_pairs p LEFT JOIN walk_room r USING (tenant_key, key)
+        WHERE r.key IS NULL OR p.rank > r.room)
+), walked_enough AS (
+    -- The window saw every waiting limited job, or found at least half a batch: no key-by-key visit.
+    SELECT (SELECT count(*) FROM walk) < (SELECT count(*) FROM tenants) * (2 * (SELECT n FROM share) + 64)
+           OR (SELECT count(*) FROM walk_pick) * 2 >= $2 AS yes
 ), waiting_keys AS (
+    -- Else each tenant's waiting first keys, by a loose scan of their index, and a few jobs of each
+    -- key with room: a saturated key's backlog is never read.
     SELECT t.tenant_key,
            (SELECT min(j.limit_keys[1]) FROM queueflow.jobs j
             WHERE j.queue_name = $1 AND COALESCE(j.tenant_id, '') = t.tenant_key
@@ -160,35 +199,31 @@ WITH RECURSIVE tenants AS (
               AND j.limit_keys[1] > w.key)
     FROM waiting_keys w WHERE w.key IS NOT NULL
 ), key_room AS (
-    -- What each waiting key may start, read without its lock (the grant below decides), and no
-    -- more than an even share of the batch per key beyond two: the claim reads a few rows of
-    -- each waiting key, not each key's whole room.
+    -- What each waiting key may start (read without its lock: the grant below decides), and no
+    -- more than an even share of the batch per key beyond two.
     SELECT w.tenant_key, w.key,
-           LEAST(share.n,
-                 GREATEST(2, CEIL(2.0 * $2 / GREATEST(1, count(*) OVER ())))::int,
-                 CASE WHEN s.concurrency IS NULL THEN share.n
-                      ELSE s.concurrency - s.running + (SELECT count(*) FROM queueflow.limit_releases r
-                                                        WHERE r.tenant_key = s.tenant_key AND r.key = s.key)
-                 END,
-                 CASE WHEN s.rate_count IS NULL THEN share.n
-                      ELSE (SELECT rw.room FROM queueflow.rate_window(s.rate_count, s.rate_per_secs, s.rate_start,
-                                                                      s.rate_prev, s.rate_cur, now()) rw)
-                 END) AS room
+           LEAST(share.n, GREATEST(2, CEIL(2.0 * $2 / GREATEST(1, count(*) OVER ())))::int,
+                 queueflow.limit_room(s, share.n)) AS room
     FROM waiting_keys w CROSS JOIN share
     JOIN queueflow.limit_state s ON s.tenant_key = w.tenant_key AND s.key = w.key
 ), limited_pick AS (
-    -- Unlocked: each key's first jobs, then the batch's best of them; only those are locked.
-    SELECT c.id, k.tenant_key, c.priority, c.scheduled_at, c.created_at
-    FROM key_room k
-    CROSS JOIN LATERAL (
-        SELECT j.id, j.priority, j.scheduled_at, j.created_at FROM queueflow.jobs j
-        WHERE j.queue_name = $1 AND COALESCE(j.tenant_id, '') = k.tenant_key AND j.limit_keys[1] = k.key
-          AND j.status IN ('pending', 'retrying') AND j.limit_keys IS NOT NULL AND j.scheduled_at <= now()
-        ORDER BY j.priority DESC, j.scheduled_at, j.created_at
-        LIMIT k.room
-    ) c
-    WHERE k.room > 0
-    ORDER BY c.priority DESC, c.scheduled_at, c.created_at
+    -- Unlocked candidates, the batch's best of them; only those are locked below.
+    SELECT * FROM (
+        SELECT id, tenant_key, priority, scheduled_at, created_at FROM walk_pick
+        WHERE (SELECT yes FROM walked_enough)
+        UNION ALL
+        SELECT c.id, k.tenant_key, c.priority, c.scheduled_at, c.created_at
+        FROM key_room k
+        CROSS JOIN LATERAL (
+            SELECT j.id, j.priority, j.scheduled_at, j.created_at FROM queueflow.jobs j
+            WHERE j.queue_name = $1 AND COALESCE(j.tenant_id, '') = k.tenant_key AND j.limit_keys[1] = k.key
+              AND j.status IN ('pending', 'retrying') AND j.limit_keys IS NOT NULL AND j.scheduled_at <= now()
+            ORDER BY j.priority DESC, j.scheduled_at, j.created_at
+            LIMIT k.room
+        ) c
+        WHERE k.room > 0 AND NOT (SELECT yes FROM walked_enough)
+    ) AS candidates
+    ORDER BY priority DESC, scheduled_at, created_at
     LIMIT $2
 ), limited AS (
     SELECT j.id, p.tenant_key, j.limit_keys, j.priority, j.scheduled_at, j.created_at
@@ -224,11 +259,11 @@ WITH RECURSIVE tenants AS (
            row_number() OVER (PARTITION BY p.tenant_key, p.key
                               ORDER BY p.priority DESC, p.scheduled_at, p.created_at) AS rank
     FROM pairs p
-), refused_pairs AS MATERIALIZED (
-    SELECT r.id, r.tenant_key, r.key FROM ranked r LEFT JOIN room m USING (tenant_key, key)
-    WHERE m.key IS NULL OR r.rank > m.free
+), judged AS MATERIALIZED (
+    SELECT r.id, r.tenant_key, r.key, (m.key IS NULL OR r.rank > m.free) AS refused
+    FROM ranked r LEFT JOIN room m USING (tenant_key, key)
 ), refused AS (
-    SELECT DISTINCT id FROM refused_pairs
+    SELECT DISTINCT id FROM judged WHERE refused
 ), granted AS (
     SELECT l.id, (t.pos + $5::bigint) % share.tenants AS lead,
            row_number() OVER (PARTITION BY l.tenant_key
@@ -241,31 +276,37 @@ WITH RECURSIVE tenants AS (
         AS candidates
     ORDER BY round, lead, priority DESC, scheduled_at, created_at
     LIMIT $2
-), taken AS (
-    SELECT p.tenant_key, p.key, count(*)::int AS n FROM pairs p JOIN chosen c USING (id)
-    GROUP BY p.tenant_key, p.key
+), key_counts AS MATERIALIZED (
+    -- Per key: how many of this claim's jobs took a slot, and how many were left waiting.
+    SELECT j.tenant_key, j.key, count(*) FILTER (WHERE j.refused) AS refused_n,
+           count(*) FILTER (WHERE j.id IN (SELECT id FROM chosen)) AS taken_n
+    FROM judged j GROUP BY j.tenant_key, j.key
 ), bumped AS (
     UPDATE queueflow.limit_state s
-    SET running = m.running + COALESCE(t.n, 0),
+    SET running = m.running + k.taken_n,
         rate_start = COALESCE(m.start, s.rate_start),
         rate_prev = COALESCE(m.prev, s.rate_prev),
-        rate_cur = COALESCE(m.cur + COALESCE(t.n, 0), s.rate_cur),
-        throttled = s.throttled + COALESCE(x.n, 0),
+        rate_cur = COALESCE(m.cur + k.taken_n, s.rate_cur),
+        throttled = s.throttled + k.refused_n,
         -- A key whose rate this claim used up: the janitor wakes the queue when one more may start.
-        wake_at = CASE WHEN m.rate_count IS NOT NULL AND m.free - COALESCE(t.n, 0) < 1
+        wake_at = CASE WHEN m.rate_count IS NOT NULL AND m.free - k.taken_n < 1
                        THEN (SELECT rw.next_at FROM queueflow.rate_window(m.rate_count, m.rate_per_secs,
-                                 m.rate_start, m.rate_prev, m.rate_cur, now(), COALESCE(t.n, 0)) rw)
+                                 m.rate_start, m.rate_prev, m.rate_cur, now(), k.taken_n::int) rw)
                        ELSE s.wake_at END,
-        wake_queue = CASE WHEN m.rate_count IS NOT NULL AND m.free - COALESCE(t.n, 0) < 1 THEN $1
+        wake_queue = CASE WHEN m.rate_count IS NOT NULL AND m.free - k.taken_n < 1 THEN $1
                           ELSE s.wake_queue END
-    FROM room m LEFT JOIN taken t USING (tenant_key, key)
-    LEFT JOIN (SELECT tenant_key, key, count(*) AS n FROM refused_pairs GROUP BY tenant_key, key) x
-        USING (tenant_key, key)
+    FROM room m JOIN key_counts k USING (tenant_key, key)
     WHERE s.tenant_key = m.tenant_key AND s.key = m.key
     RETURNING s.wake_at IS NOT NULL AND s.wake_queue = $1 AS waking
 ), announced AS (
-    -- The janitor owns the timers: tell it a key's rate ran out (it sleeps until the wake-up).
-    SELECT count(pg_notify('queueflow_delayed', $1)) AS n FROM (SELECT 1 FROM bumped WHERE waking LIMIT 1) AS b
+    -- The janitor owns the timers: tell it a key's rate ran out (it sleeps until the wake-up). And
+    -- a key whose state row another transaction held was left for later: wake this queue's
+    -- waiters again, or its jobs would wait for the next release or poll.
+    SELECT (SELECT count(pg_notify('queueflow_delayed', $1)) FROM (SELECT 1 FROM bumped WHERE waking LIMIT 1) AS b)
+         + (SELECT count(pg_notify('queueflow_work', $1))
+            FROM (SELECT 1 FROM pairs p
+                  WHERE NOT EXISTS (SELECT 1 FROM locked l WHERE l.tenant_key = p.tenant_key AND l.key = p.key)
+                  LIMIT 1) AS k) AS n
 )
 UPDATE queueflow.jobs j
 SET status = 'running',
