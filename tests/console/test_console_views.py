@@ -511,6 +511,43 @@ async def test_cron_view_creates_pauses_resumes_and_deletes_a_schedule(client, c
     await call(client, "GET", f"/api/v1/cron/{cron['id']}", expect=(404,))
 
 
+async def test_limits_view_sets_shows_live_figures_and_deletes_a_limit(client, console):
+    await console.sign_in("dev", "#/limits")
+    await console.heading("Limits")
+    await expect(console.page.locator("#view .empty")).to_have_text("No limits yet: every key is unlimited.")
+    await console.page.get_by_text("Set a limit").click()
+    await console.page.get_by_label("Key", exact=True).fill("customer:*")
+    await console.page.get_by_label("Concurrency (optional)", exact=True).fill("2")
+    await console.page.get_by_role("button", name="Set limit").click()
+    row = console.page.locator('tr[data-limit="customer:*"]')
+    await expect(row.locator('[data-col="concurrency"]')).to_have_text("2")
+    await expect(row.locator('[data-col="running"]')).to_have_text("0")
+    assert (await call(client, "GET", "/api/v1/limits/customer:*"))["concurrency"] == 2
+
+    # a leased job of a governed key shows as running (the view polls)
+    await call(
+        client,
+        "POST",
+        "/api/v1/jobs/batch",
+        {"jobs": [{"task_name": "t", "config": {"queue": "lim", "limits": ["customer:1"]}}] * 3},
+        expect=(201,),
+    )
+    leased = await call(client, "POST", "/api/v1/queues/lim/lease", {"max_jobs": 10})
+    assert len(leased["jobs"]) == 2  # the policy the console set holds
+    await expect(row.locator('[data-col="running"]')).to_have_text("2", timeout=15_000)
+
+    # the server's validation message is shown as it is
+    console.watch.allow(400, "/api/v1/limits/")
+    await console.page.get_by_label("Key", exact=True).fill("nothing")
+    await console.page.get_by_role("button", name="Set limit").click()
+    await expect(console.page.locator("details.create [role=alert]")).to_contain_text("concurrency, a rate")
+
+    await row.get_by_role("button", name="Delete limit").click()
+    await console.confirm("Delete limit")
+    await expect(console.page.locator("#view .empty")).to_have_text("No limits yet: every key is unlimited.")
+    await call(client, "GET", "/api/v1/limits/customer:*", expect=(404,))
+
+
 async def test_tasks_view_lists_the_in_process_tasks(console):
     await console.sign_in("dev", "#/tasks")
     await console.heading("Tasks")

@@ -211,6 +211,8 @@ BEGIN
           FROM inserted i CROSS JOIN LATERAL unnest(i.limit_keys) AS k
           WHERE i.limit_keys IS NOT NULL) AS n
     LEFT JOIN LATERAL queueflow.limit_policy_of(n.tenant_key, n.key) p ON true
+    -- (a key seen before costs one probe: its policy is looked up only for a new row)
+    WHERE NOT EXISTS (SELECT 1 FROM queueflow.limit_state s WHERE s.tenant_key = n.tenant_key AND s.key = n.key)
     ORDER BY n.tenant_key, n.key
     ON CONFLICT DO NOTHING;
     PERFORM pg_notify(CASE WHEN due THEN 'queueflow_work' ELSE 'queueflow_delayed' END, queue_name)

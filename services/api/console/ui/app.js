@@ -382,6 +382,7 @@
     workflows: { title: "Workflows", list: workflowsView, detail: workflowView },
     dlq: { title: "Dead letters", list: deadLettersView, detail: deadLetterView },
     cron: { title: "Cron", list: cronView },
+    limits: { title: "Limits", list: limitsView },
     tasks: { title: "Tasks", list: tasksView },
   };
 
@@ -1913,6 +1914,113 @@
       }
     });
     return h("details", { class: "create panel" }, h("summary", {}, "New schedule"), form);
+  }
+
+  // --- limits ---------------------------------------------------------------------------------
+
+  async function limitsView(ctx, root) {
+    const updated = updatedNote();
+    const body = h("div");
+    root.append(
+      pageHead("Limits", { extra: [updated] }),
+      h(
+        "p",
+        { class: "subtitle" },
+        "Per-key policies: a job naming a key in its config's limits starts only while the key has a free slot and rate room. A key ending in * covers every key with that prefix that has no policy of its own.",
+      ),
+    );
+    if (state.canWrite) root.append(limitForm(ctx));
+    root.append(body);
+    await ctx.poll(async () => {
+      const found = (await ctx.api("GET", "limits")).limits;
+      renderIfChanged(body, found, () => limitsTable(ctx, found));
+      updated.touch();
+    }, REFRESH_MS);
+  }
+
+  function limitsTable(ctx, limits) {
+    const none = h("span", { class: "muted" }, "none");
+    return table(
+      [["Key"], ["Concurrency"], ["Running"], ["Rate"], ["Rate room now"], ["Updated", "hide-narrow"], state.canWrite ? ["Actions"] : null].filter(Boolean),
+      limits.map((p) =>
+        h(
+          "tr",
+          { "data-limit": p.key },
+          h("td", {}, h("code", {}, p.key)),
+          h("td", { "data-col": "concurrency" }, p.concurrency == null ? none : String(p.concurrency)),
+          h("td", { "data-col": "running" }, String(p.running)),
+          h("td", { "data-col": "rate" }, p.rate ? `${p.rate.count} per ${p.rate.per_secs} s` : none),
+          h("td", { "data-col": "rate_available" }, p.rate_available == null ? h("span", { class: "muted" }, "-") : String(p.rate_available)),
+          h("td", { class: "hide-narrow" }, timeEl(p.updated_at)),
+          state.canWrite
+            ? h(
+                "td",
+                { class: "actions" },
+                actionButton(
+                  "Delete limit",
+                  async () => {
+                    await api("DELETE", `limits/${enc(p.key)}`);
+                    return `Limit ${p.key} deleted.`;
+                  },
+                  {
+                    cls: "small danger-outline",
+                    srLabel: p.key,
+                    after: () => ctx.refresh(),
+                    confirm: {
+                      title: `Delete the limit of ${p.key}?`,
+                      text: "Its jobs start without this policy from the next claim (a wildcard's policy still applies).",
+                      confirm: "Delete limit",
+                    },
+                  },
+                ),
+              )
+            : null,
+        ),
+      ),
+      "No limits yet: every key is unlimited.",
+    );
+  }
+
+  function limitForm(ctx) {
+    const field = (name, label, placeholder) =>
+      h("div", { class: "field" }, h("label", { for: `limit-${name}` }, label), h("input", { id: `limit-${name}`, name, spellcheck: "false", autocomplete: "off", placeholder }));
+    const message = h("p", { role: "alert", class: "muted" });
+    const form = h(
+      "form",
+      {},
+      h(
+        "div",
+        { class: "form-grid" },
+        field("key", "Key", "customer:*"),
+        field("concurrency", "Concurrency (optional)", "5"),
+        field("rate_count", "Rate: starts (optional)", "20"),
+        field("rate_per_secs", "Rate: per seconds", "1"),
+      ),
+      h("div", { class: "toolbar" }, h("button", { type: "submit", class: "primary" }, "Set limit")),
+      message,
+    );
+    form.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      message.textContent = "";
+      const value = (name) => form.elements[name].value.trim();
+      const number = (name) => (value(name) === "" ? null : Number(value(name)));
+      const key = value("key");
+      const body = { concurrency: number("concurrency"), rate: null };
+      if (value("rate_count") !== "") body.rate = { count: number("rate_count"), per_secs: number("rate_per_secs") ?? 1 };
+      const button = form.querySelector("button[type=submit]");
+      button.disabled = true;
+      try {
+        await api("PUT", `limits/${enc(key)}`, { body });
+        toast(`Limit ${key} set.`);
+        form.reset();
+        await ctx.refresh();
+      } catch (error) {
+        if (!(error instanceof SignedOut)) message.textContent = error.message;
+      } finally {
+        button.disabled = false;
+      }
+    });
+    return h("details", { class: "create panel" }, h("summary", {}, "Set a limit"), form);
   }
 
   // --- tasks ----------------------------------------------------------------------------------
