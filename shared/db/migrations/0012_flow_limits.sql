@@ -71,7 +71,7 @@ CREATE TABLE queueflow.limit_state (
     wake_at       timestamptz,
     wake_queue    text,
     PRIMARY KEY (tenant_key, key)
-);
+) WITH (fillfactor = 50);  -- room on each page: a claim's updates of a row stay HOT (no index write)
 CREATE INDEX limit_state_wake_idx ON queueflow.limit_state (wake_at) WHERE wake_at IS NOT NULL;
 
 CREATE TABLE queueflow.limit_releases (

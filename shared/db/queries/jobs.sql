@@ -155,7 +155,7 @@ WITH RECURSIVE tenants AS (
         WHERE j.queue_name = $1 AND COALESCE(j.tenant_id, '') = t.tenant_key
           AND j.status IN ('pending', 'retrying') AND j.limit_keys IS NOT NULL AND j.scheduled_at <= now()
         ORDER BY j.priority DESC, j.scheduled_at, j.created_at
-        LIMIT 2 * share.n + 64
+        LIMIT share.n + 32
     ) c
 ), walk_pairs AS (
     SELECT w.id, w.tenant_key, k.key,
@@ -181,7 +181,7 @@ WITH RECURSIVE tenants AS (
         WHERE r.key IS NULL OR p.rank > r.room)
 ), walked_enough AS (
     -- The window saw every waiting limited job, or found at least half a batch: no key-by-key visit.
-    SELECT (SELECT count(*) FROM walk) < (SELECT count(*) FROM tenants) * (2 * (SELECT n FROM share) + 64)
+    SELECT (SELECT count(*) FROM walk) < (SELECT count(*) FROM tenants) * ((SELECT n FROM share) + 32)
            OR (SELECT count(*) FROM walk_pick) * 2 >= $2 AS yes
 ), waiting_keys AS (
     -- Else each tenant's waiting first keys, by a loose scan of their index, and a few jobs of each
