@@ -254,3 +254,255 @@ DECLARE
 BEGIN
     RETURN CASE WHEN keys IS NULL THEN resolved ELSE resolved || jsonb_build_object('limits', keys) END;
 END $$;
+
+-- The claim of a queue that has jobs with limits (claim_jobs calls it only then, so the claims of
+-- every other queue keep their short statement, planned in under a millisecond where this one
+-- takes several). Parameters as claim_jobs's: $1 queue, $2 batch, $3 lease seconds, $4 timeout
+-- grace, $5 rotation, $6 the claim's key, $7 the only tenant (a worker key's) or null.
+--
+-- Both kinds of job are claimed here, in one fair-share batch. Jobs without limits come through
+-- jobs_claim_idx as elsewhere. Jobs with limits: first a bounded window of them in claim order,
+-- read without locks, keeping those whose keys have room; when that window saw every waiting
+-- limited job or found half a batch, that is the answer. Otherwise (a saturated key's backlog
+-- fills the window) a loose scan of jobs_claim_limited_idx finds each tenant's waiting first keys,
+-- and each key gives at most the jobs it may start, so a saturated key's backlog is never read.
+-- Only the batch's best candidates are locked. Their state rows are then held (FOR UPDATE SKIP
+-- LOCKED: a row another transaction holds leaves its jobs for the next claim, and the queue's
+-- waiters are woken again), released slots folded in, and each job kept only if every one of its
+-- keys has room for it, in priority order per key; the kept ones take their slots and rate here.
+CREATE FUNCTION queueflow.claim_limited(queue text, max_jobs integer, lease_secs integer, grace integer,
+                                        rotation bigint, claim uuid, only_tenant text)
+RETURNS TABLE (id uuid, queue_name text, task_name text, payload jsonb, config text, status text,
+               retry_count integer, delivery_count integer, created_at timestamptz, scheduled_at timestamptz,
+               metadata jsonb, started_at timestamptz, completed_at timestamptz, next_retry_at timestamptz,
+               error_message text, result jsonb, idempotency_key text, tenant_id text, workflow_id text,
+               workflow_step_id text, lease_token uuid, priority integer)
+LANGUAGE plpgsql AS $fn$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    WITH RECURSIVE tenants AS (
+        SELECT t.tenant_key, row_number() OVER (ORDER BY t.tenant_key) AS pos
+        FROM queueflow.tenant_queues t
+        WHERE t.queue_name = $1 AND NOT t.paused AND ($7::text IS NULL OR t.tenant_key = $7)
+          -- One probe of each claim index per tenant: scalar subqueries, because two EXISTS joined by
+          -- OR are planned as hashed subplans that read every due job of the queue.
+          AND ((SELECT 1 FROM queueflow.jobs j
+                WHERE j.queue_name = $1 AND COALESCE(j.tenant_id, '') = t.tenant_key
+                  AND j.status IN ('pending', 'retrying') AND j.limit_keys IS NULL AND j.scheduled_at <= now()
+                LIMIT 1) IS NOT NULL
+               OR (SELECT 1 FROM queueflow.jobs j
+                   WHERE j.queue_name = $1 AND COALESCE(j.tenant_id, '') = t.tenant_key
+                     AND j.status IN ('pending', 'retrying') AND j.limit_keys IS NOT NULL AND j.scheduled_at <= now()
+                   LIMIT 1) IS NOT NULL)
+    ), share AS (
+        SELECT CEIL($2::numeric / GREATEST(count(*), 1))::int AS n, GREATEST(count(*), 1) AS tenants FROM tenants
+    ), first_pass AS (
+        SELECT c.id, (t.pos + $5::bigint) % share.tenants AS lead,
+               row_number() OVER (PARTITION BY t.tenant_key
+                                  ORDER BY c.priority DESC, c.scheduled_at, c.created_at) AS round,
+               c.priority, c.scheduled_at, c.created_at
+        FROM tenants t CROSS JOIN share
+        CROSS JOIN LATERAL (
+            SELECT j.id, j.priority, j.scheduled_at, j.created_at FROM queueflow.jobs j
+            WHERE j.queue_name = $1 AND COALESCE(j.tenant_id, '') = t.tenant_key
+              AND j.status IN ('pending', 'retrying') AND j.limit_keys IS NULL AND j.scheduled_at <= now()
+            ORDER BY j.priority DESC, j.scheduled_at, j.created_at
+            LIMIT share.n
+            FOR UPDATE SKIP LOCKED
+        ) c
+    ), fill AS (
+        SELECT c.id, (t.pos + $5::bigint) % share.tenants AS lead,
+               share.n + row_number() OVER (PARTITION BY t.tenant_key
+                                            ORDER BY c.priority DESC, c.scheduled_at, c.created_at) AS round,
+               c.priority, c.scheduled_at, c.created_at
+        FROM tenants t CROSS JOIN share
+        CROSS JOIN LATERAL (
+            SELECT j.id, j.priority, j.scheduled_at, j.created_at FROM queueflow.jobs j
+            WHERE j.queue_name = $1 AND COALESCE(j.tenant_id, '') = t.tenant_key
+              AND j.status IN ('pending', 'retrying') AND j.limit_keys IS NULL AND j.scheduled_at <= now()
+              AND j.id NOT IN (SELECT id FROM first_pass)
+            ORDER BY j.priority DESC, j.scheduled_at, j.created_at
+            LIMIT GREATEST(0, $2 - (SELECT count(*) FROM first_pass))
+            FOR UPDATE SKIP LOCKED
+        ) c
+    ), walk AS MATERIALIZED (
+        -- Unlocked: a bounded window of each tenant's waiting limited jobs, in claim order.
+        SELECT c.id, t.tenant_key, c.limit_keys, c.priority, c.scheduled_at, c.created_at
+        FROM tenants t CROSS JOIN share
+        CROSS JOIN LATERAL (
+            SELECT j.id, j.limit_keys, j.priority, j.scheduled_at, j.created_at FROM queueflow.jobs j
+            WHERE j.queue_name = $1 AND COALESCE(j.tenant_id, '') = t.tenant_key
+              AND j.status IN ('pending', 'retrying') AND j.limit_keys IS NOT NULL AND j.scheduled_at <= now()
+            ORDER BY j.priority DESC, j.scheduled_at, j.created_at
+            LIMIT share.n + 32
+        ) c
+    ), walk_pairs AS (
+        SELECT w.id, w.tenant_key, k.key,
+               row_number() OVER (PARTITION BY w.tenant_key, k.key
+                                  ORDER BY w.priority DESC, w.scheduled_at, w.created_at) AS rank
+        FROM walk w CROSS JOIN LATERAL unnest(w.limit_keys) AS k(key)
+    ), walk_room AS MATERIALIZED (
+        SELECT s.tenant_key, s.key,
+               LEAST(CASE WHEN s.concurrency IS NULL THEN $2
+                          ELSE s.concurrency - s.running + COALESCE(r.n, 0) END,
+                     CASE WHEN s.rate_count IS NULL THEN $2
+                          ELSE (SELECT w.room FROM queueflow.rate_window(s.rate_count, s.rate_per_secs, s.rate_start,
+                                                                         s.rate_prev, s.rate_cur, now()) w) END) AS room
+        FROM (SELECT DISTINCT tenant_key, key FROM walk_pairs) AS k
+        JOIN queueflow.limit_state s ON s.tenant_key = k.tenant_key AND s.key = k.key
+        LEFT JOIN (SELECT r.tenant_key, r.key, count(*)::int AS n FROM queueflow.limit_releases r
+                   GROUP BY r.tenant_key, r.key) AS r ON r.tenant_key = s.tenant_key AND r.key = s.key
+    ), walk_pick AS MATERIALIZED (
+        -- The walked jobs whose every key has room for them (in the key's order), read without locks.
+        SELECT w.id, w.tenant_key, w.priority, w.scheduled_at, w.created_at FROM walk w
+        WHERE w.id NOT IN (
+            SELECT p.id FROM walk_pairs p LEFT JOIN walk_room r USING (tenant_key, key)
+            WHERE r.key IS NULL OR p.rank > r.room)
+    ), walked_enough AS (
+        -- The window saw every waiting limited job, or found at least half a batch: no key-by-key visit.
+        SELECT (SELECT count(*) FROM walk) < (SELECT count(*) FROM tenants) * ((SELECT n FROM share) + 32)
+               OR (SELECT count(*) FROM walk_pick) * 2 >= $2 AS yes
+    ), waiting_keys AS (
+        -- Else each tenant's waiting first keys, by a loose scan of their index, and a few jobs of each
+        -- key with room: a saturated key's backlog is never read.
+        SELECT t.tenant_key,
+               (SELECT min(j.limit_keys[1]) FROM queueflow.jobs j
+                WHERE j.queue_name = $1 AND COALESCE(j.tenant_id, '') = t.tenant_key
+                  AND j.status IN ('pending', 'retrying') AND j.limit_keys IS NOT NULL) AS key
+        FROM tenants t
+        UNION ALL
+        SELECT w.tenant_key,
+               (SELECT min(j.limit_keys[1]) FROM queueflow.jobs j
+                WHERE j.queue_name = $1 AND COALESCE(j.tenant_id, '') = w.tenant_key
+                  AND j.status IN ('pending', 'retrying') AND j.limit_keys IS NOT NULL
+                  AND j.limit_keys[1] > w.key)
+        FROM waiting_keys w WHERE w.key IS NOT NULL
+    ), key_room AS (
+        -- What each waiting key may start (read without its lock: the grant below decides), and no
+        -- more than an even share of the batch per key beyond two.
+        SELECT w.tenant_key, w.key,
+               LEAST(share.n, GREATEST(2, CEIL(2.0 * $2 / GREATEST(1, count(*) OVER ())))::int,
+                     queueflow.limit_room(s, share.n)) AS room
+        FROM waiting_keys w CROSS JOIN share
+        JOIN queueflow.limit_state s ON s.tenant_key = w.tenant_key AND s.key = w.key
+    ), limited_pick AS (
+        -- Unlocked candidates, the batch's best of them; only those are locked below.
+        SELECT * FROM (
+            SELECT id, tenant_key, priority, scheduled_at, created_at FROM walk_pick
+            WHERE (SELECT yes FROM walked_enough)
+            UNION ALL
+            SELECT c.id, k.tenant_key, c.priority, c.scheduled_at, c.created_at
+            FROM key_room k
+            CROSS JOIN LATERAL (
+                SELECT j.id, j.priority, j.scheduled_at, j.created_at FROM queueflow.jobs j
+                WHERE j.queue_name = $1 AND COALESCE(j.tenant_id, '') = k.tenant_key AND j.limit_keys[1] = k.key
+                  AND j.status IN ('pending', 'retrying') AND j.limit_keys IS NOT NULL AND j.scheduled_at <= now()
+                ORDER BY j.priority DESC, j.scheduled_at, j.created_at
+                LIMIT k.room
+            ) c
+            WHERE k.room > 0 AND NOT (SELECT yes FROM walked_enough)
+        ) AS candidates
+        ORDER BY priority DESC, scheduled_at, created_at
+        LIMIT $2
+    ), limited AS (
+        SELECT j.id, p.tenant_key, j.limit_keys, j.priority, j.scheduled_at, j.created_at
+        FROM limited_pick p JOIN queueflow.jobs j ON j.id = p.id
+        WHERE j.status IN ('pending', 'retrying') AND j.limit_keys IS NOT NULL AND j.scheduled_at <= now()
+        FOR UPDATE OF j SKIP LOCKED
+    ), pairs AS (
+        SELECT l.id, l.tenant_key, k.key, l.priority, l.scheduled_at, l.created_at
+        FROM limited l CROSS JOIN LATERAL unnest(l.limit_keys) AS k(key)
+    ), locked AS MATERIALIZED (
+        SELECT s.* FROM (SELECT DISTINCT tenant_key, key FROM pairs) AS p
+        CROSS JOIN LATERAL (
+            SELECT * FROM queueflow.limit_state s WHERE s.tenant_key = p.tenant_key AND s.key = p.key
+            FOR UPDATE SKIP LOCKED
+        ) s
+    ), folded AS (
+        DELETE FROM queueflow.limit_releases r USING locked l
+        WHERE r.tenant_key = l.tenant_key AND r.key = l.key
+        RETURNING r.tenant_key, r.key
+    ), room AS MATERIALIZED (
+        SELECT l.tenant_key, l.key, l.rate_count, l.rate_per_secs, l.rate_start, l.rate_prev, l.rate_cur,
+               GREATEST(0, l.running - COALESCE(f.n, 0)) AS running, w.start, w.prev, w.cur,
+               LEAST(CASE WHEN l.concurrency IS NULL THEN $2
+                          ELSE l.concurrency - GREATEST(0, l.running - COALESCE(f.n, 0)) END,
+                     CASE WHEN l.rate_count IS NULL THEN $2 ELSE w.room END) AS free
+        FROM locked l
+        LEFT JOIN (SELECT tenant_key, key, count(*)::int AS n FROM folded GROUP BY tenant_key, key) f
+            USING (tenant_key, key)
+        LEFT JOIN LATERAL queueflow.rate_window(l.rate_count, l.rate_per_secs, l.rate_start, l.rate_prev,
+                                                l.rate_cur, now()) w ON l.rate_count IS NOT NULL
+    ), ranked AS (
+        SELECT p.id, p.tenant_key, p.key,
+               row_number() OVER (PARTITION BY p.tenant_key, p.key
+                                  ORDER BY p.priority DESC, p.scheduled_at, p.created_at) AS rank
+        FROM pairs p
+    ), judged AS MATERIALIZED (
+        SELECT r.id, r.tenant_key, r.key, (m.key IS NULL OR r.rank > m.free) AS refused
+        FROM ranked r LEFT JOIN room m USING (tenant_key, key)
+    ), refused AS (
+        SELECT DISTINCT id FROM judged WHERE refused
+    ), granted AS (
+        SELECT l.id, (t.pos + $5::bigint) % share.tenants AS lead,
+               row_number() OVER (PARTITION BY l.tenant_key
+                                  ORDER BY l.priority DESC, l.scheduled_at, l.created_at) AS round,
+               l.priority, l.scheduled_at, l.created_at
+        FROM limited l JOIN tenants t USING (tenant_key) CROSS JOIN share
+        WHERE l.id NOT IN (SELECT id FROM refused)
+    ), chosen AS MATERIALIZED (
+        SELECT id FROM (SELECT * FROM first_pass UNION ALL SELECT * FROM fill UNION ALL SELECT * FROM granted)
+            AS candidates
+        ORDER BY round, lead, priority DESC, scheduled_at, created_at
+        LIMIT $2
+    ), key_counts AS MATERIALIZED (
+        -- Per key: how many of this claim's jobs took a slot, and how many were left waiting.
+        SELECT j.tenant_key, j.key, count(*) FILTER (WHERE j.refused) AS refused_n,
+               count(*) FILTER (WHERE j.id IN (SELECT id FROM chosen)) AS taken_n
+        FROM judged j GROUP BY j.tenant_key, j.key
+    ), bumped AS (
+        UPDATE queueflow.limit_state s
+        SET running = m.running + k.taken_n,
+            rate_start = COALESCE(m.start, s.rate_start),
+            rate_prev = COALESCE(m.prev, s.rate_prev),
+            rate_cur = COALESCE(m.cur + k.taken_n, s.rate_cur),
+            throttled = s.throttled + k.refused_n,
+            -- A key whose rate this claim used up: the janitor wakes the queue when one more may start.
+            wake_at = CASE WHEN m.rate_count IS NOT NULL AND m.free - k.taken_n < 1
+                           THEN (SELECT rw.next_at FROM queueflow.rate_window(m.rate_count, m.rate_per_secs,
+                                     m.rate_start, m.rate_prev, m.rate_cur, now(), k.taken_n::int) rw)
+                           ELSE s.wake_at END,
+            wake_queue = CASE WHEN m.rate_count IS NOT NULL AND m.free - k.taken_n < 1 THEN $1
+                              ELSE s.wake_queue END
+        FROM room m JOIN key_counts k USING (tenant_key, key)
+        WHERE s.tenant_key = m.tenant_key AND s.key = m.key
+        RETURNING s.wake_at IS NOT NULL AND s.wake_queue = $1 AS waking
+    ), announced AS (
+        -- The janitor owns the timers: tell it a key's rate ran out (it sleeps until the wake-up). And
+        -- a key whose state row another transaction held was left for later: wake this queue's
+        -- waiters again, or its jobs would wait for the next release or poll.
+        SELECT (SELECT count(pg_notify('queueflow_delayed', $1)) FROM (SELECT 1 FROM bumped WHERE waking LIMIT 1) AS b)
+             + (SELECT count(pg_notify('queueflow_work', $1))
+                FROM (SELECT 1 FROM pairs p
+                      WHERE NOT EXISTS (SELECT 1 FROM locked l WHERE l.tenant_key = p.tenant_key AND l.key = p.key)
+                      LIMIT 1) AS k) AS n
+    )
+    UPDATE queueflow.jobs j
+    SET status = 'running',
+        lease_token = gen_random_uuid(),
+        -- $6, a random key of this claim: should the answer be lost (the connection dropped after the
+        -- commit), the claimer can still give its jobs back (release_unanswered_claim).
+        claim_key = $6::uuid,
+        locked_until = now() + make_interval(secs => GREATEST($3::int,
+            COALESCE((j.config->>'timeout_secs')::int + $4::int, 0))),
+        delivery_count = j.delivery_count + 1,
+        started_at = COALESCE(j.started_at, now()),
+        next_retry_at = NULL
+    FROM chosen WHERE j.id = chosen.id AND (SELECT n FROM announced) >= 0
+    -- A job's fields (jobs.to_lease), with its config as text: most jobs share one, decoded once.
+    RETURNING j.id, j.queue_name, j.task_name, j.payload, j.config::text AS config, j.status, j.retry_count,
+        j.delivery_count, j.created_at, j.scheduled_at, j.metadata, j.started_at, j.completed_at,
+        j.next_retry_at, j.error_message, j.result, j.idempotency_key, j.tenant_id, j.workflow_id,
+        j.workflow_step_id, j.lease_token, j.priority;
+END $fn$;
