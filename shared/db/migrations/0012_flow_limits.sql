@@ -277,7 +277,9 @@ RETURNS TABLE (id uuid, queue_name text, task_name text, payload jsonb, config t
                metadata jsonb, started_at timestamptz, completed_at timestamptz, next_retry_at timestamptz,
                error_message text, result jsonb, idempotency_key text, tenant_id text, workflow_id text,
                workflow_step_id text, lease_token uuid, priority integer)
-LANGUAGE plpgsql AS $fn$
+-- Planning this statement takes several milliseconds, and PostgreSQL may judge a custom plan worth
+-- it on every call: one generic plan per session, always.
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
 #variable_conflict use_column
 BEGIN
     RETURN QUERY
@@ -290,10 +292,12 @@ BEGIN
           AND ((SELECT 1 FROM queueflow.jobs j
                 WHERE j.queue_name = $1 AND COALESCE(j.tenant_id, '') = t.tenant_key
                   AND j.status IN ('pending', 'retrying') AND j.limit_keys IS NULL AND j.scheduled_at <= now()
+                ORDER BY j.queue_name, COALESCE(j.tenant_id, ''), j.priority DESC, j.scheduled_at, j.created_at
                 LIMIT 1) IS NOT NULL
                OR (SELECT 1 FROM queueflow.jobs j
                    WHERE j.queue_name = $1 AND COALESCE(j.tenant_id, '') = t.tenant_key
                      AND j.status IN ('pending', 'retrying') AND j.limit_keys IS NOT NULL AND j.scheduled_at <= now()
+                   ORDER BY j.queue_name, COALESCE(j.tenant_id, ''), j.priority DESC, j.scheduled_at, j.created_at
                    LIMIT 1) IS NOT NULL)
     ), share AS (
         SELECT CEIL($2::numeric / GREATEST(count(*), 1))::int AS n, GREATEST(count(*), 1) AS tenants FROM tenants

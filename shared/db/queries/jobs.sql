@@ -99,9 +99,12 @@ SELECT status, workflow_id FROM queueflow.jobs WHERE id = $1 AND tenant_id = $2;
 -- A queue with waiting jobs that carry limit keys (migration 12) is claimed by
 -- queueflow.claim_limited instead, which enforces them: one index probe tells which.
 WITH flags AS MATERIALIZED (
-    SELECT EXISTS (SELECT 1 FROM queueflow.jobs j
-                   WHERE j.queue_name = $1 AND j.status IN ('pending', 'retrying') AND j.limit_keys IS NOT NULL
-                     AND ($7::text IS NULL OR COALESCE(j.tenant_id, '') = $7)) AS limited
+    -- Any tenant's: one probe of jobs_claim_limited_order_idx. (In the index's order: without it a
+    -- generic plan may read the table from its first page to the queue's first limited job.)
+    SELECT (SELECT 1 FROM queueflow.jobs j
+            WHERE j.queue_name = $1 AND j.status IN ('pending', 'retrying') AND j.limit_keys IS NOT NULL
+            ORDER BY j.queue_name, COALESCE(j.tenant_id, ''), j.priority DESC, j.scheduled_at, j.created_at
+            LIMIT 1) IS NOT NULL AS limited
 ), tenants AS (
     SELECT t.tenant_key, row_number() OVER (ORDER BY t.tenant_key) AS pos
     FROM queueflow.tenant_queues t
@@ -112,6 +115,7 @@ WITH flags AS MATERIALIZED (
       AND (SELECT 1 FROM queueflow.jobs j
            WHERE j.queue_name = $1 AND COALESCE(j.tenant_id, '') = t.tenant_key
              AND j.status IN ('pending', 'retrying') AND j.limit_keys IS NULL AND j.scheduled_at <= now()
+           ORDER BY j.queue_name, COALESCE(j.tenant_id, ''), j.priority DESC, j.scheduled_at, j.created_at
            LIMIT 1) IS NOT NULL
 ), share AS (
     SELECT CEIL($2::numeric / GREATEST(count(*), 1))::int AS n, GREATEST(count(*), 1) AS tenants FROM tenants
