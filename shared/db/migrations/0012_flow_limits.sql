@@ -331,7 +331,7 @@ BEGIN
             FOR UPDATE SKIP LOCKED
         ) c
     ), walk AS MATERIALIZED (
-        -- Unlocked: a bounded window of each tenant's waiting limited jobs, in claim order.
+        -- A bounded window of each tenant's waiting limited jobs, in claim order.
         SELECT c.id, t.tenant_key, c.limit_keys, c.priority, c.scheduled_at, c.created_at
         FROM tenants t CROSS JOIN share
         CROSS JOIN LATERAL (
@@ -340,6 +340,9 @@ BEGIN
               AND j.status IN ('pending', 'retrying') AND j.limit_keys IS NOT NULL AND j.scheduled_at <= now()
             ORDER BY j.priority DESC, j.scheduled_at, j.created_at
             LIMIT share.n + 32
+            -- (locked, so that concurrent claims walk past each other's windows instead of
+            -- reading the same first rows and finding them taken)
+            FOR UPDATE SKIP LOCKED
         ) c
     ), walk_pairs AS (
         SELECT w.id, w.tenant_key, k.key,
