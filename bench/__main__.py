@@ -1,6 +1,6 @@
 """`python -m bench [SCENARIO ...] [--quick]`: run the benchmarks against real server processes.
 
-Scenarios: W1 (= W1a + W1b), W1a, W1b, W2, E, M, L; default: all of them. Each figure is the
+Scenarios: W1 (= W1a + W1b), W1a, W1b, W2, W3, E, M, F, L, H, K; default: all of them but H. Each figure is the
 median of --runs runs (default 3; --quick: smaller N and 1 run), with min and max beside it.
 Results go to stdout as a table and to bench/out/results.json (merged per scenario).
 See docs/benchmarks.md.
