@@ -366,6 +366,20 @@ BEGIN
         WHERE w.id NOT IN (
             SELECT p.id FROM walk_pairs p LEFT JOIN walk_room r USING (tenant_key, key)
             WHERE r.key IS NULL OR p.rank > r.room)
+    ), held AS (
+        -- For /metrics: the walked jobs of keys with no room now, counted on the rows no one else
+        -- holds. (A key with no room gives this claim no job, so the grant below never updates its
+        -- row: no row is updated twice.)
+        UPDATE queueflow.limit_state s SET throttled = s.throttled + h.n
+        FROM (SELECT r.tenant_key, r.key, count(*) AS n
+              FROM walk_room r JOIN walk_pairs p USING (tenant_key, key)
+              WHERE r.room <= 0 GROUP BY r.tenant_key, r.key) AS h
+        WHERE s.tenant_key = h.tenant_key AND s.key = h.key
+          AND NOT EXISTS (SELECT 1 FROM pairs x WHERE x.tenant_key = h.tenant_key AND x.key = h.key)
+          AND (s.tenant_key, s.key) IN (
+              SELECT t.tenant_key, t.key FROM queueflow.limit_state t
+              WHERE (t.tenant_key, t.key) IN (SELECT tenant_key, key FROM walk_room WHERE room <= 0)
+              FOR UPDATE OF t SKIP LOCKED)
     ), walked_enough AS (
         -- The window saw every waiting limited job, or found at least half a batch: no key-by-key visit.
         SELECT (SELECT count(*) FROM walk) < (SELECT count(*) FROM tenants) * ((SELECT n FROM share) + 32)
