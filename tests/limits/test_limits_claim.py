@@ -12,6 +12,8 @@ from shared.db import jobs as jobs_db
 from shared.db import limits
 from tests.limits.helpers import A, W, complete, enqueue, lease, put_limit, strict
 from tests.support.api import database_of, janitor_of
+from tests.workflow.helpers import create, manual, step_jobs, wait_step_job
+from tests.workflow.helpers import lease as lease_steps
 
 
 async def running_of(client, key: str) -> int:
@@ -257,3 +259,43 @@ async def test_a_rate_of_one_per_window_starts_one_per_window(db):
         start, prev, cur = w["start"], w["prev"], w["cur"] + w["room"]
         starts += w["room"]
     assert starts == 10
+
+
+async def test_workflow_steps_and_cron_schedules_carry_limits_to_their_jobs(api):
+    client = await api(mode="all")
+    dev = {"Authorization": "Bearer dev"}
+    resp = await client.put("/api/v1/limits/wf:k", json={"concurrency": 1}, headers=dev)
+    assert resp.status == 200
+    wf_id = await create(
+        client, [manual("a", config={"limits": ["wf:k"]}), manual("b", config={"limits": ["wf:k"]})]
+    )
+    for name in ("a", "b"):
+        await wait_step_job(client, wf_id, name)
+    leased = await lease_steps(client, max_jobs=10)
+    assert len(leased) == 1  # both steps are due; the key lets one run
+    assert leased[0][0]["config"]["limits"] == ["wf:k"]
+    assert len(await step_jobs(client, wf_id)) == 2
+
+    bad = await client.post(
+        "/api/v1/workflows",
+        json={"name": "w", "steps": [manual("a", config={"limits": ["x", "x"]})]},
+        headers=dev,
+    )
+    assert bad.status == 400  # checked when the workflow is written, not when its job is
+    cron = await client.post(
+        "/api/v1/cron",
+        json={"name": "c", "cron_expr": "* * * * *", "task_name": "t", "config": {"limits": ["cron:k"]}},
+        headers=dev,
+    )
+    assert cron.status == 201, await cron.text()
+    db = database_of(client)
+    await db.pool.execute("UPDATE queueflow.cron_schedules SET next_run_at = now() - interval '1 second'")
+    assert await janitor_of(client).fire_crons() >= 1
+    fired = await db.pool.fetchval("SELECT config->'limits' FROM queueflow.jobs WHERE task_name = 't'")
+    assert fired == ["cron:k"]
+    bad_cron = await client.post(
+        "/api/v1/cron",
+        json={"name": "d", "cron_expr": "* * * * *", "task_name": "t", "config": {"limits": ["a b"]}},
+        headers=dev,
+    )
+    assert bad_cron.status == 400
