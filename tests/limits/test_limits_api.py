@@ -105,8 +105,10 @@ async def test_the_sql_enqueue_function_takes_limits_and_checks_them(api, db):
         "SELECT queueflow.enqueue('acme', 't', '{}', 'q', '{\"limits\": [\"sql:k\"]}'::jsonb)"
     )
     await db.fetchval("SELECT queueflow.enqueue('acme', 't', '{}', 'q', '{\"limits\": [\"sql:k\"]}'::jsonb)")
-    stored = await db.fetchval("SELECT config->'limits' FROM queueflow.jobs WHERE id = $1", first)
-    assert stored == '["sql:k"]'
+    stored = await db.fetchrow(
+        "SELECT config->'limits' AS config, limit_keys FROM queueflow.jobs WHERE id = $1", first
+    )
+    assert stored["config"] == '["sql:k"]' and stored["limit_keys"] == ["sql:k"]  # the insert trigger's
     assert len(await lease(client, max_jobs=10)) == 1  # the policy holds for SQL-enqueued jobs too
     with pytest.raises(Exception, match=r"config\.limits"):
         await db.fetchval(

@@ -2,9 +2,11 @@
 -- (`limits`); a tenant's policies cap how many jobs of a key run at once (concurrency) and how many
 -- start per window (rate). The claim enforces both in the statement that leases (claim_jobs).
 --
--- * jobs.limit_keys: the config's keys as an array, generated, so every writer (the API, the SQL
---   enqueue functions, replays, workflow steps, cron) fills it without knowing it exists. NULL for
---   a job without limits: such jobs never touch the tables below.
+-- * jobs.limit_keys: the config's keys as an array. The server's insert sets it; a trigger fills
+--   it for any other writer (the SQL enqueue functions, a replay), so no insert can leave it out.
+--   NULL for a job without limits: such jobs never touch the tables below. A plain column, not a
+--   generated one: adding it rewrites nothing (a generated column would rewrite the whole table,
+--   under an exclusive lock, and be recomputed at every update of every job).
 -- * limit_policies: what a tenant PUT. A key ending in `*` is a wildcard for every key with its
 --   prefix that has no exact policy (the longest wildcard prefix wins).
 -- * limit_state: one row per (tenant, key) ever named by a job, created by the insert trigger: the
@@ -26,8 +28,17 @@ CREATE FUNCTION queueflow.job_limit_keys(config jsonb) RETURNS text[] LANGUAGE s
                 THEN ARRAY(SELECT jsonb_array_elements_text(config -> 'limits')) END
 $$;
 
-ALTER TABLE queueflow.jobs
-    ADD COLUMN limit_keys text[] GENERATED ALWAYS AS (queueflow.job_limit_keys(config)) STORED;
+ALTER TABLE queueflow.jobs ADD COLUMN limit_keys text[];
+
+CREATE FUNCTION queueflow.fill_limit_keys() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    NEW.limit_keys := queueflow.job_limit_keys(NEW.config);
+    RETURN NEW;
+END $$;
+-- Only for a row that names limits and was written without them: other rows pay the WHEN only.
+CREATE TRIGGER jobs_fill_limit_keys BEFORE INSERT ON queueflow.jobs
+    FOR EACH ROW WHEN (NEW.limit_keys IS NULL AND NEW.config ? 'limits')
+    EXECUTE FUNCTION queueflow.fill_limit_keys();
 
 -- The claim leases jobs without limits through jobs_claim_idx and jobs with limits through their
 -- own index, led by their first key, so a saturated key's backlog is never walked to reach other

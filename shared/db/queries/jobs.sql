@@ -5,10 +5,12 @@
 -- Many jobs in one statement; a repeated idempotency key inserts nothing (the caller looks it up).
 INSERT INTO queueflow.jobs
     (id, queue_name, task_name, payload, config, priority, scheduled_at, metadata, tenant_id,
-     idempotency_key, workflow_id, workflow_step_id, step_index, step_attempt)
+     idempotency_key, workflow_id, workflow_step_id, step_index, step_attempt, limit_keys)
 SELECT u.id, u.queue_name, u.task_name, u.payload, u.config, u.priority,
        COALESCE(u.scheduled_at, now()), u.metadata, $9, u.idempotency_key, u.workflow_id, u.step,
-       u.step_index, u.step_attempt
+       u.step_index, u.step_attempt,
+       -- the config's limit keys (migration 12), set here so that the insert trigger need not
+       CASE WHEN u.config ? 'limits' THEN queueflow.job_limit_keys(u.config) END
 FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::jsonb[], $6::int[],
             $7::timestamptz[], $8::jsonb[], $10::text[], $11::text[], $12::text[], $13::int[], $14::int[])
      AS u(id, queue_name, task_name, payload, config, priority, scheduled_at, metadata,
