@@ -225,6 +225,41 @@ func (c *Client) DeleteWorkerKey(ctx context.Context, id string) error {
 	return c.do(ctx, http.MethodDelete, "/api/v1/worker-keys/"+seg(id), nil, nil, nil, callOpts{})
 }
 
+// --- limits (flow control) ---
+
+// PutLimit sets (replaces) a limit key's policy; a key ending in "*" is a wildcard for every key
+// with that prefix that has no policy of its own.
+func (c *Client) PutLimit(ctx context.Context, key string, req PutLimitRequest) (*LimitPolicy, error) {
+	var out LimitPolicy
+	if err := c.do(ctx, http.MethodPut, "/api/v1/limits/"+seg(key), nil, req, &out, callOpts{}); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// GetLimit reads a key's own policy with its live figures (a 404 when it has none).
+func (c *Client) GetLimit(ctx context.Context, key string) (*LimitPolicy, error) {
+	var out LimitPolicy
+	if err := c.do(ctx, http.MethodGet, "/api/v1/limits/"+seg(key), nil, nil, &out, callOpts{}); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// ListLimits lists every policy of the tenant, by key.
+func (c *Client) ListLimits(ctx context.Context) (*ListLimitsResponse, error) {
+	var out ListLimitsResponse
+	if err := c.do(ctx, http.MethodGet, "/api/v1/limits", nil, nil, &out, callOpts{}); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// DeleteLimit deletes a key's policy (a 404 when there was none).
+func (c *Client) DeleteLimit(ctx context.Context, key string) error {
+	return c.do(ctx, http.MethodDelete, "/api/v1/limits/"+seg(key), nil, nil, nil, callOpts{})
+}
+
 // --- cron ---
 
 // CreateCron creates a cron schedule; a duplicate name is a 409.

@@ -2,11 +2,13 @@ package queueflow
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 )
 
 // Every typed call hits its route with its method (the real-server proof of the payloads is the
@@ -66,6 +68,10 @@ func TestEveryRoute(t *testing.T) {
 		{"POST /api/v1/worker-keys", func() error { _, err := c.CreateWorkerKey(ctx, CreateWorkerKeyRequest{Name: "k"}); return err }},
 		{"GET /api/v1/worker-keys", func() error { _, err := c.ListWorkerKeys(ctx); return err }},
 		{"DELETE /api/v1/worker-keys/k", func() error { return c.DeleteWorkerKey(ctx, "k") }},
+		{"PUT /api/v1/limits/k", func() error { _, err := c.PutLimit(ctx, "k", PutLimitRequest{Concurrency: Int(1)}); return err }},
+		{"GET /api/v1/limits", func() error { _, err := c.ListLimits(ctx); return err }},
+		{"GET /api/v1/limits/k", func() error { _, err := c.GetLimit(ctx, "k"); return err }},
+		{"DELETE /api/v1/limits/k", func() error { return c.DeleteLimit(ctx, "k") }},
 		{"GET /api/v1/stats", func() error { _, err := c.Stats(ctx); return err }},
 		{"GET /api/v1/tasks", func() error { _, err := c.Tasks(ctx); return err }},
 		{"GET /api/v1/whoami", func() error { _, err := c.WhoAmI(ctx); return err }},
@@ -181,5 +187,117 @@ func TestOpenAPIOffers(t *testing.T) {
 	var none *OpenAPIDocument
 	if none.Offers("POST", "/api/v1/jobs/complete") {
 		t.Error("a nil document offers nothing")
+	}
+}
+
+// The limit calls send the key as one path segment, the policy as the body, and the tenant token;
+// the policy decodes with its live figures (RateAvailable only when the server sends it).
+func TestLimits(t *testing.T) {
+	policy := `{"key": "customer:*", "concurrency": 1, "rate": {"count": 10, "per_secs": 1.5}, "running": 0,
+		"created_at": "2026-12-03T14:00:00Z", "updated_at": "2026-12-03T14:00:00Z"}`
+	exact := `{"key": "api:stripe", "concurrency": null, "rate": {"count": 10, "per_secs": 1.5}, "running": 2,
+		"created_at": "2026-12-03T14:00:00Z", "updated_at": "2026-12-03T14:00:00Z", "rate_available": 7}`
+	var seen []recorded
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec := recorded{method: r.Method, path: r.URL.EscapedPath(), header: r.Header.Clone()}
+		if r.Body != nil {
+			json.NewDecoder(r.Body).Decode(&rec.body)
+		}
+		seen = append(seen, rec)
+		w.Header().Set("Content-Type", "application/json")
+		switch {
+		case r.Method == http.MethodPut:
+			w.Write([]byte(policy))
+		case r.Method == http.MethodDelete:
+			w.WriteHeader(http.StatusNoContent)
+		case r.URL.Path == "/api/v1/limits":
+			fmt.Fprintf(w, `{"limits": [%s, %s]}`, exact, policy)
+		case r.URL.Path == "/api/v1/limits/api:stripe":
+			w.Write([]byte(exact))
+		default:
+			w.WriteHeader(http.StatusNotFound)
+			w.Write([]byte(`{"error": "no policy", "timestamp": "2026-12-03T14:00:00Z"}`))
+		}
+	}))
+	defer srv.Close()
+	c := NewClient(srv.URL, "tenant", WithWorkerToken("worker"))
+	ctx := context.Background()
+	put, err := c.PutLimit(ctx, "customer:*", PutLimitRequest{Concurrency: Int(1), Rate: &LimitRate{Count: 10, PerSecs: 1.5}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if put.Key != "customer:*" || *put.Concurrency != 1 || *put.Rate != (LimitRate{10, 1.5}) || put.RateAvailable != nil ||
+		!put.CreatedAt.Equal(time.Date(2026, 12, 3, 14, 0, 0, 0, time.UTC)) {
+		t.Errorf("put %+v", put)
+	}
+	listed, err := c.ListLimits(ctx)
+	if err != nil || len(listed.Limits) != 2 || listed.Limits[0].Key != "api:stripe" || listed.Limits[1].Key != "customer:*" {
+		t.Fatalf("listed %+v, %v", listed, err)
+	}
+	got, err := c.GetLimit(ctx, "api:stripe")
+	if err != nil || got.Concurrency != nil || got.Running != 2 || got.RateAvailable == nil || *got.RateAvailable != 7 {
+		t.Fatalf("got %+v, %v", got, err)
+	}
+	if err := c.DeleteLimit(ctx, "customer:*"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.GetLimit(ctx, "customer:42"); !IsNotFound(err) {
+		t.Errorf("a key without a policy: %v", err)
+	}
+	if _, err := c.PutLimit(ctx, "a/b", PutLimitRequest{Concurrency: Int(2)}); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"PUT /api/v1/limits/customer:%2A", "GET /api/v1/limits", "GET /api/v1/limits/api:stripe",
+		"DELETE /api/v1/limits/customer:%2A", "GET /api/v1/limits/customer:42", "PUT /api/v1/limits/a%2Fb",
+	}
+	for i, rec := range seen {
+		if rec.method+" "+rec.path != want[i] {
+			t.Errorf("call %d: %s %s, want %s", i, rec.method, rec.path, want[i])
+		}
+		if rec.header.Get("Authorization") != "Bearer tenant" {
+			t.Errorf("call %d: Authorization %q", i, rec.header.Get("Authorization"))
+		}
+	}
+	if len(seen) != len(want) {
+		t.Fatalf("%d calls, want %d", len(seen), len(want))
+	}
+	if fmt.Sprint(seen[0].body) != "map[concurrency:1 rate:map[count:10 per_secs:1.5]]" {
+		t.Errorf("put body %v", seen[0].body)
+	}
+	if fmt.Sprint(seen[5].body) != "map[concurrency:2]" {
+		t.Errorf("a policy without a rate sends none: %v", seen[5].body)
+	}
+}
+
+// A config's Limits go out only when set, and a job's config keeps them.
+func TestJobConfigLimits(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  any
+		want string
+	}{
+		{JobConfigRequest{Priority: Int(1)}, `{"priority":1}`},
+		{JobConfigRequest{Limits: []string{"customer:42", "api:stripe"}}, `{"limits":["customer:42","api:stripe"]}`},
+		{JobConfig{}, `{}`},
+		{JobConfig{Limits: []string{"customer:*"}}, `{"limits":["customer:*"]}`},
+	} {
+		raw, err := json.Marshal(tc.cfg)
+		if err != nil || string(raw) != tc.want {
+			t.Errorf("%+v encodes as %s (%v), want %s", tc.cfg, raw, err, tc.want)
+		}
+	}
+	var job Job
+	if err := json.Unmarshal([]byte(`{"id": "j", "config": {"priority": 0, "limits": ["customer:42"]}}`), &job); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(job.Config["limits"]) != "[customer:42]" {
+		t.Errorf("job config %v", job.Config)
+	}
+	var cron CronSchedule
+	if err := json.Unmarshal([]byte(`{"id": "c", "config": {"limits": ["api:stripe"]}}`), &cron); err != nil {
+		t.Fatal(err)
+	}
+	if cron.Config == nil || fmt.Sprint(cron.Config.Limits) != "[api:stripe]" {
+		t.Errorf("cron config %+v", cron.Config)
 	}
 }

@@ -26,6 +26,9 @@ type JobConfigRequest struct {
 	RetryDelaySecs    *int     `json:"retry_delay_secs,omitempty"`
 	RetryMaxDelaySecs *int     `json:"retry_max_delay_secs,omitempty"`
 	JitterFactor      *float64 `json:"jitter_factor,omitempty"`
+	// Limits names the job's flow-control keys (up to 4): it starts only when each key's policy
+	// has room. Left out when empty.
+	Limits []string `json:"limits,omitempty"`
 }
 
 // JobConfig is the stored execution policy (stored field names), used by workflow steps and cron
@@ -38,6 +41,9 @@ type JobConfig struct {
 	RetryDelaySecs    *int     `json:"retry_delay_secs,omitempty"`
 	RetryMaxDelaySecs *int     `json:"retry_max_delay_secs,omitempty"`
 	JitterFactor      *float64 `json:"jitter_factor,omitempty"`
+	// Limits names the job's flow-control keys (up to 4): it starts only when each key's policy
+	// has room. Left out when empty.
+	Limits []string `json:"limits,omitempty"`
 }
 
 // Int returns a pointer to v, for the optional integer fields.
@@ -518,6 +524,39 @@ type CreateWorkerKeyResponse struct {
 // ListWorkerKeysResponse answers GET /api/v1/worker-keys.
 type ListWorkerKeysResponse struct {
 	WorkerKeys []WorkerKey `json:"worker_keys"`
+}
+
+// --- limits (flow control) ---
+
+// LimitRate is at most Count starts in any PerSecs seconds.
+type LimitRate struct {
+	Count   int     `json:"count"`
+	PerSecs float64 `json:"per_secs"`
+}
+
+// PutLimitRequest is the body of PUT /api/v1/limits/{key}: the key's whole policy, at least one of
+// the two.
+type PutLimitRequest struct {
+	Concurrency *int       `json:"concurrency,omitempty"`
+	Rate        *LimitRate `json:"rate,omitempty"`
+}
+
+// LimitPolicy is a key's policy with its live figures: Running, the jobs holding a slot now (for a
+// wildcard key "prefix*", summed over the keys it governs); RateAvailable, how many more may start
+// now (an exact key with a rate only).
+type LimitPolicy struct {
+	Key           string     `json:"key"`
+	Concurrency   *int       `json:"concurrency"`
+	Rate          *LimitRate `json:"rate"`
+	Running       int        `json:"running"`
+	CreatedAt     time.Time  `json:"created_at"`
+	UpdatedAt     time.Time  `json:"updated_at"`
+	RateAvailable *int       `json:"rate_available,omitempty"`
+}
+
+// ListLimitsResponse answers GET /api/v1/limits.
+type ListLimitsResponse struct {
+	Limits []LimitPolicy `json:"limits"`
 }
 
 // CreateCronRequest is the body of POST /api/v1/cron.

@@ -258,3 +258,63 @@ async def test_worker_key_calls_use_the_tenant_token(stub):
     ]
     assert all(headers["Authorization"] == "Bearer tenant" for _, _, headers, _ in stub.requests)
     assert stub.requests[0][3] == {"name": "runners", "queues": ["emails"]}
+
+
+async def test_limit_calls_put_list_get_and_delete_with_the_key_encoded(stub):
+    policy = {
+        "key": "customer:*",
+        "concurrency": 1,
+        "rate": {"count": 10, "per_secs": 1.5},
+        "running": 0,
+        "created_at": "2026-12-03T14:00:00Z",
+        "updated_at": "2026-12-03T14:00:00Z",
+    }
+    exact = {**policy, "key": "api:stripe", "concurrency": None, "running": 2, "rate_available": 7}
+    stub.routes[("PUT", "/api/v1/limits/customer:*")] = lambda r: web.json_response(policy)
+    stub.routes[("GET", "/api/v1/limits")] = lambda r: web.json_response({"limits": [exact, policy]})
+    stub.routes[("GET", "/api/v1/limits/api:stripe")] = lambda r: web.json_response(exact)
+    stub.routes[("DELETE", "/api/v1/limits/customer:*")] = lambda r: web.Response(status=204)
+    async with Client(stub.url, "tenant", worker_token="worker") as qf:
+        put = await qf.put_limit("customer:*", concurrency=1, rate=m.LimitRate(count=10, per_secs=1.5))
+        listed = await qf.list_limits()
+        got = await qf.get_limit("api:stripe")
+        assert await qf.delete_limit("customer:*") is None
+        with pytest.raises(NotFound):
+            await qf.get_limit("customer:42")
+        replaced = await qf.put_limit("customer:*", m.PutLimitRequest(concurrency=1))
+    assert put == m.LimitPolicy(
+        key="customer:*",
+        concurrency=1,
+        rate=m.LimitRate(count=10, per_secs=1.5),
+        running=0,
+        created_at=datetime(2026, 12, 3, 14, tzinfo=UTC),
+        updated_at=datetime(2026, 12, 3, 14, tzinfo=UTC),
+    )
+    assert put.rate_available is None and replaced.key == "customer:*"
+    assert [p.key for p in listed.limits] == ["api:stripe", "customer:*"]
+    assert got.concurrency is None and got.running == 2 and got.rate_available == 7
+    assert [(method, path) for method, path, _, _ in stub.requests] == [
+        ("PUT", "/api/v1/limits/customer%3A%2A"),
+        ("GET", "/api/v1/limits"),
+        ("GET", "/api/v1/limits/api%3Astripe"),
+        ("DELETE", "/api/v1/limits/customer%3A%2A"),
+        ("GET", "/api/v1/limits/customer%3A42"),
+        ("PUT", "/api/v1/limits/customer%3A%2A"),
+    ]
+    assert all(headers["Authorization"] == "Bearer tenant" for _, _, headers, _ in stub.requests)
+    assert stub.requests[0][3] == {"concurrency": 1, "rate": {"count": 10, "per_secs": 1.5}}
+    assert stub.requests[-1][3] == {"concurrency": 1}
+
+
+async def test_job_config_limits_go_out_when_set_and_come_back(stub):
+    stub.routes[("POST", "/api/v1/jobs")] = lambda r: web.json_response({"job_id": "j1"}, status=201)
+    stub.routes[("GET", "/api/v1/jobs/j1")] = lambda r: web.json_response(
+        job_json(id="j1", config={"priority": 0, "limits": ["customer:42", "api:stripe"]})
+    )
+    async with Client(stub.url, "tenant") as qf:
+        await qf.create_job("charge", {"order": 7}, config=m.JobConfigRequest(limits=["customer:42", "api:stripe"]))
+        await qf.create_job("charge", {"order": 8}, config=m.JobConfigRequest(priority=1))
+        job = await qf.get_job("j1")
+    assert stub.requests[0][3]["config"] == {"limits": ["customer:42", "api:stripe"]}
+    assert stub.requests[1][3]["config"] == {"priority": 1}
+    assert job.config["limits"] == ["customer:42", "api:stripe"]

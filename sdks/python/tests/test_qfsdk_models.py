@@ -19,6 +19,19 @@ def test_requests_leave_out_unset_fields():
     assert msgspec.json.encode(m.LeaseJobsRequest(max_jobs=2)) == b'{"max_jobs":2}'
 
 
+def test_config_limits_are_sent_only_when_set_and_decode_where_a_config_does():
+    assert msgspec.json.encode(m.JobConfig(priority=1)) == b'{"priority":1}'
+    step = m.WorkflowStep(name="a", task_name="t", config=m.JobConfig(limits=["customer:42"]))
+    assert msgspec.json.decode(msgspec.json.encode(step))["config"] == {"limits": ["customer:42"]}
+    cron = msgspec.json.decode(
+        b'{"id":"c","name":"n","cron_expr":"* * * * *","task_name":"t","enabled":true,'
+        b'"next_run_at":"2026-01-02T03:04:05Z","created_at":"2026-01-02T03:04:05Z",'
+        b'"config":{"limits":["api:stripe","customer:*"]}}',
+        type=m.CronSchedule,
+    )
+    assert cron.config == m.JobConfig(limits=["api:stripe", "customer:*"])
+
+
 def test_step_condition_spells_not_as_on_the_wire():
     cond = m.StepCondition(not_=m.StepCondition(op="exists", path="a"))
     assert msgspec.json.decode(msgspec.json.encode(cond)) == {"not": {"op": "exists", "path": "a"}}

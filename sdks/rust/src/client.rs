@@ -302,6 +302,29 @@ impl Client {
         self.empty(self.request(Method::DELETE, &format!("/api/v1/worker-keys/{}", seg(id)), Auth::Tenant)).await
     }
 
+    // --- limits (flow control) -------------------------------------------------------------------
+
+    /// `PUT /api/v1/limits/{key}`: sets (replaces) the key's policy; a key ending in `*` is a
+    /// wildcard for every key with that prefix that has no policy of its own.
+    pub async fn put_limit(&self, key: &str, req: &PutLimitRequest) -> Result<LimitPolicy> {
+        self.json(self.request(Method::PUT, &format!("/api/v1/limits/{}", seg(key)), Auth::Tenant).json(req)).await
+    }
+
+    /// `GET /api/v1/limits/{key}`: the key's own policy with its live figures (404 when it has none).
+    pub async fn get_limit(&self, key: &str) -> Result<LimitPolicy> {
+        self.json(self.get(&format!("/api/v1/limits/{}", seg(key)))).await
+    }
+
+    /// `GET /api/v1/limits`: every policy of the tenant, by key.
+    pub async fn list_limits(&self) -> Result<ListLimitsResponse> {
+        self.json(self.get("/api/v1/limits")).await
+    }
+
+    /// `DELETE /api/v1/limits/{key}` (404 when there was none).
+    pub async fn delete_limit(&self, key: &str) -> Result<()> {
+        self.empty(self.request(Method::DELETE, &format!("/api/v1/limits/{}", seg(key)), Auth::Tenant)).await
+    }
+
     // --- cron -----------------------------------------------------------------------------------
 
     /// `POST /api/v1/cron`: 409 when the name is taken.

@@ -32,6 +32,10 @@ pub struct JobConfigRequest {
     pub retry_max_delay_secs: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub jitter_factor: Option<f64>,
+    /// Flow-control keys (up to 4): the job starts only when each key's policy has room. Absent
+    /// when the job has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<Vec<String>>,
 }
 
 /// The stored execution policy (stored field names), as used by workflow steps and cron schedules.
@@ -51,6 +55,10 @@ pub struct JobConfig {
     pub retry_max_delay_secs: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub jitter_factor: Option<f64>,
+    /// Flow-control keys (up to 4): the job starts only when each key's policy has room. Absent
+    /// when the job has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<Vec<String>>,
 }
 
 // --- jobs ---------------------------------------------------------------------------------------
@@ -703,6 +711,46 @@ pub struct CreateWorkerKeyResponse {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ListWorkerKeysResponse {
     pub worker_keys: Vec<WorkerKey>,
+}
+
+// --- limits (flow control) ---------------------------------------------------------------------
+
+/// At most `count` starts in any `per_secs` seconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct LimitRate {
+    pub count: i64,
+    pub per_secs: f64,
+}
+
+/// `PUT /api/v1/limits/{key}`: the key's whole policy (it replaces what was there), at least one of
+/// the two.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PutLimitRequest {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<LimitRate>,
+}
+
+/// A key's policy with its live figures: `running`, the jobs holding a slot now (for a wildcard key
+/// `prefix*`, summed over the keys it governs); `rate_available`, how many more may start now (an
+/// exact key with a rate only).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LimitPolicy {
+    pub key: String,
+    pub concurrency: Option<i64>,
+    pub rate: Option<LimitRate>,
+    pub running: i64,
+    pub created_at: String,
+    pub updated_at: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_available: Option<i64>,
+}
+
+/// `GET /api/v1/limits`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ListLimitsResponse {
+    pub limits: Vec<LimitPolicy>,
 }
 
 /// `POST /api/v1/cron`.

@@ -817,3 +817,81 @@ async fn worker_key_calls_mint_list_and_revoke_with_the_tenant_token() {
     let deleted = requests(&log, "DELETE", "/api/v1/worker-keys/k1");
     assert_eq!(deleted[0].header("authorization"), Some("Bearer tenant-key"));
 }
+
+#[tokio::test]
+async fn limit_calls_put_get_list_and_delete_with_the_key_encoded_and_the_tenant_token() {
+    let policy = json!({"key": "customer:*", "concurrency": 1, "rate": {"count": 10, "per_secs": 1.5}, "running": 0,
+        "created_at": "2026-12-03T14:00:00Z", "updated_at": "2026-12-03T14:00:00Z"});
+    let mut exact = policy.clone();
+    exact["key"] = json!("api:stripe");
+    exact["concurrency"] = json!(null);
+    exact["running"] = json!(2);
+    exact["rate_available"] = json!(7);
+    let (base, log) = serve(move |req| match (req.method.as_str(), req.path.as_str()) {
+        ("PUT", _) => Resp::json(200, policy.clone()),
+        ("GET", "/api/v1/limits") => Resp::json(200, json!({"limits": [exact.clone(), policy.clone()]})),
+        ("GET", "/api/v1/limits/api%3Astripe") => Resp::json(200, exact.clone()),
+        ("GET", _) => Resp::json(404, json!({"error": "no policy", "timestamp": "2026-12-03T14:00:00Z"})),
+        _ => Resp::empty(204),
+    })
+    .await;
+    let qf = client(&base);
+    let req = PutLimitRequest { concurrency: Some(1), rate: Some(LimitRate { count: 10, per_secs: 1.5 }) };
+    let put = qf.put_limit("customer:*", &req).await.expect("put");
+    assert_eq!(put.key, "customer:*");
+    assert_eq!(put.concurrency, Some(1));
+    assert_eq!(put.rate, Some(LimitRate { count: 10, per_secs: 1.5 }));
+    assert_eq!(put.rate_available, None);
+    let listed = qf.list_limits().await.expect("listed").limits;
+    assert_eq!(listed.iter().map(|p| p.key.as_str()).collect::<Vec<_>>(), ["api:stripe", "customer:*"]);
+    let got = qf.get_limit("api:stripe").await.expect("got");
+    assert_eq!((got.concurrency, got.running, got.rate_available), (None, 2, Some(7)));
+    qf.delete_limit("customer:*").await.expect("deleted");
+    let missing = qf.get_limit("customer:42").await.unwrap_err();
+    assert_eq!(missing.status(), Some(404));
+    let only_cap = PutLimitRequest { concurrency: Some(2), ..Default::default() };
+    qf.put_limit("a/b", &only_cap).await.expect("put a/b");
+    let log = log.lock().unwrap().clone();
+    let calls: Vec<_> = log.iter().map(|r| format!("{} {}", r.method, r.path)).collect();
+    assert_eq!(
+        calls,
+        [
+            "PUT /api/v1/limits/customer%3A%2A",
+            "GET /api/v1/limits",
+            "GET /api/v1/limits/api%3Astripe",
+            "DELETE /api/v1/limits/customer%3A%2A",
+            "GET /api/v1/limits/customer%3A42",
+            "PUT /api/v1/limits/a%2Fb",
+        ]
+    );
+    assert!(log.iter().all(|r| r.header("authorization") == Some("Bearer tenant-key")));
+    assert_eq!(log[0].json(), json!({"concurrency": 1, "rate": {"count": 10, "per_secs": 1.5}}));
+    assert_eq!(log[5].json(), json!({"concurrency": 2}));
+}
+
+#[tokio::test]
+async fn a_job_config_sends_its_limits_only_when_set_and_a_job_keeps_them() {
+    let (base, log) = serve(|req| match req.method.as_str() {
+        "POST" => Resp::json(201, json!({"job_id": "j1"})),
+        _ => {
+            let mut j = job("j1", "charge", json!({}));
+            j["config"] = json!({"priority": 0, "limits": ["customer:42", "api:stripe"]});
+            Resp::json(200, j)
+        }
+    })
+    .await;
+    let qf = client(&base);
+    let limited =
+        JobConfigRequest { limits: Some(vec!["customer:42".into(), "api:stripe".into()]), ..Default::default() };
+    qf.create_job(&CreateJobRequest::new("charge").config(limited)).await.expect("created");
+    let plain = JobConfigRequest { priority: Some(1), ..Default::default() };
+    qf.create_job(&CreateJobRequest::new("charge").config(plain)).await.expect("created");
+    let got = qf.get_job("j1").await.expect("job");
+    assert_eq!(got.config["limits"], json!(["customer:42", "api:stripe"]));
+    let posted = requests(&log, "POST", "/api/v1/jobs");
+    assert_eq!(posted[0].json()["config"], json!({"limits": ["customer:42", "api:stripe"]}));
+    assert_eq!(posted[1].json()["config"], json!({"priority": 1}));
+    let step: JobConfig = serde_json::from_value(json!({"limits": ["customer:*"]})).expect("decoded");
+    assert_eq!(step.limits, Some(vec!["customer:*".to_string()]));
+    assert_eq!(serde_json::to_value(JobConfig::default()).unwrap(), json!({}));
+}

@@ -257,6 +257,33 @@ export class WorkerKeys extends Group {
   }
 }
 
+/** `/api/v1/limits`: flow-control policies of this tenant's limit keys (a job names its keys in `config.limits`). */
+export class Limits extends Group {
+  /**
+   * `PUT /api/v1/limits/{key}`: sets (replaces) the key's policy; a key ending in `*` is a wildcard.
+   * Retried like a read: sending the same whole policy twice leaves the same policy.
+   */
+  put(key: string, body: T.PutLimitRequest, options?: CallOptions): Promise<T.LimitPolicy> {
+    const path = `/api/v1/limits/${seg(key)}`;
+    return this.call<T.LimitPolicy>({ method: "PUT", path, body, idempotent: true, ...options });
+  }
+
+  /** `GET /api/v1/limits/{key}`: the key's own policy (a `NotFoundError` when it has none). */
+  get(key: string, options?: CallOptions): Promise<T.LimitPolicy> {
+    return this.getJson<T.LimitPolicy>(`/api/v1/limits/${seg(key)}`, undefined, options);
+  }
+
+  /** `GET /api/v1/limits`: every policy of the tenant, with its live figures. */
+  list(options?: CallOptions): Promise<T.LimitsResponse> {
+    return this.getJson<T.LimitsResponse>("/api/v1/limits", undefined, options);
+  }
+
+  /** `DELETE /api/v1/limits/{key}`: a `NotFoundError` when there was none. */
+  async delete(key: string, options?: CallOptions): Promise<void> {
+    await this.call<void>({ method: "DELETE", path: `/api/v1/limits/${seg(key)}`, ...options });
+  }
+}
+
 /** `/api/v1/dlq`: dead letters. */
 export class DeadLetters extends Group {
   list(params: T.ListDeadLettersParams = {}, options?: CallOptions): Promise<T.ListDeadLettersResponse> {
@@ -338,6 +365,7 @@ export class QueueFlow {
   readonly queues: Queues;
   readonly system: System;
   readonly workerKeys: WorkerKeys;
+  readonly limits: Limits;
   /** The worker protocol (lease, heartbeat, complete, fail) and the worker loop, on the worker token. */
   readonly worker: Worker;
 
@@ -360,6 +388,7 @@ export class QueueFlow {
     this.queues = new Queues(transport, options.token);
     this.system = new System(transport, options.token);
     this.workerKeys = new WorkerKeys(transport, options.token);
+    this.limits = new Limits(transport, options.token);
     this.worker = new Worker(transport, options.workerToken ?? options.token);
   }
 

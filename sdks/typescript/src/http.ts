@@ -27,7 +27,7 @@ export interface CallOptions {
 }
 
 export interface RequestSpec extends CallOptions {
-  method: "GET" | "POST" | "DELETE";
+  method: "GET" | "POST" | "PUT" | "DELETE";
   path: string;
   token: string;
   query?: object;

@@ -1,6 +1,6 @@
 /** @queueflow/sdk: the TypeScript client and remote-worker runtime for QueueFlow. */
 
-export { QueueFlow, SDK_VERSION, Jobs, Workflows, Cron, DeadLetters, Queues, System, WorkerKeys } from "./client.js";
+export { QueueFlow, SDK_VERSION, Jobs, Workflows, Cron, DeadLetters, Queues, System, WorkerKeys, Limits } from "./client.js";
 export type { QueueFlowOptions, WaitOptions } from "./client.js";
 export { Worker, toResult, MAX_COMPLETIONS } from "./worker.js";
 export { wf, WorkflowBuilder, validateWorkflow } from "./builder.js";

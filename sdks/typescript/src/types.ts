@@ -24,6 +24,8 @@ export interface JobConfigRequest {
   retry_delay_secs?: number;
   retry_max_delay_secs?: number;
   jitter_factor?: number;
+  /** Flow-control keys (up to 4): the job starts only when each key's policy has room. */
+  limits?: string[];
 }
 
 /** The stored execution policy (stored field names), as on workflow steps and cron schedules. */
@@ -35,6 +37,8 @@ export interface JobConfig {
   retry_delay_secs?: number;
   retry_max_delay_secs?: number;
   jitter_factor?: number;
+  /** Flow-control keys (up to 4); absent when the job has none. */
+  limits?: string[];
 }
 
 // --- jobs ------------------------------------------------------------------------------------
@@ -474,4 +478,36 @@ export interface CreateWorkerKeyResponse extends WorkerKey {
 
 export interface ListWorkerKeysResponse {
   worker_keys: WorkerKey[];
+}
+
+// --- limits (flow control) -------------------------------------------------------------------
+
+/** At most `count` starts in any `per_secs` seconds. */
+export interface LimitRate {
+  count: number;
+  per_secs: number;
+}
+
+/** The body of `PUT /api/v1/limits/{key}`: the key's whole policy, at least one of the two. */
+export interface PutLimitRequest {
+  concurrency?: number | null;
+  rate?: LimitRate | null;
+}
+
+/** A key's policy with its live figures. */
+export interface LimitPolicy {
+  /** A key ending in `*` is a wildcard: it applies separately to every key with that prefix. */
+  key: string;
+  concurrency: number | null;
+  rate: LimitRate | null;
+  /** Jobs holding a slot now (for a wildcard, summed over the keys it governs). */
+  running: number;
+  created_at: string;
+  updated_at: string;
+  /** How many more may start now: an exact key with a rate only. */
+  rate_available?: number;
+}
+
+export interface LimitsResponse {
+  limits: LimitPolicy[];
 }

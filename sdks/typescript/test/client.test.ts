@@ -269,3 +269,66 @@ test("workerKeys mint, list and revoke with the tenant token", async () => {
     await stub.close();
   }
 });
+
+test("limits put, get, list and delete a policy with the key encoded and the tenant token", async () => {
+  const policy = {
+    key: "customer:*",
+    concurrency: 1,
+    rate: { count: 10, per_secs: 1.5 },
+    running: 0,
+    created_at: "2026-12-03T14:00:00Z",
+    updated_at: "2026-12-03T14:00:00Z",
+  };
+  const exact = { ...policy, key: "api:stripe", concurrency: null, running: 2, rate_available: 7 };
+  const stub = await startStub((req, res) => {
+    if (req.method === "PUT") json(res, 200, policy);
+    else if (req.method === "GET" && req.path === "/api/v1/limits") json(res, 200, { limits: [exact, policy] });
+    else if (req.method === "GET" && req.path === "/api/v1/limits/api%3Astripe") json(res, 200, exact);
+    else if (req.method === "GET") errorBody(res, 404, "no policy");
+    else json(res, 204);
+  });
+  try {
+    const qf = new QueueFlow({ baseUrl: stub.url, token: "tenant", workerToken: "worker" });
+    const put = await qf.limits.put("customer:*", { concurrency: 1, rate: { count: 10, per_secs: 1.5 } });
+    assert.equal(put.rate_available, undefined);
+    assert.deepEqual(put, policy);
+    assert.deepEqual((await qf.limits.list()).limits.map((p) => p.key), ["api:stripe", "customer:*"]);
+    const got = await qf.limits.get("api:stripe");
+    assert.equal(got.concurrency, null);
+    assert.equal(got.rate_available, 7);
+    await qf.limits.delete("customer:*");
+    await assert.rejects(qf.limits.get("customer:42"), NotFoundError);
+    assert.deepEqual(
+      stub.requests.map((r) => `${r.method} ${r.path}`),
+      [
+        "PUT /api/v1/limits/customer%3A*",
+        "GET /api/v1/limits",
+        "GET /api/v1/limits/api%3Astripe",
+        "DELETE /api/v1/limits/customer%3A*",
+        "GET /api/v1/limits/customer%3A42",
+      ],
+    );
+    assert.ok(stub.requests.every((r) => r.headers.authorization === "Bearer tenant"));
+    assert.deepEqual(stub.requests[0]!.body, { concurrency: 1, rate: { count: 10, per_secs: 1.5 } });
+  } finally {
+    await stub.close();
+  }
+});
+
+test("a job config's limits go out when set and come back in the job's config", async () => {
+  const stub = await startStub((req, res) => {
+    if (req.method === "POST") json(res, 201, { job_id: "j1" });
+    else json(res, 200, { ...fakeJob("j1"), config: { priority: 0, limits: ["customer:42", "api:stripe"] } });
+  });
+  try {
+    const qf = new QueueFlow({ baseUrl: stub.url, token: "tenant" });
+    await qf.jobs.create({ task_name: "charge", config: { limits: ["customer:42", "api:stripe"] } });
+    await qf.jobs.create({ task_name: "charge", config: { priority: 1 } });
+    const job = await qf.jobs.get("j1");
+    assert.deepEqual(stub.requests[0]!.body, { task_name: "charge", config: { limits: ["customer:42", "api:stripe"] } });
+    assert.deepEqual(stub.requests[1]!.body, { task_name: "charge", config: { priority: 1 } });
+    assert.deepEqual(job.config.limits, ["customer:42", "api:stripe"]);
+  } finally {
+    await stub.close();
+  }
+});

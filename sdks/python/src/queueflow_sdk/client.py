@@ -441,6 +441,33 @@ class Client:
         """Revoke a key: ``DELETE /api/v1/worker-keys/{id}``."""
         await self.request("DELETE", f"/api/v1/worker-keys/{_seg(key_id)}")
 
+    # --- limits (flow control) ------------------------------------------------------------------
+
+    async def put_limit(
+        self,
+        key: str,
+        policy: m.PutLimitRequest | None = None,
+        *,
+        concurrency: int | None = None,
+        rate: m.LimitRate | None = None,
+    ) -> m.LimitPolicy:
+        """``PUT /api/v1/limits/{key}``: set (replace) a key's policy, a request or its fields
+        (``concurrency``, ``rate``; at least one). A key ending in ``*`` is a wildcard."""
+        body = policy if policy is not None else m.PutLimitRequest(concurrency=concurrency, rate=rate)
+        return await self.request("PUT", f"/api/v1/limits/{_seg(key)}", m.LimitPolicy, body=body)
+
+    async def list_limits(self) -> m.LimitsResponse:
+        """``GET /api/v1/limits``: every policy of the tenant, with its live figures."""
+        return await self.request("GET", "/api/v1/limits", m.LimitsResponse)
+
+    async def get_limit(self, key: str) -> m.LimitPolicy:
+        """``GET /api/v1/limits/{key}``: the key's own policy; `NotFound` when it has none."""
+        return await self.request("GET", f"/api/v1/limits/{_seg(key)}", m.LimitPolicy)
+
+    async def delete_limit(self, key: str) -> None:
+        """``DELETE /api/v1/limits/{key}``; `NotFound` when there was none."""
+        await self.request("DELETE", f"/api/v1/limits/{_seg(key)}")
+
     # --- dead letters ----------------------------------------------------------------------------
 
     async def list_dead_letters(

@@ -48,6 +48,9 @@ __all__ = [
     "LeaseJobsRequest",
     "LeaseJobsResponse",
     "LeasedJob",
+    "LimitPolicy",
+    "LimitRate",
+    "LimitsResponse",
     "ListCronsResponse",
     "ListDeadLettersResponse",
     "ListJobsResponse",
@@ -55,6 +58,7 @@ __all__ = [
     "ListWorkflowsResponse",
     "MAX_COMPLETIONS",
     "OpenApiDocument",
+    "PutLimitRequest",
     "QueueControlResponse",
     "QueueStats",
     "QueuesResponse",
@@ -110,6 +114,8 @@ class JobConfigRequest(_Body):
     retry_delay_secs: int | None = None
     retry_max_delay_secs: int | None = None
     jitter_factor: float | None = None
+    limits: list[str] | None = None
+    """Flow-control keys (up to 4): the job starts only when each key's policy has room."""
 
 
 class JobConfig(_Body):
@@ -122,6 +128,8 @@ class JobConfig(_Body):
     retry_delay_secs: int | None = None
     retry_max_delay_secs: int | None = None
     jitter_factor: float | None = None
+    limits: list[str] | None = None
+    """Flow-control keys (up to 4); absent when the job has none."""
 
 
 # --- jobs ----------------------------------------------------------------------------------------
@@ -569,3 +577,38 @@ class CreateWorkerKeyResponse(WorkerKey):
 
 class ListWorkerKeysResponse(_Body):
     worker_keys: list[WorkerKey]
+
+
+# --- limits (flow control) -----------------------------------------------------------------------
+
+
+class LimitRate(_Body):
+    """At most ``count`` starts in any ``per_secs`` seconds."""
+
+    count: int
+    per_secs: float
+
+
+class PutLimitRequest(_Body):
+    """A key's whole policy (a PUT replaces it): at least one of the two."""
+
+    concurrency: int | None = None
+    rate: LimitRate | None = None
+
+
+class LimitPolicy(_Body):
+    """A key's policy with its live figures: ``running``, the jobs holding a slot now (for a
+    wildcard key ``prefix*``, summed over the keys it governs); ``rate_available``, how many more may
+    start now (an exact key with a rate only)."""
+
+    key: str
+    concurrency: int | None
+    rate: LimitRate | None
+    running: int
+    created_at: datetime
+    updated_at: datetime
+    rate_available: int | None = None
+
+
+class LimitsResponse(_Body):
+    limits: list[LimitPolicy]
