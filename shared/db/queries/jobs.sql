@@ -99,7 +99,9 @@ SELECT status, workflow_id FROM queueflow.jobs WHERE id = $1 AND tenant_id = $2;
 -- $6: the claim's key (see claim_key below). $7, when not null, is the only tenant claimed from
 -- (a worker key's).
 -- A queue with waiting jobs that carry limit keys (migration 12) is claimed by
--- queueflow.claim_limited instead, which enforces them: one index probe tells which.
+-- queueflow.claim_limited instead, which enforces them: one index probe tells which. The fair
+-- share below is written there too, on purpose: one function for both kinds of queue (tried) cost
+-- the remote drain of queues without limits about a sixth (9,000 against 11,000 jobs/s).
 WITH flags AS MATERIALIZED (
     -- Any tenant's: one probe of jobs_claim_limited_order_idx. (In the index's order: without it a
     -- generic plan may read the table from its first page to the queue's first limited job.)
