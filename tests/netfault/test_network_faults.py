@@ -258,7 +258,7 @@ async def fleet(database_url, service, tmp_path, toxiproxy_bin, sdks_built) -> A
 
 async def job_rows(db: asyncpg.Pool, ids: list[str]) -> dict[str, asyncpg.Record]:
     rows = await db.fetch(
-        "SELECT j.id::text AS id, j.status, j.retry_count, j.payload::text AS payload,"
+        "SELECT j.id::text AS id, j.status, j.retry_count, j.delivery_count, j.payload::text AS payload,"
         " j.result::text AS result, j.error_message,"
         " (SELECT count(*) FROM queueflow.dead_letters d WHERE d.job_id = j.id) AS dead_letters"
         " FROM queueflow.jobs j WHERE j.id = ANY($1::uuid[])",
@@ -429,7 +429,9 @@ async def test_connection_cut_mid_long_poll(fleet, db):
     downstream, 0: data dropped, the connection held open); a job created meanwhile is claimed by
     that poll, whose answer never arrives; removing the toxic closes the connection under the parked
     poll. The job is not lost: it is reclaimed once its lease (2 s) runs out and the recovered loop
-    runs it."""
+    runs it. (When the close reaches the server before the poll's answer is written, which a loaded
+    machine allows, the lease route gives the job back at once instead, no retry spent: it is then
+    delivered twice and run once.)"""
 
     async def scenario(lane: Lane) -> None:
         runner = await warmed_up(lane, db, {"lease_secs": 2, "concurrency": 1})
@@ -448,8 +450,14 @@ async def test_connection_cut_mid_long_poll(fleet, db):
 
         await eventually(claimed, timeout=SETTLE)  # by a poll whose answer is being dropped
         await lane.proxy.remove_toxic("mute")  # closes the connections it held
-        tally = check_outcome(runner, await settled(db, [job], runner))
-        assert tally["reclaimed"] == 1 and runner.runs(job) == 1, (tally, runner.runs(job))
+        rows = await settled(db, [job], runner)
+        tally = check_outcome(runner, rows)
+        given_back = rows[job]["retry_count"] == 0 and rows[job]["delivery_count"] == 2
+        assert (tally["reclaimed"] == 1 or given_back) and runner.runs(job) == 1, (
+            tally,
+            dict(rows[job]),
+            runner.runs(job),
+        )
         await recovers(lane, runner, db)
 
     await fleet.each(scenario)
