@@ -1,8 +1,8 @@
 """Flow-control repository: a tenant's limit policies with their live figures, and the janitor's
 share of the bookkeeping (folding released slots, waking queues whose rate has room again).
 
-The claim itself enforces the policies (claim_jobs in queries/jobs.sql); migration 12 says how the
-tables fit together.
+The claim itself enforces the policies (queueflow.claim_limited, migration 12, which says how the
+tables fit together).
 """
 
 from __future__ import annotations

@@ -1861,11 +1861,34 @@
     );
   }
 
+  // One labelled input (or textarea) of a create form; its id is `${prefix}-${name}`.
+  function formField(prefix, name, label, attrs = {}) {
+    const id = `${prefix}-${name}`;
+    return h("div", { class: `field ${attrs.wide ? "wide" : ""}` }, h("label", { for: id }, label), attrs.textarea ? h("textarea", { id, name, spellcheck: "false", placeholder: attrs.placeholder }) : h("input", { id, name, required: attrs.required, spellcheck: "false", autocomplete: "off", placeholder: attrs.placeholder, list: attrs.list }));
+  }
+
+  // A create form's submit: `send(value)` makes the call and returns the toast's text; what it
+  // throws (the server's message, or a check of its own) shows under the form.
+  function onCreate(ctx, form, message, send) {
+    form.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      message.textContent = "";
+      const button = form.querySelector("button[type=submit]");
+      button.disabled = true;
+      try {
+        toast(await send((name) => form.elements[name].value.trim()));
+        form.reset();
+        await ctx.refresh();
+      } catch (error) {
+        if (!(error instanceof SignedOut)) message.textContent = error.message;
+      } finally {
+        button.disabled = false;
+      }
+    });
+  }
+
   function cronCreateForm(ctx) {
-    const field = (name, label, attrs = {}) => {
-      const id = `cron-${name}`;
-      return h("div", { class: `field ${attrs.wide ? "wide" : ""}` }, h("label", { for: id }, label), attrs.textarea ? h("textarea", { id, name, spellcheck: "false", placeholder: attrs.placeholder }) : h("input", { id, name, required: attrs.required, spellcheck: "false", autocomplete: "off", placeholder: attrs.placeholder, list: attrs.list }));
-    };
+    const field = (name, label, attrs) => formField("cron", name, label, attrs);
     const message = h("p", { role: "alert", class: "muted" });
     const form = h(
       "form",
@@ -1886,32 +1909,18 @@
       (t) => form.append(datalist("cron-task-names", t.tasks)),
       () => {},
     );
-    form.addEventListener("submit", async (event) => {
-      event.preventDefault();
-      message.textContent = "";
-      const value = (name) => form.elements[name].value.trim();
+    onCreate(ctx, form, message, async (value) => {
       const body = { name: value("name"), cron_expr: value("cron_expr"), task_name: value("task_name") };
       if (value("queue")) body.queue = value("queue");
       if (value("payload")) {
         try {
           body.payload = JSON.parse(value("payload"));
         } catch (error) {
-          message.textContent = `The payload is not valid JSON: ${error.message}`;
-          return;
+          throw new Error(`The payload is not valid JSON: ${error.message}`);
         }
       }
-      const button = form.querySelector("button[type=submit]");
-      button.disabled = true;
-      try {
-        await api("POST", "cron", { body });
-        toast(`Schedule ${body.name} created.`);
-        form.reset();
-        await ctx.refresh();
-      } catch (error) {
-        if (!(error instanceof SignedOut)) message.textContent = error.message;
-      } finally {
-        button.disabled = false;
-      }
+      await api("POST", "cron", { body });
+      return `Schedule ${body.name} created.`;
     });
     return h("details", { class: "create panel" }, h("summary", {}, "New schedule"), form);
   }
@@ -1982,8 +1991,7 @@
   }
 
   function limitForm(ctx) {
-    const field = (name, label, placeholder) =>
-      h("div", { class: "field" }, h("label", { for: `limit-${name}` }, label), h("input", { id: `limit-${name}`, name, spellcheck: "false", autocomplete: "off", placeholder }));
+    const field = (name, label, placeholder) => formField("limit", name, label, { placeholder });
     const message = h("p", { role: "alert", class: "muted" });
     const form = h(
       "form",
@@ -1999,26 +2007,13 @@
       h("div", { class: "toolbar" }, h("button", { type: "submit", class: "primary" }, "Set limit")),
       message,
     );
-    form.addEventListener("submit", async (event) => {
-      event.preventDefault();
-      message.textContent = "";
-      const value = (name) => form.elements[name].value.trim();
+    onCreate(ctx, form, message, async (value) => {
       const number = (name) => (value(name) === "" ? null : Number(value(name)));
       const key = value("key");
       const body = { concurrency: number("concurrency"), rate: null };
       if (value("rate_count") !== "") body.rate = { count: number("rate_count"), per_secs: number("rate_per_secs") ?? 1 };
-      const button = form.querySelector("button[type=submit]");
-      button.disabled = true;
-      try {
-        await api("PUT", `limits/${enc(key)}`, { body });
-        toast(`Limit ${key} set.`);
-        form.reset();
-        await ctx.refresh();
-      } catch (error) {
-        if (!(error instanceof SignedOut)) message.textContent = error.message;
-      } finally {
-        button.disabled = false;
-      }
+      await api("PUT", `limits/${enc(key)}`, { body });
+      return `Limit ${key} set.`;
     });
     return h("details", { class: "create panel" }, h("summary", {}, "Set a limit"), form);
   }
