@@ -100,7 +100,9 @@ async def test_three_api_processes_and_in_process_workers_never_pass_a_keys_conc
     assert await db.fetchval("SELECT count(*) FROM queueflow.limit_state WHERE running > 3") == 0
 
 
-async def test_a_rate_of_20_per_second_starts_at_most_210_and_close_to_200_jobs_in_10_seconds(database_url, service, db):
+async def test_a_rate_of_20_per_second_starts_at_most_210_and_close_to_200_jobs_in_10_seconds(
+    database_url, service, db
+):
     queue = "rated"
     proc = await service(database_url, mode="all")
     async with aiohttp.ClientSession(base_url=proc.base_url) as http:
