@@ -16,7 +16,7 @@ from typing import Annotated, Any, ClassVar, Literal, Self
 from msgspec import Meta, Struct
 
 from shared.domain import paging as domain_paging
-from shared.domain.cron import CronSchedule
+from shared.domain.cron import MAX_ZONE_NAME, CronSchedule
 from shared.domain.errors import ValidationFailed
 from shared.domain.jobs import (
     ACTIVE_JOB_STATUSES,
@@ -415,6 +415,8 @@ class CreateCronRequest(Request):
     payload: Object | None = None
     queue: str | None = None
     config: PartialJobConfig | None = None
+    # An extension: the IANA time zone the expression is read in (UTC when absent).
+    timezone: Annotated[str, Meta(min_length=1, max_length=MAX_ZONE_NAME)] | None = None
 
 
 class CreateCronResponse(Response):

@@ -22,6 +22,7 @@ async def create_cron(request: web.Request) -> web.Response:
         payload=body.payload,
         queue=body.queue,
         config=body.config,
+        timezone=body.timezone,
     )
     return json_response(wire.CreateCronResponse(cron_id=cron_id), 201)
 

@@ -145,6 +145,7 @@ def cron_body(args: argparse.Namespace) -> dict[str, Any]:
             "task_name": args.task,
             "payload": args.payload,
             "queue": args.queue,
+            "timezone": args.timezone,
         }
     )
 
@@ -226,6 +227,10 @@ COMMANDS: dict[str, Call | Group] = {
                     opt("--task", required=True),
                     opt("--payload", type=json_object, help="JSON object"),
                     opt("--queue"),
+                    opt(
+                        "--timezone",
+                        help="IANA zone the schedule is read in, e.g. Europe/Berlin (default UTC)",
+                    ),
                 ),
                 body=cron_body,
             ),

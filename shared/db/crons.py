@@ -29,7 +29,7 @@ log = structlog.get_logger("queueflow.cron")
 
 
 def to_cron(r: asyncpg.Record) -> CronSchedule:
-    return record(CronSchedule, r)
+    return record(CronSchedule, r).localized()
 
 
 async def create(
@@ -42,13 +42,14 @@ async def create(
     payload: Object | None,
     queue: str | None,
     config: PartialJobConfig | None,
+    timezone: str | None = None,
 ) -> str:
     """The new schedule's id; a Conflict when the tenant already has a schedule by that name."""
     check_task_name(task_name)
     if queue is not None:
         check_queue_name(queue)
     cron.validate(cron_expr)
-    first = cron.next_after(cron_expr, datetime.now(UTC))
+    first = cron.next_after(cron_expr, datetime.now(UTC), timezone)
     stored = None if config is None else msgspec.to_builtins(config)
     cron_id = await db.fetchval(
         Q.insert_cron,
@@ -61,6 +62,7 @@ async def create(
         queue,
         tenant,
         first,
+        timezone,
     )
     if cron_id is None:
         raise Conflict(f"a cron schedule named '{name}' already exists")
@@ -95,7 +97,7 @@ async def resume(pool: Pool, tenant: str, cron_id: str) -> None:
         if row is None:
             raise NotFound("cron schedule", cron_id)
         now = await conn.fetchval("SELECT now()")
-        upcoming = cron.next_after(row["cron_expr"], now) or row["next_run_at"]
+        upcoming = cron.next_after(row["cron_expr"], now, row["timezone"]) or row["next_run_at"]
         await conn.execute(Q.resume_cron, cron_id, tenant, upcoming)
 
 
@@ -122,7 +124,7 @@ async def fire_due(pool: Pool, default_queue: str, batch: int) -> int:
             )
             await jobs_db.insert_jobs(conn, row["tenant_id"], [job])
             try:
-                upcoming = cron.next_after(row["cron_expr"], row["db_now"])
+                upcoming = cron.next_after(row["cron_expr"], row["db_now"], row["timezone"])
             except Exception:  # a schedule that cannot be evaluated stops firing
                 upcoming = None
             await conn.execute(Q.cron_fired, row["id"], upcoming)

@@ -1,15 +1,24 @@
-"""Cron schedules: the expressions (parsed by croniter, always evaluated in UTC) and the record.
+"""Cron schedules: the expressions (parsed by croniter) and the record.
 
 The 5-field crontab (`minute hour day-of-month month day-of-week`) and the 6- and 7-field forms
 with a leading seconds field (and a trailing year) are accepted. The next occurrence is always
 strictly later than the reference instant.
+
+An expression is read in the schedule's time zone (an IANA name; UTC when none is given). croniter
+only walks the zone's wall clock, naive, and this module maps each wall-clock match to an instant
+itself, so that daylight-saving changes behave as docs/cron.md says whatever croniter's own zone
+handling does: a local time that does not exist (clocks jump forward over it) fires once, at the
+first instant after the jump; a local time that occurs twice (clocks fall back) fires once, at its
+first occurrence.
 """
 
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, tzinfo
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+import msgspec
 from croniter import croniter
 from msgspec import Struct
 
@@ -35,17 +44,74 @@ CRON_PATTERN = (
 )
 
 
-def next_after(expr: str, after: datetime) -> datetime | None:
-    """The first occurrence strictly after `after`, or None when the expression has no future."""
-    fields = expr.split()
+MAX_ZONE_NAME = 64
+# Wall-clock matches looked at before giving up on finding one later than the reference instant:
+# only the second pass of a repeated hour is skipped this way (3,600 for a per-second schedule).
+_MAX_SKIPPED = 4000
+
+
+def zone(name: str | None) -> tzinfo:
+    """The time zone named `name` (IANA, e.g. `Europe/Berlin`); UTC for None. An unknown name is a
+    ValidationFailed."""
+    if name is None:
+        return UTC
+    if not name or len(name) > MAX_ZONE_NAME:
+        raise ValidationFailed(
+            f"timezone must be an IANA time zone name such as 'Europe/Berlin', not {name!r}"
+        )
     try:
-        it = croniter(" ".join(fields), after.astimezone(UTC), second_at_beginning=len(fields) > 5)
-        value = it.get_next(datetime)
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        raise ValidationFailed(
+            f"unknown timezone {name!r}: expected an IANA time zone name such as 'Europe/Berlin'"
+        ) from None
+
+
+def _first_instant(wall: datetime, tz: tzinfo) -> datetime:
+    """The instant a naive wall-clock time of `tz` names: its first occurrence when the clocks fell
+    back over it; the moment the clocks jumped when they jumped over it."""
+    early = wall.replace(tzinfo=tz, fold=0)
+    if early.astimezone(UTC).astimezone(tz).replace(tzinfo=None) == wall:
+        return early.astimezone(UTC)
+    # In a gap: fold=1 reads it with the offset after the jump (an instant before it), fold=0 with
+    # the offset before (an instant after it). The jump lies between; offsets change on whole seconds.
+    lo = int(wall.replace(tzinfo=tz, fold=1).timestamp())
+    hi = int(early.timestamp())
+    after = datetime.fromtimestamp(hi, tz).utcoffset()  # the offset once the clocks have jumped
+    while lo + 1 < hi:
+        mid = (lo + hi) // 2
+        if datetime.fromtimestamp(mid, tz).utcoffset() == after:
+            hi = mid
+        else:
+            lo = mid
+    return datetime.fromtimestamp(hi, UTC)
+
+
+def next_after(expr: str, after: datetime, timezone: str | None = None) -> datetime | None:
+    """The first occurrence strictly after `after` (in UTC), reading `expr` in `timezone`, or None
+    when the expression has no future."""
+    fields = expr.split()
+    tz = zone(timezone)
+    start = after.astimezone(tz).replace(tzinfo=None)  # the zone's wall clock, naive
+    try:
+        it = croniter(" ".join(fields), start, second_at_beginning=len(fields) > 5)
+        for _ in range(_MAX_SKIPPED):
+            wall = it.get_next(datetime)
+            instant = _first_instant(wall, tz)
+            if instant > after:
+                return instant
+            # The wall clock repeats (the second pass of an hour the clocks fell back over): its
+            # matches were fired on the first pass, so walk on to the first one after `after`.
     except (ValueError, KeyError, TypeError) as err:  # croniter's errors derive from ValueError
         raise ValidationFailed(f"invalid cron expression '{expr}': {err}") from None
     except StopIteration:
         return None
-    return value.astimezone(UTC) if value.tzinfo else value.replace(tzinfo=UTC)
+    return None
+
+
+def local_time(instant: datetime, timezone: str) -> str:
+    """`instant` as RFC 3339 in `timezone`, with its offset (what the CLI and console show)."""
+    return instant.astimezone(zone(timezone)).isoformat()
 
 
 def validate(expr: str) -> None:
@@ -77,3 +143,13 @@ class CronSchedule(Struct, frozen=True, kw_only=True, omit_defaults=True):
     config: PartialJobConfig | None = None
     last_enqueued_at: datetime | None = None
     tenant_id: str | None = None
+    # Extensions, left out when unused: the zone the expression is read in, and the next firing
+    # as that zone's wall clock (RFC 3339 with its offset), which the CLI and the console show.
+    timezone: str | None = None
+    next_run_local: str | None = None
+
+    def localized(self) -> CronSchedule:
+        """This record with `next_run_local` filled in when it has a time zone."""
+        if self.timezone is None:
+            return self
+        return msgspec.structs.replace(self, next_run_local=local_time(self.next_run_at, self.timezone))

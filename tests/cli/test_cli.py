@@ -8,6 +8,7 @@ import re
 import shlex
 import subprocess
 import uuid
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -269,6 +270,40 @@ async def test_cron_create_get_list_pause_resume_and_delete(cli):
     assert await cli.ok("cron", "delete", cron_id) == {"deleted": cron_id}
     assert (await cli.api("GET", f"/api/v1/cron/{cron_id}"))[0] == 404
     await cli.fails("cron", "delete", cron_id, status=404)
+
+
+async def test_cron_create_in_a_time_zone_shows_the_next_firing_on_that_clock(cli):
+    created = await cli.ok(
+        "cron",
+        "create",
+        "--name",
+        "report",
+        "--schedule",
+        "0 9 * * 1-5",
+        "--task",
+        "echo",
+        "--timezone",
+        "America/New_York",
+    )
+    got = await cli.ok("cron", "get", created["cron_id"])
+    assert got["timezone"] == "America/New_York"
+    local = datetime.fromisoformat(got["next_run_local"])
+    assert (local.hour, local.minute, local.isoweekday() <= 5) == (9, 0, True)
+    assert local.utcoffset() in (timedelta(hours=-5), timedelta(hours=-4))
+    error = await cli.fails(
+        "cron",
+        "create",
+        "--name",
+        "bad",
+        "--schedule",
+        "0 9 * * *",
+        "--task",
+        "echo",
+        "--timezone",
+        "Atlantis/Capital",
+        status=400,
+    )
+    assert "Atlantis/Capital" in error
 
 
 async def test_worker_key_create_list_and_delete(cli):

@@ -511,6 +511,34 @@ async def test_cron_view_creates_pauses_resumes_and_deletes_a_schedule(client, c
     await call(client, "GET", f"/api/v1/cron/{cron['id']}", expect=(404,))
 
 
+async def test_cron_view_creates_a_schedule_in_a_time_zone_and_shows_its_next_firing_on_that_clock(
+    client, console
+):
+    await console.sign_in("dev", "#/cron")
+    await console.heading("Cron schedules")
+    await console.page.get_by_text("New schedule").click()
+    await console.page.get_by_label("Name", exact=True).fill("berlin-report")
+    await console.page.get_by_label("Cron expression", exact=True).fill("0 9 * * *")
+    await console.page.get_by_label("Task", exact=True).fill("echo")
+    await console.page.get_by_label("Time zone (optional)", exact=True).fill("Europe/Berlin")
+    await console.page.get_by_role("button", name="Create schedule").click()
+
+    row = console.page.locator('tr[data-cron="berlin-report"]')
+    cron = (await call(client, "GET", "/api/v1/cron"))["crons"][0]
+    assert cron["timezone"] == "Europe/Berlin"
+    local = cron["next_run_local"]
+    assert local[11:16] == "09:00"
+    await expect(row.locator("[data-local]")).to_have_text(f"{local[:10]} 09:00 Europe/Berlin")
+
+    console.watch.allow(400, "/api/v1/cron")
+    await console.page.get_by_label("Name", exact=True).fill("nowhere")
+    await console.page.get_by_label("Cron expression", exact=True).fill("0 9 * * *")
+    await console.page.get_by_label("Task", exact=True).fill("echo")
+    await console.page.get_by_label("Time zone (optional)", exact=True).fill("Nowhere/Town")
+    await console.page.get_by_role("button", name="Create schedule").click()
+    await expect(console.page.locator("details.create [role=alert]")).to_contain_text("Nowhere/Town")
+
+
 async def test_limits_view_sets_shows_live_figures_and_deletes_a_limit(client, console):
     await console.sign_in("dev", "#/limits")
     await console.heading("Limits")

@@ -1813,7 +1813,13 @@
           h("td", {}, h("a", { href: hashFor("jobs", { task_name: c.task_name }) }, c.task_name)),
           h("td", { class: "hide-narrow" }, c.queue_name || h("span", { class: "muted" }, "default")),
           h("td", {}, c.enabled ? badge("active") : badge("paused")),
-          h("td", {}, c.enabled ? timeEl(c.next_run_at) : h("span", { class: "muted", title: `Would be ${absTime(c.next_run_at)}` }, "paused")),
+          h(
+            "td",
+            {},
+            c.enabled ? timeEl(c.next_run_at) : h("span", { class: "muted", title: `Would be ${absTime(c.next_run_at)}` }, "paused"),
+            // A schedule read in a time zone: its next firing on that zone's clock, as the server says.
+            c.timezone && c.next_run_local ? h("div", { class: "muted", "data-local": "" }, `${c.next_run_local.slice(0, 16).replace("T", " ")} ${c.timezone}`) : null,
+          ),
           h("td", { class: "hide-narrow" }, timeEl(c.last_enqueued_at)),
           state.canWrite
             ? h(
@@ -1900,6 +1906,7 @@
         field("cron_expr", "Cron expression", { required: true, placeholder: "0 3 * * *" }),
         field("task_name", "Task", { required: true, placeholder: "echo", list: "cron-task-names" }),
         field("queue", "Queue (optional)", { placeholder: "default" }),
+        field("timezone", "Time zone (optional)", { placeholder: "UTC, or e.g. Europe/Berlin" }),
         field("payload", "Payload (JSON object, optional)", { textarea: true, wide: true, placeholder: '{"report": "daily"}' }),
       ),
       h("div", { class: "toolbar" }, h("button", { type: "submit", class: "primary" }, "Create schedule")),
@@ -1912,6 +1919,7 @@
     onCreate(ctx, form, message, async (value) => {
       const body = { name: value("name"), cron_expr: value("cron_expr"), task_name: value("task_name") };
       if (value("queue")) body.queue = value("queue");
+      if (value("timezone")) body.timezone = value("timezone");
       if (value("payload")) {
         try {
           body.payload = JSON.parse(value("payload"));
