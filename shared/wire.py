@@ -40,6 +40,7 @@ from shared.domain.jobs import (
     ReplayedDeadLetter,
     StatsSnapshot,
     TimeoutSecs,
+    UniquePolicy,
     instant,
 )
 from shared.domain.limits import Concurrency, LimitPolicy, Rate
@@ -123,6 +124,7 @@ class JobConfigRequest(Request):
     retry_max_delay_secs: DelaySecs | None = None
     jitter_factor: Jitter | None = None
     limits: LimitKeys | None = None
+    unique: UniquePolicy | None = None
 
     def to_config(self) -> JobConfig:
         return JobConfig.of(
@@ -135,6 +137,7 @@ class JobConfigRequest(Request):
                 "retry_max_delay_secs": self.retry_max_delay_secs,
                 "jitter_factor": self.jitter_factor,
                 "limits": self.limits,
+                "unique": self.unique,
             }
         )
 

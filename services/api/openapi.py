@@ -30,8 +30,10 @@ from shared import wire
 from shared.config import Settings
 from shared.domain.cron import CRON_PATTERN
 from shared.domain.jobs import (
+    CONTROL_CHARS,
     MAX_LIMIT_KEY_BYTES,
     MAX_QUEUE_BYTES,
+    MAX_UNIQUE_KEY_BYTES,
     NON_BLANK_PATTERN,
     QUEUE_NAME_PATTERN,
     SPACE_CHARS,
@@ -290,6 +292,21 @@ def _refine(schemas: dict[str, Any], request_names: set[str], max_batch: int) ->
                 " policy has room. Left out of responses when the job has none.",
             },
         )
+    _narrow(
+        props["UniquePolicy"]["key"],
+        {
+            "pattern": f"^[^{CONTROL_CHARS}]+$",
+            "description": f"1 to {MAX_UNIQUE_KEY_BYTES} bytes of UTF-8, no control characters; per tenant.",
+        },
+    )
+    _narrow(
+        props["JobConfigRequest"]["unique"],
+        {
+            "description": "Unique jobs over a window (docs/unique-jobs.md): within `window_secs` of the job"
+            " holding `key`, `skip` answers that job and `replace` updates it if it has not started."
+            " Left out of responses when the job has none."
+        },
+    )
     # At least one of the two, and not null (`{"concurrency": null, "rate": null}` limits nothing).
     schemas["PutLimitRequest"]["anyOf"] = [
         {"required": ["concurrency"], "properties": {"concurrency": {"type": "integer"}}},

@@ -117,6 +117,7 @@ class Janitor:
                 if loop.time() >= next_housekeeping:
                     next_housekeeping = loop.time() + HOUSEKEEPING_SECS
                     await watchers.prune_expired(self.db.pool)
+                    await janitor.prune_lapsed_unique_keys(self.db.pool, 10 * s.janitor_batch)
                     await self.heal_stalled_workflows()
                 if s.retention_hours is not None and loop.time() >= next_retention:
                     next_retention = loop.time() + s.retention_interval_secs

@@ -82,3 +82,10 @@ async def prune(pool: Pool, older_than_hours: float) -> int:
             if n < RETENTION_ROUND:
                 break
     return deleted
+
+
+async def prune_lapsed_unique_keys(db: Executor, batch: int) -> int:
+    """Delete unique keys whose window has passed (at most `batch`); a lapsed key is free whether
+    its row is there or not, so this only keeps the table small. Returns how many went."""
+    status = await db.execute(Q.prune_lapsed_unique_keys, batch)
+    return int(status.split()[-1])

@@ -12,13 +12,14 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
+from typing import cast
 
 import asyncpg
 import msgspec
 
 from shared import metrics
 from shared.db.listing import fetch_page
-from shared.db.pool import Connection, Executor, Pool, record
+from shared.db.pool import Connection, Executor, Pool, record, transaction
 from shared.db.queries import Q
 from shared.domain.errors import Conflict, DomainError, Gone, NotFound
 from shared.domain.jobs import (
@@ -78,8 +79,32 @@ _encode_rows = msgspec.json.Encoder().encode
 
 async def insert_jobs(db: Executor, tenant: str | None, jobs: Sequence[NewJob]) -> list[uuid.UUID]:
     """Insert `jobs` in one statement; returns their ids in input order. A job whose idempotency key
-    the tenant already used gets the original job's id and inserts nothing."""
-    ids = new_job_ids(len(jobs))
+    the tenant already used gets the original job's id and inserts nothing; so does one whose unique
+    key another job holds (migration 13's trigger decides), which gets the holder's id."""
+    if not any(j.config.unique for j in jobs):
+        return await _insert_jobs(db, tenant, jobs)
+    # The holders are read in the insert's own transaction: it has locked their keys' rows, so no
+    # other writer can take a key over between the insert and the answer.
+    if isinstance(db, asyncpg.Pool):
+        async with transaction(db) as conn:
+            return await _insert_jobs(conn, tenant, jobs)
+    conn = cast(Connection, db)
+    async with conn.transaction():  # a savepoint when the caller's transaction is open
+        return await _insert_jobs(conn, tenant, jobs)
+
+
+def _lock_order(job: NewJob) -> str:
+    # Jobs go in ordered by unique key (stable: a batch's own duplicates keep their order), so two
+    # concurrent batches take their keys' rows in the same order and cannot deadlock.
+    return job.config.unique.key if job.config.unique else ""
+
+
+async def _insert_jobs(db: Executor, tenant: str | None, given: Sequence[NewJob]) -> list[uuid.UUID]:
+    ids = new_job_ids(len(given))
+    ordered = len(given) > 1 and any(j.config.unique for j in given)
+    order = sorted(range(len(given)), key=lambda n: _lock_order(given[n])) if ordered else []
+    jobs = [given[n] for n in order] if ordered else given
+    ids = [ids[n] for n in order] if ordered else ids
     rows = [
         _InsertRow(
             id=i,
@@ -103,15 +128,31 @@ async def insert_jobs(db: Executor, tenant: str | None, jobs: Sequence[NewJob]) 
     statement = Q.insert_jobs_idempotent if keyed else Q.insert_jobs
     inserted = await db.fetch(statement, _encode_rows(rows).decode(), tenant)
     metrics.JOBS_CREATED.inc(len(inserted))
-    if len(inserted) == len(jobs):
-        return ids
-    fresh = {r["id"] for r in inserted}
-    keys = [j.idempotency_key for j, i in zip(jobs, ids, strict=True) if i not in fresh and j.idempotency_key]
-    existing: dict[str, uuid.UUID] = {
-        r["idempotency_key"]: r["id"] for r in await db.fetch(Q.ids_for_idempotency_keys, tenant, keys)
-    }
-    # A duplicate key: the original (possibly inserted by this same batch) wins.
-    return [i if i in fresh else existing[j.idempotency_key or ""] for j, i in zip(jobs, ids, strict=True)]
+    answers = ids
+    if len(inserted) < len(jobs):
+        fresh = {r["id"] for r in inserted}
+        kept_out = [j for j, i in zip(jobs, ids, strict=True) if i not in fresh]
+        keys = [j.idempotency_key for j in kept_out if j.idempotency_key]
+        by_key: dict[str, uuid.UUID] = {
+            r["idempotency_key"]: r["id"] for r in await db.fetch(Q.ids_for_idempotency_keys, tenant, keys)
+        }
+        held = [j.config.unique.key for j in kept_out if j.config.unique]
+        holders: dict[str, uuid.UUID] = {
+            r["key"]: r["job_id"]
+            for r in (await db.fetch(Q.unique_key_holders, tenant, held) if held else [])
+        }
+        # A duplicate idempotency key: the original (possibly inserted by this same batch) wins;
+        # a held unique key: its holder.
+        answers = [
+            i if i in fresh else by_key.get(j.idempotency_key or "") or holders[_lock_order(j)]
+            for j, i in zip(jobs, ids, strict=True)
+        ]
+    if not ordered:
+        return answers
+    in_input_order = [answers[0]] * len(answers)
+    for position, n in enumerate(order):
+        in_input_order[n] = answers[position]
+    return in_input_order
 
 
 # --- reads and cancellation ----------------------------------------------------------------------

@@ -133,6 +133,39 @@ def check_limit_keys(keys: tuple[str, ...]) -> None:
         raise ValueError("limits names a key twice")
 
 
+# Unique jobs over a window (docs/unique-jobs.md): a key of 1 to MAX_UNIQUE_KEY_BYTES bytes of UTF-8
+# without control characters, held for 1 second to a year by the first job accepted with it.
+MAX_UNIQUE_KEY_BYTES = 255
+MAX_UNIQUE_WINDOW_SECS = 31_536_000
+UniqueKey = Annotated[str, Meta(min_length=1, max_length=MAX_UNIQUE_KEY_BYTES)]
+UniqueWindow = Annotated[int, Meta(ge=1, le=MAX_UNIQUE_WINDOW_SECS)]
+_CONTROL = re.compile(f"[{CONTROL_CHARS}]")
+
+
+class UniqueConflict(enum.StrEnum):
+    """What a job whose key is held does: `skip` answers the holder (as an idempotency-key replay
+    does); `replace` gives a holder that has not started its payload and schedule, and goes in
+    beside one that has."""
+
+    SKIP = "skip"
+    REPLACE = "replace"
+
+
+class UniquePolicy(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A job's `config.unique`. The database enforces it (migration 13's insert trigger), so every
+    writer, the SQL enqueue functions included, shares one rule."""
+
+    key: UniqueKey
+    window_secs: UniqueWindow
+    on_conflict: UniqueConflict = UniqueConflict.SKIP
+
+    def __post_init__(self) -> None:
+        if len(self.key.encode(errors="surrogateescape")) > MAX_UNIQUE_KEY_BYTES or _CONTROL.search(self.key):
+            raise ValueError(
+                f"a unique key is 1 to {MAX_UNIQUE_KEY_BYTES} bytes with no control characters, not {self.key!r}"
+            )
+
+
 class JobConfig(Struct, frozen=True, kw_only=True):
     """A job's execution policy, complete: every field has its default (API-NOTES section 6).
 
@@ -150,6 +183,9 @@ class JobConfig(Struct, frozen=True, kw_only=True):
     # Flow-control keys (an extension): left out of the JSON when the job has none, so the wire
     # shape upstream clients know is unchanged.
     limits: LimitKeys | UnsetType = UNSET
+    # Unique jobs over a window (an extension, left out of the JSON when unused). Only jobs created
+    # directly take one: a workflow's steps and a cron schedule's firings have their own identity.
+    unique: UniquePolicy | UnsetType = UNSET
 
     def __post_init__(self) -> None:
         if self.limits is not UNSET:
@@ -209,7 +245,7 @@ if TYPE_CHECKING:
 else:
     PartialJobConfig = msgspec.defstruct(
         "PartialJobConfig",
-        [(f.name, f.type | None, None) for f in msgspec.structs.fields(JobConfig)],
+        [(f.name, f.type | None, None) for f in msgspec.structs.fields(JobConfig) if f.name != "unique"],
         bases=(_CheckedLimits,),
         frozen=True,
         forbid_unknown_fields=True,

@@ -30,6 +30,19 @@ FROM json_to_recordset($1::json)
 ON CONFLICT (COALESCE(tenant_id, ''), idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id;
 
+-- name: unique_key_holders
+-- The jobs holding these unique keys (migration 13), read in the transaction whose insert they
+-- kept jobs out of.
+SELECT key, job_id FROM queueflow.unique_keys WHERE tenant_key = COALESCE($1, '') AND key = ANY($2::text[]);
+
+-- name: prune_lapsed_unique_keys
+-- Unique keys whose window has passed, oldest first, at most $1 (a key being taken over is skipped).
+DELETE FROM queueflow.unique_keys
+WHERE (tenant_key, key) IN (
+    SELECT tenant_key, key FROM queueflow.unique_keys WHERE expires_at <= now()
+    ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED
+);
+
 -- name: ids_for_idempotency_keys
 SELECT idempotency_key, id FROM queueflow.jobs
 WHERE COALESCE(tenant_id, '') = COALESCE($1, '') AND idempotency_key = ANY($2::text[]);
