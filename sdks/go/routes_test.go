@@ -301,3 +301,73 @@ func TestJobConfigLimits(t *testing.T) {
 		t.Errorf("cron config %+v", cron.Config)
 	}
 }
+
+// A config's Unique goes out only when set (OnConflict only when given), in a create and in a
+// batch item, and a job read back decodes it with Job.Unique (nil when the job has none).
+func TestJobConfigUnique(t *testing.T) {
+	var seen []recorded
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec := recorded{method: r.Method, path: r.URL.EscapedPath(), header: r.Header.Clone()}
+		if r.Body != nil {
+			json.NewDecoder(r.Body).Decode(&rec.body)
+		}
+		seen = append(seen, rec)
+		w.Header().Set("Content-Type", "application/json")
+		switch {
+		case r.URL.Path == "/api/v1/jobs/batch":
+			w.WriteHeader(http.StatusCreated)
+			w.Write([]byte(`{"job_ids": ["j1", "j2"], "count": 2}`))
+		case r.Method == http.MethodPost:
+			w.WriteHeader(http.StatusCreated)
+			w.Write([]byte(`{"job_id": "j1"}`))
+		case r.URL.Path == "/api/v1/jobs/j1":
+			w.Write([]byte(`{"id": "j1", "config": {"priority": 0,
+				"unique": {"key": "report:42", "window_secs": 600, "on_conflict": "skip"}}}`))
+		default:
+			w.Write([]byte(`{"id": "j2", "config": {"priority": 0}}`))
+		}
+	}))
+	defer srv.Close()
+	ctx := context.Background()
+	c := NewClient(srv.URL, "tenant")
+	unique := &UniquePolicy{Key: "report:42", WindowSecs: 600}
+	if _, err := c.CreateJob(ctx, CreateJobRequest{TaskName: "report", Config: &JobConfigRequest{Unique: unique}}, ""); err != nil {
+		t.Fatal(err)
+	}
+	batch := []CreateJobRequest{
+		{TaskName: "report", Config: &JobConfigRequest{Unique: &UniquePolicy{Key: "report:43", WindowSecs: 60, OnConflict: UniqueReplace}}},
+		{TaskName: "report", Config: &JobConfigRequest{Priority: Int(2)}},
+	}
+	if _, err := c.CreateBatch(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	held, err := c.GetJob(ctx, "j1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := c.GetJob(ctx, "j2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(seen[0].body["config"]); got != "map[unique:map[key:report:42 window_secs:600]]" {
+		t.Errorf("create config %s", got)
+	}
+	if got := fmt.Sprint(seen[1].body["jobs"]); got != "[map[config:map[unique:map[key:report:43 on_conflict:replace window_secs:60]] task_name:report] map[config:map[priority:2] task_name:report]]" {
+		t.Errorf("batch items %s", got)
+	}
+	policy, err := held.Unique()
+	if err != nil || policy == nil || *policy != (UniquePolicy{Key: "report:42", WindowSecs: 600, OnConflict: UniqueSkip}) {
+		t.Errorf("held job's policy %+v (%v)", policy, err)
+	}
+	if policy, err := plain.Unique(); policy != nil || err != nil {
+		t.Errorf("a job without a policy gave %+v (%v)", policy, err)
+	}
+	broken := Job{ID: "j3", Config: map[string]any{"unique": "report:42"}}
+	if policy, err := broken.Unique(); policy != nil || err == nil {
+		t.Errorf("a malformed policy gave %+v (%v)", policy, err)
+	}
+	raw, err := json.Marshal(JobConfigRequest{Priority: Int(1)})
+	if err != nil || string(raw) != `{"priority":1}` {
+		t.Errorf("a config without a policy encodes as %s (%v)", raw, err)
+	}
+}

@@ -2,6 +2,7 @@ package queueflow
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"time"
 )
@@ -16,6 +17,23 @@ const (
 	StatusCancelled = "cancelled"
 )
 
+// What a create does when its unique key is held (UniquePolicy.OnConflict).
+const (
+	UniqueSkip    = "skip"
+	UniqueReplace = "replace"
+)
+
+// UniquePolicy is a job's config.unique (an extension): within WindowSecs (1 to 31536000) of the
+// job accepted with Key (1 to 255 bytes, no control characters; per tenant), another create with
+// the key inserts nothing. UniqueSkip (the server's default when OnConflict is empty) answers the
+// holder's id; UniqueReplace gives a holder that has not started the newcomer's payload and
+// schedule (answering its id), and enqueues the newcomer when the holder has started.
+type UniquePolicy struct {
+	Key        string `json:"key"`
+	WindowSecs int    `json:"window_secs"`
+	OnConflict string `json:"on_conflict,omitempty"`
+}
+
 // JobConfigRequest is the per-job execution policy on create. Every field is optional.
 type JobConfigRequest struct {
 	Priority          *int     `json:"priority,omitempty"`
@@ -29,6 +47,9 @@ type JobConfigRequest struct {
 	// Limits names the job's flow-control keys (up to 4): it starts only when each key's policy
 	// has room. Left out when empty.
 	Limits []string `json:"limits,omitempty"`
+	// Unique makes the job unique over a window; left out when nil. Only jobs created directly
+	// take one: a workflow step's or a cron schedule's config does not.
+	Unique *UniquePolicy `json:"unique,omitempty"`
 }
 
 // JobConfig is the stored execution policy (stored field names), used by workflow steps and cron
@@ -105,6 +126,24 @@ type Job struct {
 	TenantID       *string        `json:"tenant_id,omitempty"`
 	WorkflowID     *string        `json:"workflow_id,omitempty"`
 	WorkflowStepID *string        `json:"workflow_step_id,omitempty"`
+}
+
+// Unique decodes the job's config.unique (the server sends all three fields): nil, and no error,
+// when the job has no unique policy; an error when config.unique is not a policy.
+func (j *Job) Unique() (*UniquePolicy, error) {
+	raw, ok := j.Config["unique"]
+	if !ok || raw == nil {
+		return nil, nil
+	}
+	encoded, err := json.Marshal(raw)
+	if err != nil {
+		return nil, err
+	}
+	var policy UniquePolicy
+	if err := json.Unmarshal(encoded, &policy); err != nil {
+		return nil, fmt.Errorf("queueflow: job %s: config.unique: %w", j.ID, err)
+	}
+	return &policy, nil
 }
 
 // Page holds the paging fields every list response carries.

@@ -20,9 +20,11 @@ from queueflow_sdk import (
     JobConfigRequest,
     JobContext,
     PermanentError,
+    UniquePolicy,
     Worker,
     WorkflowStep,
 )
+from queueflow_sdk.models import to_builtins
 
 
 def emit(event: str, **fields: Any) -> None:
@@ -322,6 +324,27 @@ async def run_raw_calls(env: dict[str, str]) -> None:
     emit("raw_calls_done", ok=not checks.failures, failures=checks.failures)
 
 
+# --- raw_unique --------------------------------------------------------------------------------------
+
+
+async def run_unique(spec: dict[str, Any], env: dict[str, str]) -> None:
+    """Two creates with one unique key (the typed config, on_conflict left to the server's default)
+    and different payloads, then the job read back."""
+    policy = UniquePolicy(key=spec["unique_key"], window_secs=int(spec["window_secs"]))
+    config = JobConfigRequest(queue=env["queue"], unique=policy)
+    async with Client(env["base"], env["tenant"], worker_token=env["worker"]) as client:
+        first = await client.create_job("conf.unique", {"n": 1}, config=config)
+        second = await client.create_job("conf.unique", {"n": 2}, config=config)
+        job = await client.get_job(first.job_id)
+    held = job.unique
+    emit(
+        "unique_done",
+        same=first.job_id == second.job_id,
+        unique=None if held is None else to_builtins(held),
+        payload=job.payload,
+    )
+
+
 # --- main --------------------------------------------------------------------------------------------
 
 
@@ -342,6 +365,8 @@ async def main(scenario: dict[str, Any]) -> None:
         await run_auth_errors(env)
     elif mode == "raw_calls":
         await run_raw_calls(env)
+    elif mode == "raw_unique":
+        await run_unique(spec, env)
     else:
         raise SystemExit(f"unknown worker mode {mode!r}")
 

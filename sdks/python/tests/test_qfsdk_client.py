@@ -318,3 +318,39 @@ async def test_job_config_limits_go_out_when_set_and_come_back(stub):
     assert stub.requests[0][3]["config"] == {"limits": ["customer:42", "api:stripe"]}
     assert stub.requests[1][3]["config"] == {"priority": 1}
     assert job.config["limits"] == ["customer:42", "api:stripe"]
+
+
+async def test_job_config_unique_goes_out_when_set_and_comes_back_typed(stub):
+    stub.routes[("POST", "/api/v1/jobs")] = lambda r: web.json_response({"job_id": "j1"}, status=201)
+    stub.routes[("POST", "/api/v1/jobs/batch")] = lambda r: web.json_response(
+        {"job_ids": ["j1", "j2"], "count": 2}, status=201
+    )
+    unique = {"key": "report:42", "window_secs": 600, "on_conflict": "skip"}
+    stub.routes[("GET", "/api/v1/jobs/j1")] = lambda r: web.json_response(
+        job_json(id="j1", config={"priority": 0, "unique": unique})
+    )
+    stub.routes[("GET", "/api/v1/jobs/j2")] = lambda r: web.json_response(job_json(id="j2"))
+    async with Client(stub.url, "tenant") as qf:
+        policy = m.UniquePolicy(key="report:42", window_secs=600)
+        await qf.create_job("report", {"n": 1}, config=m.JobConfigRequest(unique=policy))
+        await qf.create_jobs(
+            [
+                m.CreateJobRequest(
+                    task_name="report",
+                    config=m.JobConfigRequest(
+                        unique=m.UniquePolicy(key="report:43", window_secs=60, on_conflict="replace")
+                    ),
+                ),
+                m.CreateJobRequest(task_name="report", config=m.JobConfigRequest(priority=2)),
+            ]
+        )
+        held = await qf.get_job("j1")
+        plain = await qf.get_job("j2")
+    assert stub.requests[0][3]["config"] == {"unique": {"key": "report:42", "window_secs": 600}}
+    assert [item["config"] for item in stub.requests[1][3]["jobs"]] == [
+        {"unique": {"key": "report:43", "window_secs": 60, "on_conflict": "replace"}},
+        {"priority": 2},
+    ]
+    assert held.unique == m.UniquePolicy(key="report:42", window_secs=600, on_conflict="skip")
+    assert held.config["unique"] == unique
+    assert plain.unique is None and "unique" not in plain.config

@@ -176,3 +176,23 @@ async def test_sse_parser_skips_comments_and_joins_data():
         ("message", "plain", "7"),
         ("status", "tail", "7"),
     ]
+
+
+def test_config_unique_is_sent_only_when_set_and_a_job_decodes_it():
+    assert msgspec.json.encode(m.JobConfigRequest(priority=1)) == b'{"priority":1}'
+    req = m.JobConfigRequest(unique=m.UniquePolicy(key="k", window_secs=30, on_conflict="replace"))
+    assert msgspec.json.decode(msgspec.json.encode(req)) == {
+        "unique": {"key": "k", "window_secs": 30, "on_conflict": "replace"}
+    }
+    job = msgspec.json.decode(
+        b'{"id":"j","queue_name":"q","task_name":"t","payload":{},"status":"pending","retry_count":0,'
+        b'"delivery_count":0,"created_at":"2026-01-02T03:04:05Z","scheduled_at":"2026-01-02T03:04:05Z",'
+        b'"config":{"priority":0,"unique":{"key":"k","window_secs":30,"on_conflict":"skip"}}}',
+        type=m.Job,
+    )
+    assert job.unique == m.UniquePolicy(key="k", window_secs=30, on_conflict="skip")
+    assert msgspec.to_builtins(job)["config"]["unique"]["on_conflict"] == "skip"  # the raw config is kept
+    broken = msgspec.structs.replace(job, config={"unique": {"key": "k"}})
+    with pytest.raises(msgspec.ValidationError):
+        _ = broken.unique
+    assert msgspec.structs.replace(job, config={"priority": 0}).unique is None

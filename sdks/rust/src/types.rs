@@ -11,6 +11,41 @@ pub type Object = Map<String, Value>;
 
 // --- configuration ------------------------------------------------------------------------------
 
+/// What a create does when its unique key is held: see [`UniquePolicy`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UniqueConflict {
+    /// Answer the holder's id and insert nothing (the server's default).
+    Skip,
+    /// Give a holder that has not started this job's payload and schedule (answering its id), or
+    /// enqueue this job when the holder has started.
+    Replace,
+}
+
+/// A job's `config.unique` (an extension): within `window_secs` (1 to 31536000) of the job
+/// accepted with `key` (1 to 255 bytes, no control characters; per tenant), another create with the
+/// key inserts nothing, as `on_conflict` says ([`UniqueConflict::Skip`] when left out).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UniquePolicy {
+    pub key: String,
+    pub window_secs: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_conflict: Option<UniqueConflict>,
+}
+
+impl UniquePolicy {
+    /// `key` held for `window_secs` seconds, `on_conflict` left to the server's default (skip).
+    pub fn new(key: impl Into<String>, window_secs: i64) -> Self {
+        UniquePolicy { key: key.into(), window_secs, on_conflict: None }
+    }
+
+    /// Sets what a create does when the key is held.
+    pub fn on_conflict(mut self, on_conflict: UniqueConflict) -> Self {
+        self.on_conflict = Some(on_conflict);
+        self
+    }
+}
+
 /// Per-job execution policy on create; every field optional.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct JobConfigRequest {
@@ -36,6 +71,10 @@ pub struct JobConfigRequest {
     /// when the job has none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<Vec<String>>,
+    /// Unique over a window (jobs created directly only: a workflow step's or a cron schedule's
+    /// config does not take one). Absent when the job has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unique: Option<UniquePolicy>,
 }
 
 /// The stored execution policy (stored field names), as used by workflow steps and cron schedules.
@@ -105,6 +144,12 @@ impl CreateJobRequest {
         self.config.get_or_insert_with(Default::default).queue = Some(queue.into());
         self
     }
+
+    /// Makes the job unique over a window (keeping any other configuration).
+    pub fn unique(mut self, policy: UniquePolicy) -> Self {
+        self.config.get_or_insert_with(Default::default).unique = Some(policy);
+        self
+    }
 }
 
 /// `POST /api/v1/jobs/batch`.
@@ -160,6 +205,17 @@ pub struct Job {
     pub workflow_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workflow_step_id: Option<String>,
+}
+
+impl Job {
+    /// The job's `config.unique` decoded (the server sends all three fields): `Ok(None)` when the
+    /// job has no unique policy, an error when `config.unique` is not a policy.
+    pub fn unique(&self) -> serde_json::Result<Option<UniquePolicy>> {
+        match self.config.get("unique") {
+            None | Some(Value::Null) => Ok(None),
+            Some(raw) => UniquePolicy::deserialize(raw).map(Some),
+        }
+    }
 }
 
 /// Query parameters shared by the list routes. Each route reads the ones it knows and ignores

@@ -895,3 +895,51 @@ async fn a_job_config_sends_its_limits_only_when_set_and_a_job_keeps_them() {
     assert_eq!(step.limits, Some(vec!["customer:*".to_string()]));
     assert_eq!(serde_json::to_value(JobConfig::default()).unwrap(), json!({}));
 }
+
+#[tokio::test]
+async fn a_job_config_sends_its_unique_policy_only_when_set_and_a_job_decodes_it() {
+    let (base, log) = serve(|req| match (req.method.as_str(), req.path.as_str()) {
+        ("POST", "/api/v1/jobs/batch") => Resp::json(201, json!({"job_ids": ["j1", "j2"], "count": 2})),
+        ("POST", _) => Resp::json(201, json!({"job_id": "j1"})),
+        ("GET", "/api/v1/jobs/j1") => {
+            let mut j = job("j1", "report", json!({}));
+            j["config"] =
+                json!({"priority": 0, "unique": {"key": "report:42", "window_secs": 600, "on_conflict": "skip"}});
+            Resp::json(200, j)
+        }
+        _ => Resp::json(200, job("j2", "report", json!({}))),
+    })
+    .await;
+    let qf = client(&base);
+    qf.create_job(&CreateJobRequest::new("report").unique(UniquePolicy::new("report:42", 600))).await.expect("created");
+    let batch = CreateBatchJobsRequest {
+        jobs: vec![
+            CreateJobRequest::new("report")
+                .unique(UniquePolicy::new("report:43", 60).on_conflict(UniqueConflict::Replace)),
+            CreateJobRequest::new("report").config(JobConfigRequest { priority: Some(2), ..Default::default() }),
+        ],
+    };
+    qf.create_jobs_batch(&batch).await.expect("batch");
+    let held = qf.get_job("j1").await.expect("job");
+    let plain = qf.get_job("j2").await.expect("job");
+    let posted = requests(&log, "POST", "/api/v1/jobs");
+    assert_eq!(posted[0].json()["config"], json!({"unique": {"key": "report:42", "window_secs": 600}}));
+    let items = requests(&log, "POST", "/api/v1/jobs/batch")[0].json()["jobs"].clone();
+    assert_eq!(
+        items,
+        json!([
+            {"task_name": "report", "config": {"unique": {"key": "report:43", "window_secs": 60, "on_conflict": "replace"}}},
+            {"task_name": "report", "config": {"priority": 2}},
+        ])
+    );
+    assert_eq!(
+        held.unique().expect("a policy"),
+        Some(UniquePolicy { key: "report:42".into(), window_secs: 600, on_conflict: Some(UniqueConflict::Skip) })
+    );
+    assert_eq!(held.config["unique"]["on_conflict"], json!("skip"));
+    assert_eq!(plain.unique().expect("no policy"), None);
+    let mut broken = plain.clone();
+    broken.config.insert("unique".into(), json!({"key": "k", "on_conflict": "sometimes"}));
+    assert!(broken.unique().is_err());
+    assert_eq!(serde_json::to_value(JobConfigRequest::default()).unwrap(), json!({}));
+}

@@ -13,6 +13,22 @@ export type ConditionOp = "eq" | "ne" | "gt" | "gte" | "lt" | "lte" | "exists" |
 
 // --- configuration ---------------------------------------------------------------------------
 
+/** What a create does when its unique key is held: see {@link UniquePolicy}. */
+export type UniqueConflict = "skip" | "replace";
+
+/**
+ * A job's `config.unique` (an extension): within `window_secs` (1 to 31536000) of the job accepted
+ * with `key` (1 to 255 bytes, no control characters; per tenant), another create with the key
+ * inserts nothing. `skip` (the server's default when `on_conflict` is left out) answers the
+ * holder's id; `replace` gives a holder that has not started the newcomer's payload and schedule
+ * (answering its id), and enqueues the newcomer when the holder has started.
+ */
+export interface UniquePolicy {
+  key: string;
+  window_secs: number;
+  on_conflict?: UniqueConflict;
+}
+
 /** Per-job execution policy on create; every field optional. */
 export interface JobConfigRequest {
   priority?: number;
@@ -26,6 +42,8 @@ export interface JobConfigRequest {
   jitter_factor?: number;
   /** Flow-control keys (up to 4): the job starts only when each key's policy has room. */
   limits?: string[];
+  /** Unique over a window (jobs created directly only: a workflow step or a cron schedule does not take one). */
+  unique?: UniquePolicy;
 }
 
 /** The stored execution policy (stored field names), as on workflow steps and cron schedules. */
@@ -39,6 +57,14 @@ export interface JobConfig {
   jitter_factor?: number;
   /** Flow-control keys (up to 4); absent when the job has none. */
   limits?: string[];
+}
+
+/**
+ * A job's config as the server reports it: the stored fields as they come, with the extensions
+ * typed. `unique` is there (with all three fields) only when the job has a unique policy.
+ */
+export interface JobConfigResponse extends JsonObject {
+  unique?: UniquePolicy;
 }
 
 // --- jobs ------------------------------------------------------------------------------------
@@ -72,7 +98,7 @@ export interface Job {
   queue_name: string;
   task_name: string;
   payload: JsonObject;
-  config: JsonObject;
+  config: JobConfigResponse;
   status: JobStatus;
   retry_count: number;
   delivery_count: number;

@@ -10,6 +10,7 @@ import {
   TimeoutError,
   UnauthorizedError,
   type Job,
+  type UniquePolicy,
 } from "../dist/index.js";
 import { errorBody, fakeJob, json, startStub } from "./stub.js";
 
@@ -328,6 +329,40 @@ test("a job config's limits go out when set and come back in the job's config", 
     assert.deepEqual(stub.requests[0]!.body, { task_name: "charge", config: { limits: ["customer:42", "api:stripe"] } });
     assert.deepEqual(stub.requests[1]!.body, { task_name: "charge", config: { priority: 1 } });
     assert.deepEqual(job.config.limits, ["customer:42", "api:stripe"]);
+  } finally {
+    await stub.close();
+  }
+});
+
+test("a job config's unique policy goes out when set and comes back typed in the job's config", async () => {
+  const held: UniquePolicy = { key: "report:42", window_secs: 600, on_conflict: "skip" };
+  const stub = await startStub((req, res) => {
+    if (req.method === "POST" && req.path === "/api/v1/jobs/batch") json(res, 201, { job_ids: ["j1", "j2"], count: 2 });
+    else if (req.method === "POST") json(res, 201, { job_id: "j1" });
+    else if (req.path === "/api/v1/jobs/j1") json(res, 200, { ...fakeJob("j1"), config: { priority: 0, unique: held } });
+    else json(res, 200, { ...fakeJob("j2"), config: { priority: 0 } });
+  });
+  try {
+    const qf = new QueueFlow({ baseUrl: stub.url, token: "tenant" });
+    await qf.jobs.create({ task_name: "report", config: { unique: { key: "report:42", window_secs: 600 } } });
+    await qf.jobs.createBatch([
+      { task_name: "report", config: { unique: { key: "report:43", window_secs: 60, on_conflict: "replace" } } },
+      { task_name: "report", config: { priority: 2 } },
+    ]);
+    const job = await qf.jobs.get("j1");
+    const plain = await qf.jobs.get("j2");
+    assert.deepEqual(stub.requests[0]!.body, { task_name: "report", config: { unique: { key: "report:42", window_secs: 600 } } });
+    assert.deepEqual(stub.requests[1]!.body, {
+      jobs: [
+        { task_name: "report", config: { unique: { key: "report:43", window_secs: 60, on_conflict: "replace" } } },
+        { task_name: "report", config: { priority: 2 } },
+      ],
+    });
+    const unique: UniquePolicy | undefined = job.config.unique;
+    assert.deepEqual(unique, held);
+    assert.equal(job.config.priority, 0);
+    assert.equal(plain.config.unique, undefined);
+    assert.ok(!("unique" in plain.config));
   } finally {
     await stub.close();
   }

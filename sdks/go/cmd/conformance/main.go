@@ -32,6 +32,8 @@ type scenario struct {
 		Concurrency   int               `json:"concurrency"`
 		BatchSize     int               `json:"batch_size"`
 		StopAfterJobs int               `json:"stop_after_jobs"`
+		UniqueKey     string            `json:"unique_key"`
+		WindowSecs    int               `json:"window_secs"`
 	} `json:"worker"`
 }
 
@@ -92,6 +94,8 @@ func main() {
 		err = runAuthErrors(ctx, e)
 	case "raw_calls":
 		err = runRawCalls(ctx, e)
+	case "raw_unique":
+		err = runUnique(ctx, e, &sc)
 	default:
 		err = fmt.Errorf("unknown worker mode %q", sc.Worker.Mode)
 	}
@@ -279,6 +283,33 @@ func runAuthErrors(ctx context.Context, e env) error {
 	client := qf.NewClient(e.baseURL, e.workerToken)
 	_, err = client.CreateJob(ctx, qf.CreateJobRequest{TaskName: "conf.raw", Config: &qf.JobConfigRequest{Queue: e.queue}}, "")
 	emit("raw_worker_token_on_tenant_route", map[string]any{"status": qf.StatusOf(err), "error_body_ok": bodyOK(err)})
+	return nil
+}
+
+// --- raw_unique ----------------------------------------------------------------------------------
+
+// runUnique creates two jobs with one unique key (the typed config, OnConflict left to the
+// server's default) and different payloads, then reads the first back.
+func runUnique(ctx context.Context, e env, sc *scenario) error {
+	client := qf.NewClient(e.baseURL, e.tenantToken, qf.WithWorkerToken(e.workerToken))
+	config := &qf.JobConfigRequest{Queue: e.queue, Unique: &qf.UniquePolicy{Key: sc.Worker.UniqueKey, WindowSecs: sc.Worker.WindowSecs}}
+	first, err := client.CreateJob(ctx, qf.CreateJobRequest{TaskName: "conf.unique", Payload: map[string]any{"n": 1}, Config: config}, "")
+	if err != nil {
+		return fmt.Errorf("first create: %w", err)
+	}
+	second, err := client.CreateJob(ctx, qf.CreateJobRequest{TaskName: "conf.unique", Payload: map[string]any{"n": 2}, Config: config}, "")
+	if err != nil {
+		return fmt.Errorf("second create: %w", err)
+	}
+	job, err := client.GetJob(ctx, first.JobID)
+	if err != nil {
+		return fmt.Errorf("get: %w", err)
+	}
+	policy, err := job.Unique()
+	if err != nil {
+		return err
+	}
+	emit("unique_done", map[string]any{"same": first.JobID == second.JobID, "unique": policy, "payload": job.Payload})
 	return nil
 }
 

@@ -31,6 +31,7 @@ from queueflow_sdk.models import (
     Job,
     JobConfig,
     JobConfigRequest,
+    UniquePolicy,
     WorkflowStep,
 )
 from queueflow_sdk.sse import ServerSentEvent
@@ -64,6 +65,7 @@ __all__ = [
     "TransportError",
     "Unauthorized",
     "UnexpectedResponse",
+    "UniquePolicy",
     "Worker",
     "WorkflowStep",
     "__version__",

@@ -71,6 +71,8 @@ __all__ = [
     "StepCondition",
     "StepStatus",
     "TasksResponse",
+    "UniqueConflict",
+    "UniquePolicy",
     "WhoAmIResponse",
     "WorkerKey",
     "Workflow",
@@ -89,6 +91,7 @@ JobStatus = Literal["pending", "running", "completed", "failed", "retrying", "ca
 StepStatus = Literal["pending", "running", "completed", "failed", "cancelled", "skipped"]
 WorkflowStatus = Literal["created", "running", "completed", "failed", "partially_failed", "cancelled"]
 ConditionOp = Literal["eq", "ne", "gt", "gte", "lt", "lte", "exists", "contains", "in"]
+UniqueConflict = Literal["skip", "replace"]
 
 
 class _Body(Struct, omit_defaults=True, kw_only=True):
@@ -101,6 +104,18 @@ def to_builtins(value: Any) -> Any:
 
 
 # --- configuration -------------------------------------------------------------------------------
+
+
+class UniquePolicy(_Body):
+    """A job's ``config.unique`` (an extension): within ``window_secs`` (1 to 31536000) of the job
+    accepted with ``key`` (1 to 255 bytes, no control characters; per tenant), another create with
+    the key inserts nothing. ``on_conflict="skip"`` (the server's default when left out) answers the
+    holder's id; ``"replace"`` gives a holder that has not started the newcomer's payload and
+    schedule (answering its id), and enqueues the newcomer when the holder has started."""
+
+    key: str
+    window_secs: int
+    on_conflict: UniqueConflict | None = None
 
 
 class JobConfigRequest(_Body):
@@ -116,6 +131,9 @@ class JobConfigRequest(_Body):
     jitter_factor: float | None = None
     limits: list[str] | None = None
     """Flow-control keys (up to 4): the job starts only when each key's policy has room."""
+    unique: UniquePolicy | None = None
+    """Unique over a window (jobs created directly only: a workflow step or a cron schedule does
+    not take one)."""
 
 
 class JobConfig(_Body):
@@ -178,6 +196,14 @@ class Job(_Body):
     tenant_id: str | None = None
     workflow_id: str | None = None
     workflow_step_id: str | None = None
+
+    @property
+    def unique(self) -> UniquePolicy | None:
+        """``config["unique"]`` decoded (the server sends all three fields), or None when the job
+        has no unique policy. Raises ``msgspec.ValidationError`` when the server sent something
+        else under that name."""
+        raw = self.config.get("unique")
+        return None if raw is None else msgspec.convert(raw, UniquePolicy)
 
 
 class ListJobsResponse(_Body):

@@ -51,6 +51,7 @@ async fn main() {
         "raw_stale_lease" => raw_stale_lease(&env, worker).await,
         "auth_errors" => auth_errors(&env).await,
         "raw_calls" => raw_calls(&env).await,
+        "raw_unique" => raw_unique(&env, worker).await,
         other => Err(format!("unknown worker mode {other:?}")),
     };
     if let Err(message) = result {
@@ -210,6 +211,36 @@ async fn auth_errors(env: &Env) -> Result<(), String> {
     let client = Client::new(&env.base, &env.worker);
     let created = client.create_job(&CreateJobRequest::new("conf.raw").queue(&env.queue)).await;
     auth_event("raw_worker_token_on_tenant_route", created.map(|_| ()));
+    Ok(())
+}
+
+// --- raw_unique ---------------------------------------------------------------------------------
+
+/// Two creates with one unique key (the typed config, `on_conflict` left to the server's default)
+/// and different payloads, then the first job read back.
+async fn raw_unique(env: &Env, spec: &Value) -> Result<(), String> {
+    let client = Client::builder(&env.base, &env.tenant).worker_token(&env.worker).build();
+    let key = spec["unique_key"].as_str().ok_or("raw_unique needs worker.unique_key")?;
+    let window_secs = spec["window_secs"].as_i64().ok_or("raw_unique needs worker.window_secs")?;
+    let config = JobConfigRequest {
+        queue: Some(env.queue.clone()),
+        unique: Some(UniquePolicy::new(key, window_secs)),
+        ..Default::default()
+    };
+    let create = |n: i64| {
+        let payload = json!({"n": n}).as_object().cloned().unwrap_or_default();
+        CreateJobRequest::new("conf.unique").payload(payload).config(config.clone())
+    };
+    let first = client.create_job(&create(1)).await.map_err(|e| format!("first create: {e}"))?;
+    let second = client.create_job(&create(2)).await.map_err(|e| format!("second create: {e}"))?;
+    let job = client.get_job(&first.job_id).await.map_err(|e| format!("get: {e}"))?;
+    let unique = job.unique().map_err(|e| format!("config.unique: {e}"))?;
+    emit(json!({
+        "event": "unique_done",
+        "same": first.job_id == second.job_id,
+        "unique": unique,
+        "payload": job.payload,
+    }));
     Ok(())
 }
 

@@ -16,7 +16,9 @@ import {
   type Handler,
   type Handlers,
   type Job,
+  type JobConfigRequest,
   type JobContext,
+  type UniquePolicy,
 } from "../index.js";
 
 interface Scenario {
@@ -28,6 +30,8 @@ interface Scenario {
     concurrency?: number;
     batch_size?: number;
     stop_after_jobs?: number;
+    unique_key?: string;
+    window_secs?: number;
   };
 }
 
@@ -447,6 +451,28 @@ async function rawCalls(_scenario: Scenario, e: Env): Promise<void> {
   emit("raw_calls_done", { ok: failures.length === 0, failures });
 }
 
+// --- raw_unique -----------------------------------------------------------------------------------
+
+/** Two creates with one unique key (the typed config, `on_conflict` left to the server's default)
+ * and different payloads, then the job read back. */
+async function rawUnique(scenario: Scenario, e: Env): Promise<void> {
+  const { unique_key: key, window_secs: windowSecs } = scenario.worker;
+  if (key === undefined || windowSecs === undefined) {
+    throw new Error("raw_unique needs worker.unique_key and worker.window_secs");
+  }
+  const qf = new QueueFlow({ baseUrl: e.baseUrl, token: e.tenantToken, workerToken: e.workerToken });
+  const unique: UniquePolicy = { key, window_secs: windowSecs };
+  const config: JobConfigRequest = { queue: e.queue, unique };
+  const first = await qf.jobs.create({ task_name: "conf.unique", payload: { n: 1 }, config });
+  const second = await qf.jobs.create({ task_name: "conf.unique", payload: { n: 2 }, config });
+  const job = await qf.jobs.get(first.job_id);
+  emit("unique_done", {
+    same: first.job_id === second.job_id,
+    unique: job.config.unique ?? null,
+    payload: job.payload,
+  });
+}
+
 // --- main -----------------------------------------------------------------------------------------
 
 const MODES: Record<string, (scenario: Scenario, e: Env) => Promise<void>> = {
@@ -454,6 +480,7 @@ const MODES: Record<string, (scenario: Scenario, e: Env) => Promise<void>> = {
   raw_stale_lease: rawStaleLease,
   auth_errors: authErrors,
   raw_calls: rawCalls,
+  raw_unique: rawUnique,
 };
 
 async function main(): Promise<number> {
