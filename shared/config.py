@@ -173,6 +173,12 @@ class Settings:
         100,
         "limit keys labelled one by one on /metrics (the busiest; the rest are summed as key _other)",
     )
+    event_retention_secs: float = option(
+        "--event-retention-secs",
+        "QUEUEFLOW_EVENT_RETENTION_SECS",
+        86_400.0,
+        "how long an event (POST /api/v1/events) is kept for workflow steps that start waiting later",
+    )
     max_batch: int = option("--max-batch", "QUEUEFLOW_MAX_BATCH", 1000, "largest POST /jobs/batch")
     max_body_bytes: int = option(
         "--max-body-bytes", "QUEUEFLOW_MAX_BODY_BYTES", 10 * 1024 * 1024, "largest request body (413)"

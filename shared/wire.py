@@ -18,6 +18,7 @@ from msgspec import Meta, Struct
 from shared.domain import paging as domain_paging
 from shared.domain.cron import MAX_ZONE_NAME, CronSchedule
 from shared.domain.errors import ValidationFailed
+from shared.domain.events import Event
 from shared.domain.jobs import (
     ACTIVE_JOB_STATUSES,
     RETRYABLE_JOB_STATUSES,
@@ -47,6 +48,7 @@ from shared.domain.limits import Concurrency, LimitPolicy, Rate
 from shared.domain.paging import PageRequest
 from shared.domain.worker_keys import MAX_KEY_QUEUES, NewWorkerKey, WorkerKey, new_worker_key
 from shared.domain.workflows import (
+    MAX_EVENT_KEY_BYTES,
     FanOut,
     Name,
     StepCondition,
@@ -426,6 +428,33 @@ class CreateCronResponse(Response):
 class ListCronsResponse(Page, kw_only=True):
     items_field = "crons"
     crons: list[CronSchedule]
+
+
+# --- events (issue 15) ---------------------------------------------------------------------------
+
+
+class PostEventRequest(Request):
+    """An event for the caller's waiting workflow steps: `key` 1 to 256 bytes (no NUL)."""
+
+    key: Annotated[str, Meta(min_length=1, max_length=MAX_EVENT_KEY_BYTES)]
+    payload: Object | None = None
+
+    def checked_key(self) -> str:
+        problem = "key must not contain NUL" if "\x00" in self.key else None
+        if len(self.key.encode(errors="surrogateescape")) > MAX_EVENT_KEY_BYTES:
+            problem = f"key must be 1 to {MAX_EVENT_KEY_BYTES} bytes"
+        if problem:
+            raise ValidationFailed(problem)
+        return self.key
+
+
+class PostEventResponse(Response):
+    event_id: str
+    delivered: int
+
+
+class ListEventsResponse(Response):
+    events: list[Event]
 
 
 # --- flow control --------------------------------------------------------------------------------

@@ -412,6 +412,23 @@ def build_spec(max_batch: int = _DEFAULT_MAX_BATCH) -> dict[str, Any]:
         }
         if route.operation_id in _LISTINGS:
             op["parameters"] += _list_params(route.operation_id)
+        if route.operation_id == "listEvents":
+            op["parameters"] += [
+                {
+                    "name": "key",
+                    "in": "query",
+                    "required": False,
+                    "schema": _TEXT,
+                    "description": "Only this key.",
+                },
+                {
+                    "name": "limit",
+                    "in": "query",
+                    "required": False,
+                    "schema": {"type": "integer", "format": "int64"},
+                    "description": "At most this many, clamped to 1..=100 (default 50).",
+                },
+            ]
         if route.operation_id == "createJob":
             op["parameters"].append(
                 {

@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from services.api import cron, dlq, jobs, limits, protocol, queues, system, worker_keys, workflows
+from services.api import cron, dlq, events, jobs, limits, protocol, queues, system, worker_keys, workflows
 from services.api.context import Handler
 from shared import wire
 
@@ -450,6 +450,29 @@ ROUTES: list[Route] = [
         None,
         None,
         204,
+    ),
+    Route(
+        "POST",
+        "/api/v1/events",
+        events.post_event,
+        "write",
+        "events",
+        "postEvent",
+        "Send an event: every workflow step of the caller's waiting for its key completes with its payload",
+        wire.PostEventRequest,
+        wire.PostEventResponse,
+        202,
+    ),
+    Route(
+        "GET",
+        "/api/v1/events",
+        events.list_events,
+        "read",
+        "events",
+        "listEvents",
+        "The caller's kept events, newest first (?key= for one key, ?limit= up to 100)",
+        None,
+        wire.ListEventsResponse,
     ),
     Route(
         "GET",

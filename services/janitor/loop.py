@@ -15,7 +15,7 @@ import structlog
 
 from shared import metrics
 from shared.config import Settings
-from shared.db import crons, janitor, limits, watchers
+from shared.db import crons, events, janitor, limits, watchers
 from shared.db import workflows as workflows_db
 from shared.db.database import Database
 from shared.db.pool import is_unavailable
@@ -118,6 +118,7 @@ class Janitor:
                     next_housekeeping = loop.time() + HOUSEKEEPING_SECS
                     await watchers.prune_expired(self.db.pool)
                     await janitor.prune_lapsed_unique_keys(self.db.pool, 10 * s.janitor_batch)
+                    await events.prune_expired(self.db.pool, 10 * s.janitor_batch)
                     await self.heal_stalled_workflows()
                 if s.retention_hours is not None and loop.time() >= next_retention:
                     next_retention = loop.time() + s.retention_interval_secs

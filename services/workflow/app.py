@@ -1,16 +1,19 @@
 """The workflow service's app factory: the base app (database, probes) plus the advancer's
-consumers as a cleanup context. `setup(app)` adds the advancer to any base app."""
+consumers and the timers of sleeping and waiting steps as cleanup contexts. `setup(app)` adds both
+to any base app."""
 
 from __future__ import annotations
 
 from aiohttp import web
 
 from services.workflow.advancer import Advancer
+from services.workflow.timers import Timers
 from shared.config import Settings
 from shared.runtime.app import background, base_app
 from shared.runtime.keys import DATABASE, SETTINGS
 
 ADVANCER = web.AppKey("advancer", Advancer)
+TIMERS = web.AppKey("timers", Timers)
 
 
 def _advancer(app: web.Application) -> Advancer:
@@ -20,6 +23,7 @@ def _advancer(app: web.Application) -> Advancer:
 
 def setup(app: web.Application) -> None:
     app.cleanup_ctx.append(background(ADVANCER, _advancer, "advancer_started"))
+    app.cleanup_ctx.append(background(TIMERS, lambda app: Timers(app[DATABASE]), "workflow_timers_started"))
 
 
 def create_app(settings: Settings) -> web.Application:

@@ -27,7 +27,8 @@ JOB_EVENTS = "queueflow_job_events"  # payload: "<job id>:<status>"
 WORKFLOW = "queueflow_workflow"  # an outbox row was written: the advancer has work
 WORKFLOW_EVENTS = "queueflow_workflow_events"  # payload: workflow id; a watched workflow changed
 WORKER_KEYS = "queueflow_worker_keys"  # payload: worker key id; the key was revoked
-CHANNELS = (WORK, DELAYED, JOB_EVENTS, WORKFLOW, WORKFLOW_EVENTS, WORKER_KEYS)
+TIMERS = "queueflow_timers"  # a sleeping or waiting workflow step's wake-up was armed
+CHANNELS = (WORK, DELAYED, JOB_EVENTS, WORKFLOW, WORKFLOW_EVENTS, WORKER_KEYS, TIMERS)
 
 # Claim queries one process runs at once for one queue: enough to keep a busy queue's batches
 # flowing, and a cap on the burst when thousands of long-polls arrive together.
@@ -35,6 +36,8 @@ CLAIMS_PER_QUEUE = 2
 
 # The advancer parks on this pseudo-queue (no real queue name can contain a NUL byte).
 ADVANCE = "\0advance"
+# ... and the workflow process's timer loop on this one.
+TIMER = "\0timers"
 
 
 class _QueueSignal:
@@ -211,6 +214,8 @@ class Hub:
         elif channel == WORKER_KEYS:
             for cb in list(self._key_watchers):
                 cb(payload)
+        elif channel == TIMERS:
+            self.poke(TIMER)
 
 
 class Listener:

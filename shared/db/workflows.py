@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
 
 import asyncpg
 import msgspec
@@ -74,6 +75,8 @@ def to_step_state(r: asyncpg.Record) -> WorkflowStepState:
         completed_at=r["completed_at"],
         child_workflow_id=r["child_workflow_id"],
         fan_out=fan,
+        wake_at=r["wake_at"],
+        event_key=r["event_key"],
     )
 
 
@@ -275,6 +278,36 @@ async def complete_step(conn: Connection, wf_id: str, step_name: str, result: Ob
     ever sees the step completed without its result); returns the new context."""
     context: Object = await conn.fetchval(Q.complete_step, wf_id, step_name, result)
     return context
+
+
+async def arm_step(
+    conn: Connection,
+    wf_id: str,
+    step: StepRun,
+    *,
+    wake_at: datetime | None = None,
+    wake_in_secs: int | None = None,
+    event_key: str | None = None,
+) -> tuple[datetime | None, datetime]:
+    """Start a sleep or a wait (the step runs no job): its wake-up (an instant, or seconds from the
+    database's now) and the key it waits for. Returns the wake-up as stored and the database's
+    clock."""
+    row = await conn.fetchrow(Q.arm_step, wf_id, step.name, step.attempt, wake_at, event_key, wake_in_secs)
+    assert row is not None
+    return row["wake_at"], row["now"]
+
+
+async def fire_due_timers(pool: Pool, batch: int) -> int:
+    """Turn due wake-ups into `timer` outbox rows (each exactly once, across processes)."""
+    return len(await pool.fetch(Q.fire_due_timers, batch))
+
+
+async def seconds_until_next_wake_up(db: Executor) -> float | None:
+    """Seconds until the next sleeping or waiting step wakes (0 when one is due); None for none."""
+    row = await db.fetchrow(Q.next_wake_up)
+    if row is None or row["at"] is None:
+        return None
+    return max(0.0, (row["at"] - row["now"]).total_seconds())
 
 
 async def mark_halted(conn: Connection, wf_id: str, message: str) -> None:

@@ -98,9 +98,12 @@ class OutboxKind(enum.StrEnum):
     CHILD = "child"
     RETRY = "retry"
     HEAL = "heal"
+    TIMER = "timer"  # a sleeping or waiting step's wake-up came (migration 15)
+    EVENT = "event"  # an event arrived for a waiting step (its payload in `result`)
 
 
 HALTED = "workflow halted by an upstream failure"
+EVENT_TIMEOUT = "event_timeout"  # a wait-for-event step's reason when its time-out came first
 CANCELLED_BY_USER = "workflow cancelled"
 CONDITION_NOT_MET = "condition not met"
 
@@ -128,9 +131,27 @@ class FanOut(Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True
     max_items: Annotated[int, Meta(ge=0, le=MAX_FAN_OUT)] | None = None
 
 
+MAX_SLEEP_SECS = 31_536_000  # a year: a sleep's and a wait's time-out bound
+MAX_EVENT_KEY_BYTES = 256
+SleepSecs = Annotated[int, Meta(ge=1, le=MAX_SLEEP_SECS)]
+# `{{context.a.b}}` in an event key: the value at path `a.b` of the workflow context.
+_PLACEHOLDER = re.compile(r"\{\{\s*context\.([^{}\s]+)\s*\}\}")
+
+
+class WaitForEvent(Struct, frozen=True, forbid_unknown_fields=True):
+    """A wait-for-event step's event: `key`, 1 to 256 bytes, may hold `{{context.path}}`
+    placeholders, resolved from the workflow context when the step starts."""
+
+    key: Annotated[str, Meta(min_length=1)]
+
+
 class WorkflowStep(Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True, kw_only=True):
     """One step as declared. Optional fields are None when absent; `normalise` fills in the
-    defaults that are echoed back (depends_on, payload, on_failure, on_success, metadata)."""
+    defaults that are echoed back (depends_on, payload, on_failure, on_success, metadata).
+
+    A step does one of four things: runs a job (`task_name`, optionally fanned out), runs a
+    sub-workflow (`workflow`), sleeps (`sleep_secs` or `sleep_until`), or waits for an event
+    (`wait_for_event`, with an optional `timeout_secs`). The last two are extensions (issue 15)."""
 
     name: Name
     task_name: str | None = None
@@ -144,6 +165,14 @@ class WorkflowStep(Struct, frozen=True, forbid_unknown_fields=True, omit_default
     when: StepCondition | None = None
     fan_out: FanOut | None = None
     workflow: WorkflowDefinition | None = None
+    sleep_secs: SleepSecs | None = None
+    sleep_until: datetime | None = None
+    wait_for_event: WaitForEvent | None = None
+    timeout_secs: SleepSecs | None = None
+
+    @property
+    def sleeps(self) -> bool:
+        return self.sleep_secs is not None or self.sleep_until is not None
 
     @property
     def dependencies(self) -> list[str]:
@@ -203,8 +232,22 @@ def _validate_step(step: WorkflowStep, names: set[str], where: str, depth: int) 
                 f"{where}step '{step.name}': {err.message.removeprefix('validation error: ')}"
             ) from None
     has_task = bool(step.task_name and step.task_name.strip())
-    if has_task == (step.workflow is not None):
-        raise InvalidWorkflow(f"{where}step '{step.name}' needs exactly one of task_name or workflow")
+    kinds = [has_task, step.workflow is not None, step.sleeps, step.wait_for_event is not None]
+    if sum(kinds) != 1:
+        raise InvalidWorkflow(
+            f"{where}step '{step.name}' needs exactly one of task_name, workflow, sleep_secs or sleep_until,"
+            " or wait_for_event"
+        )
+    if step.sleep_secs is not None and step.sleep_until is not None:
+        raise InvalidWorkflow(f"{where}step '{step.name}': sleep_secs and sleep_until exclude each other")
+    if step.timeout_secs is not None and step.wait_for_event is None:
+        raise InvalidWorkflow(f"{where}step '{step.name}': timeout_secs belongs to a wait_for_event step")
+    if (step.sleeps or step.wait_for_event is not None) and step.fan_out is not None:
+        raise InvalidWorkflow(f"{where}step '{step.name}': fan_out needs a task_name")
+    if step.wait_for_event is not None:
+        problem = event_key_problem(step.wait_for_event.key)
+        if problem:
+            raise InvalidWorkflow(f"{where}step '{step.name}': wait_for_event: {problem}")
     if step.workflow is not None and step.fan_out is not None:
         raise InvalidWorkflow(f"{where}step '{step.name}': fan_out needs a task_name, not a workflow")
     if step.when is not None:
@@ -234,6 +277,35 @@ def _validate_condition(step: str, cond: StepCondition, where: str) -> None:
         raise InvalidWorkflow(f"{where}step '{step}': when: op and value belong to a path condition")
     for member in (cond.all or []) + (cond.any or []) + ([cond.not_] if cond.not_ else []):
         _validate_condition(step, member, where)
+
+
+def event_key_problem(key: str) -> str | None:
+    """What is wrong with an event key (or a key template), or None."""
+    if not 1 <= len(key.encode(errors="surrogateescape")) <= MAX_EVENT_KEY_BYTES:
+        return f"key must be 1 to {MAX_EVENT_KEY_BYTES} bytes"
+    if "\x00" in key:
+        return "key must not contain NUL"
+    if "{{" in _PLACEHOLDER.sub("", key) or "}}" in _PLACEHOLDER.sub("", key):
+        return "a placeholder is written {{context.path}}"
+    return None
+
+
+def resolve_event_key(template: str, context: Object) -> str:
+    """The key a waiting step waits for: each `{{context.path}}` replaced by the context's value
+    there (a string as it is, anything else as JSON). A ValueError names a missing path or a
+    resolved key out of bounds."""
+
+    def value(match: re.Match[str]) -> str:
+        found = lookup(context, match.group(1))
+        if is_missing(found):
+            raise ValueError(f"event key placeholder {match.group(0)} has no value in the context")
+        return found if isinstance(found, str) else msgspec.json.encode(found).decode()
+
+    key = _PLACEHOLDER.sub(value, template)
+    problem = event_key_problem(key) if key else f"key must be 1 to {MAX_EVENT_KEY_BYTES} bytes"
+    if problem:
+        raise ValueError(f"event key {key!r}: {problem}")
+    return key
 
 
 def _cycle_members(steps: list[WorkflowStep]) -> set[str]:
@@ -538,3 +610,7 @@ class WorkflowStepState(Struct, frozen=True, kw_only=True, omit_defaults=True):
     completed_at: datetime | None = None
     child_workflow_id: str | None = None
     fan_out: FanOutProgress | None = None
+    # Extensions (issue 15), while a sleep or a wait runs: when it wakes (the sleep's end, the
+    # wait's time-out) and the event key it waits for.
+    wake_at: datetime | None = None
+    event_key: str | None = None

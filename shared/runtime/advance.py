@@ -12,14 +12,18 @@ step may run, what a failure policy does, how a workflow ends) are the domain's
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import structlog
 
+from shared.db import events as events_db
 from shared.db import jobs as jobs_db
 from shared.db import workflows as workflows_db
 from shared.db.pool import Connection, Pool, transaction
 from shared.domain.jobs import JobStatus, NewJob, Object, resolve_partial
 from shared.domain.workflows import (
     CONDITION_NOT_MET,
+    EVENT_TIMEOUT,
     HALTED,
     MAX_FAN_OUT,
     FailurePolicy,
@@ -36,6 +40,7 @@ from shared.domain.workflows import (
     lookup,
     normalise,
     ready,
+    resolve_event_key,
     settlement,
     validate,
 )
@@ -108,6 +113,24 @@ class Advancement:
         else:
             await self._fail(step, f"sub-workflow {child_id} ended {outcome}")
 
+    async def woke(self, step_name: str | None, attempt: int | None, result: Object | None) -> None:
+        """A sleeping step's end, or a waiting step's time-out, came (a `timer` row)."""
+        step = self.steps.get(step_name or "")
+        if step is None or step.status is not StepStatus.RUNNING or step.attempt != attempt:
+            return  # stale: it ended (an event came first, a cancel) or was retried
+        if step.definition.sleeps:
+            await self._complete(step, {"slept_until": _instant((result or {}).get("wake_at"))})
+        elif step.definition.wait_for_event is not None:
+            await self._fail(step, EVENT_TIMEOUT)
+
+    async def event_arrived(self, step_name: str | None, attempt: int | None, payload: Object | None) -> None:
+        """An event came for a waiting step (an `event` row): the payload is its result."""
+        step = self.steps.get(step_name or "")
+        if step is None or step.status is not StepStatus.RUNNING or step.attempt != attempt:
+            return
+        if step.definition.wait_for_event is not None:
+            await self._complete(step, payload or {})
+
     async def reconcile(self) -> None:
         """Heal: re-derive running steps from their jobs and children, for an outcome whose outbox
         row never arrived (rows are written by the outcome's own transaction, so this is a safety
@@ -167,6 +190,10 @@ class Advancement:
                     await self._spawn_child(step, step.attempt + 1)
                 elif step.definition.fan_out is not None:
                     await self._fan_out(step, step.attempt + 1)
+                elif step.definition.sleeps:
+                    await self._sleep(step, step.attempt + 1)
+                elif step.definition.wait_for_event is not None:
+                    await self._wait(step, step.attempt + 1)
                 else:
                     step.status = StepStatus.RUNNING  # its job is inserted with the rest of this pass
                     tasks.append(step)
@@ -244,6 +271,39 @@ class Advancement:
             step, {"results": [result if result is not None else {} for _, result in children]}
         )
 
+    async def _sleep(self, step: StepRun, attempt: int) -> None:
+        """Arm the step's wake-up; a wake-up already past (a `sleep_until` in the past) completes
+        it at once."""
+        d = step.definition
+        step.scheduled(attempt)
+        wake, now = await workflows_db.arm_step(
+            self.conn, self.run.id, step, wake_at=d.sleep_until, wake_in_secs=d.sleep_secs
+        )
+        if wake is not None and wake <= now:
+            await self._complete(step, {"slept_until": _instant(wake)})
+
+    async def _wait(self, step: StepRun, attempt: int) -> None:
+        """Wait for the step's event: a kept one completes it at once; otherwise the step waits,
+        with its time-out armed when it has one."""
+        spec = step.definition.wait_for_event
+        assert spec is not None
+        step.scheduled(attempt)
+        try:
+            key = resolve_event_key(spec.key, self.run.context)
+        except ValueError as err:
+            await workflows_db.arm_step(self.conn, self.run.id, step)
+            await self._fail(step, str(err))
+            return
+        tenant = self.run.tenant_id or ""
+        kept = await events_db.take_kept_event(self.conn, tenant, key)
+        if kept is not None:
+            await workflows_db.arm_step(self.conn, self.run.id, step)
+            await self._complete(step, kept)
+            return
+        await workflows_db.arm_step(
+            self.conn, self.run.id, step, wake_in_secs=step.definition.timeout_secs, event_key=key
+        )
+
     async def _spawn_child(self, step: StepRun, attempt: int) -> None:
         definition = step.definition.workflow
         assert definition is not None
@@ -298,6 +358,13 @@ class Advancement:
             log.info("workflow_settled", workflow_id=self.run.id, status=status)
 
 
+def _instant(value: object) -> str:
+    """An instant as the API writes it (RFC 3339, UTC, `Z`), from a datetime or the ISO text a
+    jsonb copy of a timestamptz holds."""
+    at = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+    return at.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
 async def create_workflow(
     pool: Pool, tenant: str, definition: WorkflowDefinition, default_queue: str
 ) -> tuple[str, WorkflowStatus]:
@@ -335,4 +402,8 @@ async def advance(conn: Connection, event: OutboxEvent, default_queue: str) -> N
         await state.child_finished(event.step_name, event.child_workflow_id, event.outcome)
     elif event.kind is OutboxKind.HEAL:
         await state.reconcile()
+    elif event.kind is OutboxKind.TIMER:
+        await state.woke(event.step_name, event.step_attempt, event.result)
+    elif event.kind is OutboxKind.EVENT:
+        await state.event_arrived(event.step_name, event.step_attempt, event.result)
     await state.evaluate()

@@ -136,7 +136,8 @@ SELECT (SELECT count(*) FROM wfs) AS workflows, (SELECT count(*) FROM jobs) AS j
 -- name: reset_steps_for_retry
 UPDATE queueflow.workflow_steps
 SET status = 'pending', skip_kind = NULL, job_id = NULL, child_workflow_id = NULL, error = NULL,
-    started_at = NULL, completed_at = NULL, fan_total = NULL, fan_completed = 0, fan_failed = 0
+    started_at = NULL, completed_at = NULL, fan_total = NULL, fan_completed = 0, fan_failed = 0,
+    wake_at = NULL, event_key = NULL
 WHERE workflow_id = $1 AND name = ANY($2::text[]);
 
 -- name: restart_workflow
@@ -164,6 +165,10 @@ WHERE w.status IN ('created', 'running') AND w.created_at < now() - make_interva
                   WHERE j.workflow_id = w.id AND j.status IN ('pending', 'retrying', 'running'))
   AND NOT EXISTS (SELECT 1 FROM queueflow.workflows c
                   WHERE c.parent_workflow_id = w.id AND c.status IN ('created', 'running'))
+  -- a sleeping step, or one waiting for an event (migration 15), will move it
+  AND NOT EXISTS (SELECT 1 FROM queueflow.workflow_steps s
+                  WHERE s.workflow_id = w.id AND s.status = 'running'
+                    AND (s.wake_at IS NOT NULL OR s.event_key IS NOT NULL))
 LIMIT $2
 RETURNING workflow_id;
 
@@ -176,3 +181,45 @@ DELETE FROM queueflow.workflow_watchers WHERE id = $1;
 
 -- name: prune_workflow_watchers
 DELETE FROM queueflow.workflow_watchers WHERE expires_at < now();
+
+-- name: arm_step
+-- A sleep or a wait starts: the step is running with no job. Its wake-up (the sleep's end or the
+-- wait's time-out) is $4 when given, else $6 seconds from now (NULL both: a wait without a
+-- time-out); $5 the event key it waits for (NULL: a sleep). The
+-- workflow processes' timer loops are told, since this wake-up may come before the one they sleep
+-- towards. Returns the wake-up and the database's clock.
+WITH armed AS (
+    UPDATE queueflow.workflow_steps
+    SET status = 'running', attempt = $3, job_id = NULL, child_workflow_id = NULL, started_at = now(),
+        fan_total = NULL, fan_completed = 0, fan_failed = 0, error = NULL, event_key = $5,
+        wake_at = COALESCE($4::timestamptz, now() + make_interval(secs => $6::int))
+    WHERE workflow_id = $1 AND name = $2
+    RETURNING wake_at
+), told AS (
+    SELECT pg_notify('queueflow_timers', '') FROM armed WHERE wake_at IS NOT NULL
+)
+SELECT (SELECT wake_at FROM armed) AS wake_at, now() AS now, (SELECT count(*) FROM told) AS told;
+
+-- name: fire_due_timers
+-- Due wake-ups become `timer` outbox rows, at most $1, each taken by exactly one process (SKIP
+-- LOCKED) and cleared in the same statement with the step's event key (a timed-out wait no longer
+-- takes events); the advancer completes the sleep or times the wait out. The row carries the
+-- wake-up in `result`.
+WITH due AS (
+    SELECT workflow_id, name, attempt, wake_at FROM queueflow.workflow_steps
+    WHERE status = 'running' AND wake_at <= now()
+    ORDER BY wake_at
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), cleared AS (
+    UPDATE queueflow.workflow_steps s SET wake_at = NULL, event_key = NULL
+    FROM due WHERE s.workflow_id = due.workflow_id AND s.name = due.name
+)
+INSERT INTO queueflow.workflow_outbox (workflow_id, kind, step_name, step_attempt, result)
+SELECT workflow_id, 'timer', name, attempt, jsonb_build_object('wake_at', wake_at) FROM due
+RETURNING workflow_id;
+
+-- name: next_wake_up
+-- When the next wake-up is due (one probe of workflow_steps_wake_idx), and the database's clock.
+SELECT (SELECT wake_at FROM queueflow.workflow_steps WHERE status = 'running' AND wake_at IS NOT NULL
+        ORDER BY wake_at LIMIT 1) AS at, now() AS now;
