@@ -411,9 +411,13 @@ class QueuesResponse(Response):
 
 
 class CreateCronRequest(Request):
+    """A schedule of a task (`task_name`, as upstream) or, an extension, of a workflow
+    (`workflow`: a definition as POST /api/v1/workflows takes): exactly one of the two."""
+
     name: Name
     cron_expr: str
-    task_name: str
+    task_name: str | None = None
+    workflow: WorkflowDefinition | None = None
     payload: Object | None = None
     queue: str | None = None
     config: PartialJobConfig | None = None

@@ -23,6 +23,7 @@ async def create_cron(request: web.Request) -> web.Response:
         queue=body.queue,
         config=body.config,
         timezone=body.timezone,
+        workflow=body.workflow,
     )
     return json_response(wire.CreateCronResponse(cron_id=cron_id), 201)
 

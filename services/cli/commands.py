@@ -143,6 +143,7 @@ def cron_body(args: argparse.Namespace) -> dict[str, Any]:
             "name": args.name,
             "cron_expr": args.schedule,
             "task_name": args.task,
+            "workflow": args.workflow,
             "payload": args.payload,
             "queue": args.queue,
             "timezone": args.timezone,
@@ -224,7 +225,12 @@ COMMANDS: dict[str, Call | Group] = {
                 (
                     opt("--name", required=True),
                     opt("--schedule", required=True, help="cron expression"),
-                    opt("--task", required=True),
+                    opt("--task", help="the task each occurrence enqueues (or --workflow)"),
+                    opt(
+                        "--workflow",
+                        type=json_object,
+                        help="a workflow definition (JSON object) each occurrence starts, instead of --task",
+                    ),
                     opt("--payload", type=json_object, help="JSON object"),
                     opt("--queue"),
                     opt(

@@ -18,8 +18,10 @@ from shared.config import Settings
 from shared.db import crons, events, janitor, limits, watchers
 from shared.db import workflows as workflows_db
 from shared.db.database import Database
-from shared.db.pool import is_unavailable
+from shared.db.pool import Connection, is_unavailable
 from shared.domain.jobs import JobStatus
+from shared.domain.workflows import WorkflowDefinition
+from shared.runtime.advance import start_workflow
 
 log = structlog.get_logger("queueflow.janitor")
 
@@ -74,7 +76,15 @@ class Janitor:
         return total
 
     async def fire_crons(self) -> int:
-        return await crons.fire_due(self.db.pool, self.settings.default_queue, self.settings.janitor_batch)
+        return await crons.fire_due(
+            self.db.pool, self.settings.default_queue, self.settings.janitor_batch, self._start_workflow
+        )
+
+    async def _start_workflow(
+        self, conn: Connection, tenant: str | None, definition: WorkflowDefinition
+    ) -> str:
+        wf_id, _ = await start_workflow(conn, tenant, definition, self.settings.default_queue)
+        return wf_id
 
     async def time_out_workflows(self) -> int:
         count = await workflows_db.time_out_expired(self.db.pool, self.settings.janitor_batch)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
 import asyncpg
@@ -10,11 +11,11 @@ import structlog
 
 from shared.db import jobs as jobs_db
 from shared.db.listing import fetch_page
-from shared.db.pool import Executor, Pool, record
+from shared.db.pool import Connection, Executor, Pool, record
 from shared.db.queries import Q
 from shared.domain import cron
 from shared.domain.cron import CronSchedule
-from shared.domain.errors import Conflict, NotFound
+from shared.domain.errors import Conflict, NotFound, ValidationFailed
 from shared.domain.jobs import (
     NewJob,
     Object,
@@ -24,6 +25,8 @@ from shared.domain.jobs import (
     resolve_partial,
 )
 from shared.domain.paging import ListQuery, Page
+from shared.domain.workflows import WorkflowDefinition, normalise
+from shared.domain.workflows import validate as validate_workflow
 
 log = structlog.get_logger("queueflow.cron")
 
@@ -38,14 +41,27 @@ async def create(
     *,
     name: str,
     cron_expr: str,
-    task_name: str,
+    task_name: str | None,
     payload: Object | None,
     queue: str | None,
     config: PartialJobConfig | None,
     timezone: str | None = None,
+    workflow: WorkflowDefinition | None = None,
 ) -> str:
-    """The new schedule's id; a Conflict when the tenant already has a schedule by that name."""
-    check_task_name(task_name)
+    """The new schedule's id; a Conflict when the tenant already has a schedule by that name.
+    A schedule has a task or a workflow (checked, stored normalised), never both."""
+    if (task_name is None) == (workflow is None):
+        raise ValidationFailed("a cron schedule needs exactly one of task_name or workflow")
+    if task_name is not None:
+        check_task_name(task_name)
+    stored_workflow = None
+    if workflow is not None:
+        if payload or queue is not None or config is not None:
+            raise ValidationFailed(
+                "payload, queue and config belong to a task schedule; a workflow carries its own"
+            )
+        validate_workflow(workflow)
+        stored_workflow = msgspec.to_builtins(normalise(workflow))
     if queue is not None:
         check_queue_name(queue)
     cron.validate(cron_expr)
@@ -63,6 +79,7 @@ async def create(
         tenant,
         first,
         timezone,
+        stored_workflow,
     )
     if cron_id is None:
         raise Conflict(f"a cron schedule named '{name}' already exists")
@@ -101,14 +118,32 @@ async def resume(pool: Pool, tenant: str, cron_id: str) -> None:
         await conn.execute(Q.resume_cron, cron_id, tenant, upcoming)
 
 
-async def fire_due(pool: Pool, default_queue: str, batch: int) -> int:
+# Starts a workflow in the caller's transaction: (connection, tenant, definition) -> its id. The
+# janitor passes the workflow runtime's; the db layer only calls it.
+StartWorkflow = Callable[[Connection, "str | None", WorkflowDefinition], Awaitable[str]]
+
+
+async def fire_due(
+    pool: Pool, default_queue: str, batch: int, start_workflow: StartWorkflow | None = None
+) -> int:
     """Fire every due schedule once, in one transaction: the job (with a per-occurrence
-    idempotency key, so no occurrence is enqueued twice even across a crash) and the next alarm.
-    Missed occurrences collapse into this one firing: the next alarm is computed from now."""
+    idempotency key, so no occurrence is enqueued twice even across a crash) or the workflow
+    (`start_workflow`, named `<schedule>@<occurrence>`), and the next alarm. Missed occurrences
+    collapse into this one firing: the next alarm is computed from now."""
     fired = 0
     async with pool.acquire() as conn, conn.transaction():
         for row in await conn.fetch(Q.due_crons, batch):
             due: datetime = row["next_run_at"]
+            if row["workflow"] is not None:
+                if start_workflow is None:
+                    continue  # (a caller that cannot start workflows leaves it to one that can)
+                definition = msgspec.convert(row["workflow"], WorkflowDefinition)
+                named = msgspec.structs.replace(definition, name=cron.occurrence_name(row["name"], due))
+                wf_id = await start_workflow(conn, row["tenant_id"], named)
+                await _moved_on(conn, row)
+                log.info("cron_fired", cron_id=row["id"], due_at=due.isoformat(), workflow_id=wf_id)
+                fired += 1
+                continue
             config = None if row["config"] is None else msgspec.convert(row["config"], PartialJobConfig)
             job = NewJob(
                 task_name=row["task_name"],
@@ -123,11 +158,16 @@ async def fire_due(pool: Pool, default_queue: str, batch: int) -> int:
                 idempotency_key=f"cron:{row['id']}:{int(due.timestamp())}",
             )
             await jobs_db.insert_jobs(conn, row["tenant_id"], [job])
-            try:
-                upcoming = cron.next_after(row["cron_expr"], row["db_now"], row["timezone"])
-            except Exception:  # a schedule that cannot be evaluated stops firing
-                upcoming = None
-            await conn.execute(Q.cron_fired, row["id"], upcoming)
+            await _moved_on(conn, row)
             log.info("cron_fired", cron_id=row["id"], due_at=due.isoformat())
             fired += 1
     return fired
+
+
+async def _moved_on(conn: Connection, row: asyncpg.Record) -> None:
+    """The schedule's next alarm, from now (so missed occurrences collapse into the one fired)."""
+    try:
+        upcoming = cron.next_after(row["cron_expr"], row["db_now"], row["timezone"])
+    except Exception:  # a schedule that cannot be evaluated stops firing
+        upcoming = None
+    await conn.execute(Q.cron_fired, row["id"], upcoming)

@@ -24,6 +24,7 @@ from msgspec import Struct
 
 from shared.domain.errors import ValidationFailed
 from shared.domain.jobs import Object, PartialJobConfig
+from shared.domain.workflows import WorkflowDefinition
 
 
 def _field(number: str) -> str:
@@ -134,7 +135,6 @@ class CronSchedule(Struct, frozen=True, kw_only=True, omit_defaults=True):
     id: str
     name: str
     cron_expr: str
-    task_name: str
     enabled: bool
     next_run_at: datetime
     created_at: datetime
@@ -147,9 +147,17 @@ class CronSchedule(Struct, frozen=True, kw_only=True, omit_defaults=True):
     # as that zone's wall clock (RFC 3339 with its offset), which the CLI and the console show.
     timezone: str | None = None
     next_run_local: str | None = None
+    # A schedule has a task (as upstream) or, an extension, a workflow each occurrence starts.
+    task_name: str | None = None
+    workflow: WorkflowDefinition | None = None
 
     def localized(self) -> CronSchedule:
         """This record with `next_run_local` filled in when it has a time zone."""
         if self.timezone is None:
             return self
         return msgspec.structs.replace(self, next_run_local=local_time(self.next_run_at, self.timezone))
+
+
+def occurrence_name(schedule_name: str, due: datetime) -> str:
+    """The name of the workflow a schedule's occurrence starts: `<schedule name>@<occurrence>`."""
+    return f"{schedule_name}@{due.astimezone(UTC).isoformat().replace('+00:00', 'Z')}"

@@ -371,14 +371,21 @@ async def create_workflow(
     """Validate and store a workflow, start it and schedule its root steps, in one transaction:
     when this returns, the workflow is `running` (or already finished, if nothing could run) and
     each root step's job exists. Returns its id and status."""
+    async with transaction(pool) as conn:
+        return await start_workflow(conn, tenant, definition, default_queue)
+
+
+async def start_workflow(
+    conn: Connection, tenant: str | None, definition: WorkflowDefinition, default_queue: str
+) -> tuple[str, WorkflowStatus]:
+    """`create_workflow` in the caller's transaction (a cron occurrence's, for one)."""
     validate(definition)
     stored = normalise(definition)
-    async with transaction(pool) as conn:
-        wf_id = await workflows_db.insert_workflow(conn, tenant, stored, stored.context or {})
-        state = await Advancement.load(conn, wf_id, default_queue)
-        assert state is not None  # inserted by this transaction
-        await state.start()
-        await state.evaluate()
+    wf_id = await workflows_db.insert_workflow(conn, tenant, stored, stored.context or {})
+    state = await Advancement.load(conn, wf_id, default_queue)
+    assert state is not None  # inserted by this transaction
+    await state.start()
+    await state.evaluate()
     return wf_id, state.run.status
 
 

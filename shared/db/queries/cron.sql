@@ -2,8 +2,8 @@
 
 -- name: insert_cron
 INSERT INTO queueflow.cron_schedules (id, name, cron_expr, task_name, payload, config, queue_name, tenant_id,
-                                      next_run_at, timezone)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+                                      next_run_at, timezone, workflow)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
 ON CONFLICT (COALESCE(tenant_id, ''), name) DO NOTHING
 RETURNING id;
 
