@@ -1810,7 +1810,7 @@
           { "data-cron": c.name },
           h("td", {}, c.name),
           h("td", {}, h("code", {}, c.cron_expr)),
-          h("td", {}, h("a", { href: hashFor("jobs", { task_name: c.task_name }) }, c.task_name)),
+          h("td", {}, c.workflow ? h("span", { title: "starts this workflow at each occurrence" }, `workflow ${c.workflow.name}`) : h("a", { href: hashFor("jobs", { task_name: c.task_name }) }, c.task_name)),
           h("td", { class: "hide-narrow" }, c.queue_name || h("span", { class: "muted" }, "default")),
           h("td", {}, c.enabled ? badge("active") : badge("paused")),
           h(
