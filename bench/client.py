@@ -38,6 +38,11 @@ async def _post(http: aiohttp.ClientSession, url: str, body: Any, expect: int) -
         return raw
 
 
+async def post(http: aiohttp.ClientSession, url: str, body: Any, expect: int) -> bytes:
+    """POST `body` as JSON; anything but `expect` raises."""
+    return await _post(http, url, body, expect)
+
+
 def job_body(i: int, queue: str, task: str = "echo") -> dict[str, Any]:
     return {"task_name": task, "payload": {"i": i}, "config": {"queue": queue}}
 

@@ -10,6 +10,7 @@ from bench.scenarios import (
     k_limits,
     l_pgbench,
     m_idle,
+    t_time,
     w1_drain,
     w2_latency,
     w3_workflows,
@@ -28,6 +29,7 @@ SCENARIOS: dict[str, Scenario] = {
         l_pgbench.SCENARIO,
         h_history.SCENARIO,
         k_limits.SCENARIO,
+        t_time.SCENARIO,
     )
 }
 # Names that select several scenarios.

@@ -32,8 +32,11 @@ async def list_events(request: web.Request) -> web.Response:
         raise ValidationFailed("key must not contain NUL")
     raw = request.query.get("limit", "50")
     try:
-        limit = min(MAX_LIST, max(1, int(raw)))
+        asked = int(raw)
     except ValueError:
         raise ValidationFailed(f"limit must be an integer, not {raw!r}") from None
+    if not -(2**63) <= asked < 2**63:
+        raise ValidationFailed(f"limit must be a 64-bit integer, not {raw!r}")
+    limit = min(MAX_LIST, max(1, asked))
     found = await events.list_events(db_of(request).pool, tenant_of(request).id, key, limit)
     return json_response(wire.ListEventsResponse(events=found))

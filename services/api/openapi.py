@@ -20,6 +20,7 @@ import dataclasses
 import re
 from functools import cache
 from typing import Any
+from zoneinfo import available_timezones
 
 import msgspec
 from aiohttp import web
@@ -39,7 +40,7 @@ from shared.domain.jobs import (
     SPACE_CHARS,
     JobStatus,
 )
-from shared.domain.workflows import MAX_WORKFLOW_STEPS, WorkflowStatus
+from shared.domain.workflows import MAX_EVENT_KEY_BYTES, MAX_WORKFLOW_STEPS, WorkflowStatus
 from shared.runtime.keys import SETTINGS
 
 REF = "#/components/schemas/{name}"
@@ -244,25 +245,55 @@ def _condition_schema() -> dict[str, Any]:
 
 
 def _step_variants(step: dict[str, Any]) -> None:
-    """A step runs a task (a non-blank `task_name`, optionally a `fan_out`) or a sub-workflow
-    (`workflow`, with no task name and no fan-out): exactly one of the two."""
+    """A step runs a task (a non-blank `task_name`, optionally a `fan_out`), a sub-workflow
+    (`workflow`), a sleep (`sleep_secs` or `sleep_until`) or a wait for an event
+    (`wait_for_event`, optionally `timeout_secs`): exactly one of them."""
     blank = {"anyOf": [{"type": "null"}, {"type": "string", "pattern": f"^[{SPACE_CHARS}]*$"}]}
+    null = {"type": "null"}
+    kinds = ("task_name", "workflow", "sleep_secs", "sleep_until", "wait_for_event")
+
+    def variant(kind: str, schema: dict[str, Any], extra: tuple[str, ...] = ()) -> dict[str, Any]:
+        props: dict[str, Any] = {k: (blank if k == "task_name" else null) for k in kinds if k != kind}
+        props[kind] = schema
+        if kind != "task_name":
+            props["fan_out"] = null
+        if kind != "wait_for_event":
+            props["timeout_secs"] = null
+        for name in extra:
+            props.pop(name, None)
+        return {"required": [kind], "properties": props}
+
     step["oneOf"] = [
-        {"required": ["task_name"], "properties": {"task_name": NAME_SCHEMA, "workflow": {"type": "null"}}},
+        variant("task_name", NAME_SCHEMA),
+        variant("workflow", {"$ref": REF.format(name="WorkflowDefinition")}),
+        variant("sleep_secs", {"type": "integer"}),
+        variant("sleep_until", {"type": "string"}),
+        variant("wait_for_event", {"$ref": REF.format(name="WaitForEvent")}),
+    ]
+    step["description"] = (
+        "One step: a task (`task_name`), a sub-workflow (`workflow`), a sleep (`sleep_secs` or"
+        " `sleep_until`) or a wait for an event (`wait_for_event`, optionally `timeout_secs`), exactly"
+        " one of them. Step names are unique within their workflow; `depends_on` names steps of the"
+        " same workflow, without cycles; sub-workflows nest at most 8 deep."
+    )
+
+
+def _cron_variants(cron: dict[str, Any]) -> None:
+    """A schedule of a task or of a workflow (which carries its own payload, queue and config)."""
+    null = {"type": "null"}
+    cron["oneOf"] = [
+        {"required": ["task_name"], "properties": {"task_name": NAME_SCHEMA, "workflow": null}},
         {
             "required": ["workflow"],
             "properties": {
-                "task_name": blank,
                 "workflow": {"$ref": REF.format(name="WorkflowDefinition")},
-                "fan_out": {"type": "null"},
+                "task_name": null,
+                "payload": null,
+                "queue": null,
+                "config": null,
             },
         },
     ]
-    step["description"] = (
-        "One step: a task (`task_name`) or a sub-workflow (`workflow`), never both. Step names are"
-        " unique within their workflow; `depends_on` names steps of the same workflow, without"
-        " cycles; sub-workflows nest at most 8 deep."
-    )
 
 
 def _refine(schemas: dict[str, Any], request_names: set[str], max_batch: int) -> None:
@@ -282,6 +313,18 @@ def _refine(schemas: dict[str, Any], request_names: set[str], max_batch: int) ->
         for field in ("created_after", "created_before"):
             _narrow(props[owner][field], INSTANT_SCHEMA)
     _narrow(props["CreateJobRequest"]["run_at"], INSTANT_SCHEMA)
+    _narrow(props["WorkflowStep"]["sleep_until"], INSTANT_SCHEMA)
+    _narrow(
+        props["WaitForEvent"]["key"],
+        {
+            "maxLength": MAX_EVENT_KEY_BYTES,
+            # Braces only in well-formed placeholders (the server takes single braces too).
+            "pattern": "^([^{}\\x00]|\\{\\{ ?context\\.[A-Za-z0-9_.]+ ?\\}\\})*$",
+            "description": "1 to 256 bytes; `{{context.path}}` placeholders are resolved from the workflow context"
+            " when the step starts.",
+        },
+    )
+    _narrow(props["PostEventRequest"]["key"], {"pattern": NO_NUL})
     for owner in ("JobConfigRequest", "PartialJobConfig"):
         _narrow(
             props[owner]["limits"],
@@ -330,6 +373,11 @@ def _refine(schemas: dict[str, Any], request_names: set[str], max_batch: int) ->
         },
     )
     _step_variants(schemas["WorkflowStep"])
+    _cron_variants(schemas["CreateCronRequest"])
+    _narrow(
+        props["CreateCronRequest"]["timezone"],
+        {"enum": sorted(available_timezones()), "description": "An IANA time zone (default UTC)."},
+    )
     schemas["StepCondition"] = _condition_schema()
 
 

@@ -75,8 +75,9 @@ def to_step_state(r: asyncpg.Record) -> WorkflowStepState:
         completed_at=r["completed_at"],
         child_workflow_id=r["child_workflow_id"],
         fan_out=fan,
-        wake_at=r["wake_at"],
-        event_key=r["event_key"],
+        # (only while it runs: a sleep that completed at once keeps its row's wake_at)
+        wake_at=r["wake_at"] if r["status"] == StepStatus.RUNNING else None,
+        event_key=r["event_key"] if r["status"] == StepStatus.RUNNING else None,
     )
 
 

@@ -2,7 +2,7 @@
 
 They help the generator with what JSON Schema cannot say, and only there: a generated workflow's
 step names are made unique and its dependencies made to name earlier steps (so there is no cycle
-and no unknown name; the document says both in words), and a worker key's `expires_at` is moved
+and no unknown name; the document says both in words), in a workflow or a cron schedule's, and a worker key's `expires_at` is moved
 into the future (the document says so in words). Only valid (positive) cases are repaired: an
 invalid case must stay invalid.
 """
@@ -49,6 +49,8 @@ def map_case(context: Any, case: Any) -> Any:
     if meta is not None and meta.generation.mode.is_positive:
         if case.operation.path == "/api/v1/workflows":
             repair_workflow(case.body)
+        elif case.operation.path == "/api/v1/cron" and isinstance(case.body, dict):
+            repair_workflow(case.body.get("workflow"))  # a schedule that starts a workflow
         elif case.operation.path == "/api/v1/worker-keys" and case.operation.method.upper() == "POST":
             repair_expiry(case.body)
     return case
