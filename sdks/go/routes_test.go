@@ -371,3 +371,81 @@ func TestJobConfigUnique(t *testing.T) {
 		t.Errorf("a config without a policy encodes as %s (%v)", raw, err)
 	}
 }
+
+// A cron schedule's Timezone goes out only when set, and a schedule read back decodes Timezone and
+// NextRunLocal (keeping the zone's offset), both nil for a schedule without a zone.
+func TestCronTimezone(t *testing.T) {
+	var seen []recorded
+	const schedule = `"cron_expr": "0 9 * * 1-5", "task_name": "remind", "enabled": true,
+		"next_run_at": "2026-03-30T07:00:00Z", "created_at": "2026-03-27T12:00:00Z"`
+	zoned := `{"id": "c1", "name": "standup", ` + schedule +
+		`, "timezone": "Europe/Berlin", "next_run_local": "2026-03-30T09:00:00+02:00"}`
+	plain := `{"id": "c2", "name": "nightly", ` + schedule + `}`
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec := recorded{method: r.Method, path: r.URL.EscapedPath(), header: r.Header.Clone()}
+		if r.Body != nil {
+			json.NewDecoder(r.Body).Decode(&rec.body)
+		}
+		seen = append(seen, rec)
+		w.Header().Set("Content-Type", "application/json")
+		switch {
+		case r.Method == http.MethodPost:
+			w.WriteHeader(http.StatusCreated)
+			w.Write([]byte(`{"cron_id": "c1"}`))
+		case r.URL.Path == "/api/v1/cron/c1":
+			w.Write([]byte(zoned))
+		case r.URL.Path == "/api/v1/cron/c2":
+			w.Write([]byte(plain))
+		default:
+			w.Write([]byte(`{"crons": [` + zoned + `, ` + plain + `], "limit": 50, "offset": 0, "has_more": false}`))
+		}
+	}))
+	defer srv.Close()
+	ctx := context.Background()
+	c := NewClient(srv.URL, "tenant")
+	standup := CreateCronRequest{Name: "standup", CronExpr: "0 9 * * 1-5", TaskName: "remind", Timezone: "Europe/Berlin"}
+	if _, err := c.CreateCron(ctx, standup); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CreateCron(ctx, CreateCronRequest{Name: "nightly", CronExpr: "0 2 * * *", TaskName: "remind"}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.GetCron(ctx, "c1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bare, err := c.GetCron(ctx, "c2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := c.ListCrons(ctx, ListParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(seen[0].body); got != "map[cron_expr:0 9 * * 1-5 name:standup task_name:remind timezone:Europe/Berlin]" {
+		t.Errorf("create body %s", got)
+	}
+	if _, sent := seen[1].body["timezone"]; sent {
+		t.Errorf("a schedule without a zone sent one: %v", seen[1].body)
+	}
+	if got.Timezone == nil || *got.Timezone != "Europe/Berlin" {
+		t.Errorf("timezone %v", got.Timezone)
+	}
+	if got.NextRunLocal == nil {
+		t.Fatal("no next_run_local")
+	}
+	local := *got.NextRunLocal
+	if _, offset := local.Zone(); offset != 2*60*60 || local.Hour() != 9 || !local.Equal(got.NextRunAt) {
+		t.Errorf("next_run_local %s (offset %d), next_run_at %s", local.Format(time.RFC3339), offset, got.NextRunAt)
+	}
+	if local.Format(time.RFC3339) != "2026-03-30T09:00:00+02:00" {
+		t.Errorf("next_run_local formats as %s", local.Format(time.RFC3339))
+	}
+	if bare.Timezone != nil || bare.NextRunLocal != nil {
+		t.Errorf("a schedule without a zone gave %v, %v", bare.Timezone, bare.NextRunLocal)
+	}
+	if len(list.Crons) != 2 || list.Crons[0].Timezone == nil || list.Crons[0].NextRunLocal == nil ||
+		!list.Crons[0].NextRunLocal.Equal(local) || list.Crons[1].Timezone != nil || list.Crons[1].NextRunLocal != nil {
+		t.Errorf("listed %+v", list.Crons)
+	}
+}

@@ -606,6 +606,10 @@ type CreateCronRequest struct {
 	Payload  map[string]any `json:"payload,omitempty"`
 	Queue    string         `json:"queue,omitempty"`
 	Config   *JobConfig     `json:"config,omitempty"`
+	// Timezone (an extension) is the IANA time zone, e.g. "Europe/Berlin" (1 to 64 characters),
+	// whose wall clock CronExpr is read on; left out when empty, and the server reads it in UTC.
+	// An unknown name is a 400.
+	Timezone string `json:"timezone,omitempty"`
 }
 
 // CreateCronResponse answers a cron creation.
@@ -627,6 +631,14 @@ type CronSchedule struct {
 	Config         *JobConfig     `json:"config,omitempty"`
 	LastEnqueuedAt *time.Time     `json:"last_enqueued_at,omitempty"`
 	TenantID       *string        `json:"tenant_id,omitempty"`
+	// Timezone is the IANA time zone the expression is read in (an extension); nil for a schedule
+	// read in UTC.
+	Timezone *string `json:"timezone,omitempty"`
+	// NextRunLocal is NextRunAt on the schedule's zone's clock (09:00 at +02:00, say); nil when the
+	// schedule has no time zone. Its Location is a fixed zone with the offset the server sent (or
+	// time.Local when that has the same offset then), not the IANA zone: for the zone itself use
+	// time.LoadLocation(*Timezone).
+	NextRunLocal *time.Time `json:"next_run_local,omitempty"`
 }
 
 // ListCronsResponse answers GET /api/v1/cron.

@@ -10,6 +10,7 @@ import json
 import os
 import sys
 import uuid
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -290,8 +291,27 @@ async def raw_calls(client: Client, queue: str, c: Checks) -> None:
     cron = await client.create_cron(name="conf-cron", cron_expr="*/5 * * * *", task_name="conf.raw", queue=queue)
     schedule = await client.get_cron(cron.cron_id)
     c.check(schedule.name == "conf-cron" and schedule.enabled, f"get_cron {schedule}")
+    c.check(schedule.timezone is None and schedule.next_run_local is None, f"get_cron: a zone on {schedule}")
+    zoned = await client.create_cron(
+        name="conf-cron-tz", cron_expr="0 9 * * *", task_name="conf.raw", queue=queue, timezone="Europe/Berlin"
+    )
+    berlin = await client.get_cron(zoned.cron_id)
+    local = berlin.next_run_local
+    c.check(berlin.timezone == "Europe/Berlin", f"get_cron (zoned): timezone {berlin.timezone!r}")
+    c.check(
+        local is not None
+        and (local.hour, local.minute, local.second) == (9, 0, 0)
+        and local.utcoffset() in (timedelta(hours=1), timedelta(hours=2))
+        and local == berlin.next_run_at,
+        f"get_cron (zoned): next_run_local {local!r}, next_run_at {berlin.next_run_at!r}",
+    )
     crons = await client.list_crons(limit=100)
     c.check(any(s.id == cron.cron_id for s in crons.crons), "list_crons: schedule missing")
+    c.check(
+        any(s.id == zoned.cron_id and s.timezone == "Europe/Berlin" and s.next_run_local == local for s in crons.crons),
+        "list_crons: the zoned schedule is missing or has no local next run",
+    )
+    await client.delete_cron(zoned.cron_id)
     await client.pause_cron(cron.cron_id)
     c.check((await client.get_cron(cron.cron_id)).enabled is False, "pause_cron: still enabled")
     await client.resume_cron(cron.cron_id)

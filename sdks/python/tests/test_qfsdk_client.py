@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from aiohttp import web
@@ -354,3 +354,40 @@ async def test_job_config_unique_goes_out_when_set_and_comes_back_typed(stub):
     assert held.unique == m.UniquePolicy(key="report:42", window_secs=600, on_conflict="skip")
     assert held.config["unique"] == unique
     assert plain.unique is None and "unique" not in plain.config
+
+
+async def test_cron_timezone_goes_out_when_set_and_comes_back_with_the_local_next_run(stub):
+    stub.routes[("POST", "/api/v1/cron")] = lambda r: web.json_response({"cron_id": "c1"}, status=201)
+    schedule = {
+        "id": "c1",
+        "name": "standup",
+        "cron_expr": "0 9 * * 1-5",
+        "task_name": "remind",
+        "enabled": True,
+        "next_run_at": "2026-03-30T07:00:00Z",
+        "created_at": "2026-03-27T12:00:00Z",
+    }
+    zoned = {**schedule, "timezone": "Europe/Berlin", "next_run_local": "2026-03-30T09:00:00+02:00"}
+    plain = {**schedule, "id": "c2", "name": "nightly"}
+    stub.routes[("GET", "/api/v1/cron/c1")] = lambda r: web.json_response(zoned)
+    stub.routes[("GET", "/api/v1/cron")] = lambda r: web.json_response(
+        {"crons": [zoned, plain], "limit": 50, "offset": 0, "has_more": False}
+    )
+    async with Client(stub.url, "tenant") as qf:
+        await qf.create_cron(name="standup", cron_expr="0 9 * * 1-5", task_name="remind", timezone="Europe/Berlin")
+        await qf.create_cron(m.CreateCronRequest(name="nightly", cron_expr="0 2 * * *", task_name="remind"))
+        got = await qf.get_cron("c1")
+        listed = await qf.list_crons()
+    assert stub.requests[0][3] == {
+        "name": "standup",
+        "cron_expr": "0 9 * * 1-5",
+        "task_name": "remind",
+        "timezone": "Europe/Berlin",
+    }
+    assert stub.requests[1][3] == {"name": "nightly", "cron_expr": "0 2 * * *", "task_name": "remind"}
+    assert got.timezone == "Europe/Berlin"
+    assert got.next_run_local == datetime(2026, 3, 30, 9, tzinfo=timezone(timedelta(hours=2)))
+    assert got.next_run_local.utcoffset() == timedelta(hours=2) and got.next_run_local.hour == 9
+    assert got.next_run_local == got.next_run_at  # one instant, two clocks
+    assert listed.crons[0] == got
+    assert listed.crons[1].timezone is None and listed.crons[1].next_run_local is None

@@ -196,3 +196,23 @@ def test_config_unique_is_sent_only_when_set_and_a_job_decodes_it():
     with pytest.raises(msgspec.ValidationError):
         _ = broken.unique
     assert msgspec.structs.replace(job, config={"priority": 0}).unique is None
+
+
+def test_cron_timezone_is_sent_only_when_set_and_the_local_next_run_keeps_its_offset():
+    plain = m.CreateCronRequest(name="n", cron_expr="0 9 * * *", task_name="t")
+    assert msgspec.json.decode(msgspec.json.encode(plain)) == {"name": "n", "cron_expr": "0 9 * * *", "task_name": "t"}
+    zoned = msgspec.structs.replace(plain, timezone="America/New_York")
+    assert msgspec.json.decode(msgspec.json.encode(zoned))["timezone"] == "America/New_York"
+    raw = (
+        b'{"id":"c","name":"n","cron_expr":"0 9 * * *","task_name":"t","enabled":true,'
+        b'"next_run_at":"2026-11-02T14:00:00Z","created_at":"2026-01-02T03:04:05Z"'
+    )
+    cron = msgspec.json.decode(
+        raw + b',"timezone":"America/New_York","next_run_local":"2026-11-02T09:00:00-05:00"}', type=m.CronSchedule
+    )
+    assert cron.timezone == "America/New_York"
+    assert cron.next_run_local is not None and cron.next_run_local.isoformat() == "2026-11-02T09:00:00-05:00"
+    assert cron.next_run_local == datetime(2026, 11, 2, 14, tzinfo=UTC)
+    bare = msgspec.json.decode(raw + b"}", type=m.CronSchedule)
+    assert bare.timezone is None and bare.next_run_local is None
+    assert "timezone" not in msgspec.to_builtins(bare) and "next_run_local" not in msgspec.to_builtins(bare)

@@ -822,6 +822,11 @@ pub struct CreateCronRequest {
     pub queue: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config: Option<JobConfig>,
+    /// An extension: the IANA time zone (e.g. `Europe/Berlin`, 1 to 64 characters) whose wall
+    /// clock the expression is read on; None leaves it out and the server reads it in UTC. An
+    /// unknown name is a 400.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timezone: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -848,6 +853,14 @@ pub struct CronSchedule {
     pub last_enqueued_at: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tenant_id: Option<String>,
+    /// The IANA time zone the expression is read in (an extension); None for a schedule read in
+    /// UTC.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timezone: Option<String>,
+    /// `next_run_at` on the schedule's zone's clock, RFC 3339 with the zone's offset
+    /// (`2026-03-30T09:00:00+02:00`); None when the schedule has no time zone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_run_local: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -943,3 +943,57 @@ async fn a_job_config_sends_its_unique_policy_only_when_set_and_a_job_decodes_it
     assert!(broken.unique().is_err());
     assert_eq!(serde_json::to_value(JobConfigRequest::default()).unwrap(), json!({}));
 }
+
+#[tokio::test]
+async fn a_cron_schedule_sends_its_timezone_only_when_set_and_decodes_its_local_next_run() {
+    let schedule = json!({
+        "id": "c1", "name": "standup", "cron_expr": "0 9 * * 1-5", "task_name": "remind", "enabled": true,
+        "next_run_at": "2026-03-30T07:00:00Z", "created_at": "2026-03-27T12:00:00Z",
+    });
+    let mut zoned = schedule.clone();
+    zoned["timezone"] = json!("Europe/Berlin");
+    zoned["next_run_local"] = json!("2026-03-30T09:00:00+02:00");
+    let mut plain = schedule.clone();
+    plain["id"] = json!("c2");
+    plain["name"] = json!("nightly");
+    let (base, log) = serve(move |req| match (req.method.as_str(), req.path.as_str()) {
+        ("POST", _) => Resp::json(201, json!({"cron_id": "c1"})),
+        ("GET", "/api/v1/cron/c1") => Resp::json(200, zoned.clone()),
+        ("GET", "/api/v1/cron/c2") => Resp::json(200, plain.clone()),
+        _ => Resp::json(200, json!({"crons": [zoned, plain], "limit": 50, "offset": 0, "has_more": false})),
+    })
+    .await;
+    let qf = client(&base);
+    let standup = CreateCronRequest {
+        name: "standup".into(),
+        cron_expr: "0 9 * * 1-5".into(),
+        task_name: "remind".into(),
+        timezone: Some("Europe/Berlin".into()),
+        ..Default::default()
+    };
+    qf.create_cron(&standup).await.expect("created");
+    let nightly = CreateCronRequest {
+        name: "nightly".into(),
+        cron_expr: "0 2 * * *".into(),
+        task_name: "remind".into(),
+        ..Default::default()
+    };
+    qf.create_cron(&nightly).await.expect("created");
+    let got = qf.get_cron("c1").await.expect("schedule");
+    let bare = qf.get_cron("c2").await.expect("schedule");
+    let listed = qf.list_crons(&ListParams::default()).await.expect("list");
+    let posted = requests(&log, "POST", "/api/v1/cron");
+    assert_eq!(
+        posted[0].json(),
+        json!({"name": "standup", "cron_expr": "0 9 * * 1-5", "task_name": "remind", "timezone": "Europe/Berlin"})
+    );
+    assert_eq!(posted[1].json(), json!({"name": "nightly", "cron_expr": "0 2 * * *", "task_name": "remind"}));
+    assert_eq!(got.timezone.as_deref(), Some("Europe/Berlin"));
+    assert_eq!(got.next_run_local.as_deref(), Some("2026-03-30T09:00:00+02:00"));
+    assert_eq!(bare.timezone, None);
+    assert_eq!(bare.next_run_local, None);
+    assert_eq!(listed.crons[0], got);
+    assert_eq!(listed.crons[1], bare);
+    let back = serde_json::to_value(&bare).unwrap();
+    assert!(back.get("timezone").is_none() && back.get("next_run_local").is_none());
+}

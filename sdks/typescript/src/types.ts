@@ -452,6 +452,11 @@ export interface CreateCronRequest {
   payload?: JsonObject;
   queue?: string;
   config?: JobConfig;
+  /**
+   * An extension: the IANA time zone (e.g. `"Europe/Berlin"`, 1 to 64 characters) whose wall clock
+   * the expression is read on; left out, it is read in UTC. An unknown name is a 400.
+   */
+  timezone?: string;
 }
 
 export interface CreateCronResponse {
@@ -471,6 +476,13 @@ export interface CronSchedule {
   config?: JobConfig;
   last_enqueued_at?: string;
   tenant_id?: string;
+  /** The IANA time zone the expression is read in (an extension); absent when it is read in UTC. */
+  timezone?: string;
+  /**
+   * `next_run_at` on the schedule's zone's clock, RFC 3339 with the zone's offset
+   * (`"2026-03-30T09:00:00+02:00"`); absent when the schedule has no time zone.
+   */
+  next_run_local?: string;
 }
 
 export type ListCronsParams = ListParams;

@@ -9,6 +9,8 @@ import {
   QueueFlow,
   TimeoutError,
   UnauthorizedError,
+  type CreateCronRequest,
+  type CronSchedule,
   type Job,
   type UniquePolicy,
 } from "../dist/index.js";
@@ -363,6 +365,52 @@ test("a job config's unique policy goes out when set and comes back typed in the
     assert.equal(job.config.priority, 0);
     assert.equal(plain.config.unique, undefined);
     assert.ok(!("unique" in plain.config));
+  } finally {
+    await stub.close();
+  }
+});
+
+test("a cron schedule's timezone goes out when set and comes back with its local next run", async () => {
+  const schedule: CronSchedule = {
+    id: "c1",
+    name: "standup",
+    cron_expr: "0 9 * * 1-5",
+    task_name: "remind",
+    enabled: true,
+    next_run_at: "2026-03-30T07:00:00Z",
+    created_at: "2026-03-27T12:00:00Z",
+  };
+  const zoned: CronSchedule = { ...schedule, timezone: "Europe/Berlin", next_run_local: "2026-03-30T09:00:00+02:00" };
+  const plain: CronSchedule = { ...schedule, id: "c2", name: "nightly" };
+  const stub = await startStub((req, res) => {
+    if (req.method === "POST") json(res, 201, { cron_id: "c1" });
+    else if (req.path === "/api/v1/cron/c1") json(res, 200, zoned);
+    else if (req.path === "/api/v1/cron/c2") json(res, 200, plain);
+    else json(res, 200, { crons: [zoned, plain], limit: 50, offset: 0, has_more: false });
+  });
+  try {
+    const qf = new QueueFlow({ baseUrl: stub.url, token: "tenant" });
+    const standup: CreateCronRequest = { name: "standup", cron_expr: "0 9 * * 1-5", task_name: "remind", timezone: "Europe/Berlin" };
+    await qf.cron.create(standup);
+    await qf.cron.create({ name: "nightly", cron_expr: "0 2 * * *", task_name: "remind" });
+    const got = await qf.cron.get("c1");
+    const bare = await qf.cron.get("c2");
+    const listed = await qf.cron.list();
+    assert.deepEqual(stub.requests[0]!.body, {
+      name: "standup",
+      cron_expr: "0 9 * * 1-5",
+      task_name: "remind",
+      timezone: "Europe/Berlin",
+    });
+    assert.deepEqual(stub.requests[1]!.body, { name: "nightly", cron_expr: "0 2 * * *", task_name: "remind" });
+    assert.equal(got.timezone, "Europe/Berlin");
+    assert.equal(got.next_run_local, "2026-03-30T09:00:00+02:00");
+    assert.equal(Date.parse(got.next_run_local!), Date.parse(got.next_run_at)); // one instant, two clocks
+    assert.deepEqual(listed.crons[0], zoned);
+    assert.equal(bare.timezone, undefined);
+    assert.equal(bare.next_run_local, undefined);
+    assert.ok(!("timezone" in bare) && !("next_run_local" in bare));
+    assert.ok(!("timezone" in listed.crons[1]!) && !("next_run_local" in listed.crons[1]!));
   } finally {
     await stub.close();
   }

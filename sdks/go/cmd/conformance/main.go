@@ -454,10 +454,37 @@ func rawCalls(ctx context.Context, client *qf.Client, queue string, c *checker) 
 		id := cr.CronID
 		if got, err := client.GetCron(ctx, id); c.noErr(err, "get cron") {
 			c.check(got.Name == "conf-cron" && got.Enabled, "get cron: %+v", *got)
+			c.check(got.Timezone == nil && got.NextRunLocal == nil, "get cron: a zone on %+v", *got)
+		}
+		var zonedID string
+		var local *time.Time
+		if zoned, err := client.CreateCron(ctx, qf.CreateCronRequest{Name: "conf-cron-tz", CronExpr: "0 9 * * *",
+			TaskName: "conf.raw", Queue: queue, Timezone: "Europe/Berlin"}); c.noErr(err, "create zoned cron") {
+			zonedID = zoned.CronID
+			if got, err := client.GetCron(ctx, zonedID); c.noErr(err, "get zoned cron") {
+				c.check(got.Timezone != nil && *got.Timezone == "Europe/Berlin", "get zoned cron: timezone %v", got.Timezone)
+				local = got.NextRunLocal
+				ok := local != nil
+				if ok {
+					_, offset := local.Zone()
+					ok = local.Hour() == 9 && local.Minute() == 0 && local.Second() == 0 &&
+						(offset == 3600 || offset == 7200) && local.Equal(got.NextRunAt)
+				}
+				c.check(ok, "get zoned cron: next_run_local %v, next_run_at %s", local, got.NextRunAt)
+			}
 		}
 		if list, err := client.ListCrons(ctx, qf.ListParams{Limit: 100}); c.noErr(err, "list crons") {
 			c.check(slices.ContainsFunc(list.Crons, func(s qf.CronSchedule) bool { return s.ID == id }),
 				"list crons: %s not listed", id)
+			if zonedID != "" {
+				c.check(slices.ContainsFunc(list.Crons, func(s qf.CronSchedule) bool {
+					return s.ID == zonedID && s.Timezone != nil && *s.Timezone == "Europe/Berlin" &&
+						s.NextRunLocal != nil && local != nil && s.NextRunLocal.Equal(*local)
+				}), "list crons: %s not listed with its zone and local next run", zonedID)
+			}
+		}
+		if zonedID != "" {
+			c.noErr(client.DeleteCron(ctx, zonedID), "delete zoned cron")
 		}
 		if c.noErr(client.PauseCron(ctx, id), "pause cron") {
 			if got, err := client.GetCron(ctx, id); c.noErr(err, "get paused cron") {

@@ -380,7 +380,7 @@ class Client:
 
     async def create_cron(self, cron: m.CreateCronRequest | None = None, **fields: Any) -> m.CreateCronResponse:
         """``POST /api/v1/cron``: a request, or its fields (name, cron_expr, task_name, payload, queue,
-        config) as keyword arguments."""
+        config, timezone) as keyword arguments."""
         body = cron if cron is not None else m.CreateCronRequest(**fields)
         return await self.request("POST", "/api/v1/cron", m.CreateCronResponse, body=body)
 

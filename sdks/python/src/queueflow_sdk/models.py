@@ -546,6 +546,9 @@ class CreateCronRequest(_Body):
     payload: Object | None = None
     queue: str | None = None
     config: JobConfig | None = None
+    timezone: str | None = None
+    """An extension: the IANA time zone (e.g. ``"Europe/Berlin"``, 1 to 64 characters) whose wall
+    clock the expression is read on; left out, it is read in UTC. An unknown name is a 400."""
 
 
 class CreateCronResponse(_Body):
@@ -565,6 +568,12 @@ class CronSchedule(_Body):
     config: JobConfig | None = None
     last_enqueued_at: datetime | None = None
     tenant_id: str | None = None
+    timezone: str | None = None
+    """The IANA time zone the expression is read in (an extension); None for a schedule without one
+    (read in UTC)."""
+    next_run_local: datetime | None = None
+    """``next_run_at`` on the schedule's zone's clock: an aware datetime carrying the zone's UTC
+    offset at that instant (e.g. 09:00+02:00). None when the schedule has no time zone."""
 
 
 class ListCronsResponse(_Body):

@@ -296,6 +296,18 @@ fn random_uuid() -> String {
     )
 }
 
+/// `local` (RFC 3339) is 09:00:00 at +01:00 or +02:00, Berlin's two offsets, and names the instant
+/// `at` (UTC, as the server writes `next_run_at`).
+fn nine_in_berlin(local: &str, at: &str) -> bool {
+    let (Some(date), Some(clock)) = (local.get(..10), local.get(10..)) else { return false };
+    let utc_hour = match clock {
+        "T09:00:00+01:00" => "08",
+        "T09:00:00+02:00" => "07",
+        _ => return false,
+    };
+    at.strip_prefix(&format!("{date}T{utc_hour}:00:00")).is_some_and(|zone| zone == "Z" || zone == "+00:00")
+}
+
 async fn raw_calls(env: &Env) -> Result<(), String> {
     let client = Client::new(&env.base, &env.tenant);
     let q = env.queue.clone();
@@ -420,10 +432,48 @@ async fn raw_calls(env: &Env) -> Result<(), String> {
         let id = created.cron_id;
         if let Some(s) = c.ok("get cron", client.get_cron(&id).await) {
             c.check(s.name == "conf-cron" && s.enabled, format!("get cron: {s:?}"));
+            c.check(s.timezone.is_none() && s.next_run_local.is_none(), format!("get cron: a zone on {s:?}"));
+        }
+        let zoned = CreateCronRequest {
+            name: "conf-cron-tz".into(),
+            cron_expr: "0 9 * * *".into(),
+            task_name: "conf.raw".into(),
+            queue: Some(q.clone()),
+            timezone: Some("Europe/Berlin".into()),
+            ..Default::default()
+        };
+        let zoned_id = c.ok("create zoned cron", client.create_cron(&zoned).await).map(|z| z.cron_id);
+        let mut local = None;
+        if let Some(zoned_id) = &zoned_id {
+            if let Some(s) = c.ok("get zoned cron", client.get_cron(zoned_id).await) {
+                c.check(
+                    s.timezone.as_deref() == Some("Europe/Berlin"),
+                    format!("get zoned cron: timezone {:?}", s.timezone),
+                );
+                c.check(
+                    s.next_run_local.as_deref().is_some_and(|l| nine_in_berlin(l, &s.next_run_at)),
+                    format!("get zoned cron: next_run_local {:?}, next_run_at {}", s.next_run_local, s.next_run_at),
+                );
+                local = s.next_run_local;
+            }
         }
         let all = ListParams { limit: Some(100), ..Default::default() };
         if let Some(list) = c.ok("list crons", client.list_crons(&all).await) {
             c.check(list.crons.iter().any(|s| s.id == id), "list crons: the schedule is missing");
+            if let Some(zoned_id) = &zoned_id {
+                c.check(
+                    list.crons.iter().any(|s| {
+                        &s.id == zoned_id
+                            && s.timezone.as_deref() == Some("Europe/Berlin")
+                            && local.is_some()
+                            && s.next_run_local == local
+                    }),
+                    "list crons: the zoned schedule is missing or has no local next run",
+                );
+            }
+        }
+        if let Some(zoned_id) = &zoned_id {
+            c.ok("delete zoned cron", client.delete_cron(zoned_id).await);
         }
         c.ok("pause cron", client.pause_cron(&id).await);
         if let Some(s) = c.ok("get paused cron", client.get_cron(&id).await) {

@@ -399,8 +399,28 @@ async function rawCalls(_scenario: Scenario, e: Env): Promise<void> {
     const id = created.cron_id;
     const got = await qf.cron.get(id);
     expect(got.name === "conf-cron" && got.cron_expr === "*/5 * * * *", `cron: got ${JSON.stringify(got)}`);
+    expect(!("timezone" in got) && !("next_run_local" in got), `cron: a zone on ${JSON.stringify(got)}`);
+    const zoned = await qf.cron.create({
+      name: "conf-cron-tz",
+      cron_expr: "0 9 * * *",
+      task_name: "conf.raw",
+      queue: e.queue,
+      timezone: "Europe/Berlin",
+    });
+    const berlin = await qf.cron.get(zoned.cron_id);
+    const local = berlin.next_run_local;
+    expect(berlin.timezone === "Europe/Berlin", `cron (zoned): timezone ${JSON.stringify(berlin.timezone)}`);
+    expect(
+      local !== undefined && /T09:00:00\+0[12]:00$/.test(local) && Date.parse(local) === Date.parse(berlin.next_run_at),
+      `cron (zoned): next_run_local ${JSON.stringify(local)}, next_run_at ${berlin.next_run_at}`,
+    );
     const listed = await qf.cron.list({ limit: 100 });
     expect(listed.crons.some((c) => c.id === id), "cron: not listed");
+    expect(
+      listed.crons.some((c) => c.id === zoned.cron_id && c.timezone === "Europe/Berlin" && c.next_run_local === local),
+      "cron (zoned): not listed with its zone and local next run",
+    );
+    await qf.cron.delete(zoned.cron_id);
     await qf.cron.pause(id);
     expect((await qf.cron.get(id)).enabled === false, "cron: still enabled after pause");
     await qf.cron.resume(id);
