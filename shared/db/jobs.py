@@ -134,7 +134,8 @@ async def _insert_jobs(db: Executor, tenant: str | None, given: Sequence[NewJob]
         kept_out = [j for j, i in zip(jobs, ids, strict=True) if i not in fresh]
         keys = [j.idempotency_key for j in kept_out if j.idempotency_key]
         by_key: dict[str, uuid.UUID] = {
-            r["idempotency_key"]: r["id"] for r in await db.fetch(Q.ids_for_idempotency_keys, tenant, keys)
+            r["idempotency_key"]: r["id"]
+            for r in (await db.fetch(Q.ids_for_idempotency_keys, tenant, keys) if keys else [])
         }
         held = [j.config.unique.key for j in kept_out if j.config.unique]
         holders: dict[str, uuid.UUID] = {
