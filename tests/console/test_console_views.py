@@ -344,6 +344,35 @@ async def test_workflow_graph_is_drawn_coloured_by_step_state_and_updates_live(c
     await expect(console.page.locator(f'tr[data-workflow="{wf_id}"]')).to_contain_text("nightly-etl")
 
 
+async def test_workflow_view_shows_what_sleeping_and_waiting_steps_wait_for(client, console):
+    body = {
+        "name": "patient",
+        "context": {"order": 7},
+        "steps": [
+            {"name": "cool-off", "sleep_secs": 3600},
+            {
+                "name": "approval",
+                "wait_for_event": {"key": "approval:{{context.order}}"},
+                "timeout_secs": 600,
+            },
+        ],
+    }
+    wf_id = (await call(client, "POST", "/api/v1/workflows", body))["workflow_id"]
+    await console.sign_in("dev", f"#/workflows/{wf_id}")
+    sleeping = console.page.locator('tr[data-step="cool-off"]')
+    await expect(sleeping.locator("[data-wakes]")).to_contain_text("sleeping · wakes")
+    waiting = console.page.locator('tr[data-step="approval"]')
+    await expect(waiting.locator("[data-waiting] code")).to_have_text("approval:7")
+    await expect(waiting.locator("[data-wakes]")).to_contain_text("times out")
+
+    sent = await call(
+        client, "POST", "/api/v1/events", {"key": "approval:7", "payload": {"ok": True}}, expect=(202,)
+    )
+    assert sent["delivered"] == 1
+    await expect(waiting.locator(".badge")).to_have_text("completed")  # live, over the workflow's stream
+    await expect(waiting.locator("[data-waiting]")).to_have_count(0)
+
+
 async def test_workflow_retry_and_cancel_buttons(client, console):
     wf_id = (await call(client, "POST", "/api/v1/workflows", WORKFLOW))["workflow_id"]
     fetch_job, token = await _lease_step(client, wf_id, "fetch")
@@ -524,6 +553,7 @@ async def test_cron_view_creates_a_schedule_in_a_time_zone_and_shows_its_next_fi
     await console.page.get_by_role("button", name="Create schedule").click()
 
     row = console.page.locator('tr[data-cron="berlin-report"]')
+    await expect(row.locator("code")).to_have_text("0 9 * * *")  # created (the list shows it)
     cron = (await call(client, "GET", "/api/v1/cron"))["crons"][0]
     assert cron["timezone"] == "Europe/Berlin"
     local = cron["next_run_local"]

@@ -1421,6 +1421,9 @@
             {},
             st.job_id ? h("a", { href: `#/jobs/${enc(st.job_id)}`, class: "mono", title: st.job_id, "data-fk": `s:${st.name}` }, shortId(st.job_id)) : null,
             st.child_workflow_id ? h("a", { href: `#/workflows/${enc(st.child_workflow_id)}` }, "child workflow") : null,
+            // A sleep or a wait runs no job: what it waits for, and until when.
+            st.event_key ? h("span", { "data-waiting": "" }, "waiting for ", h("code", {}, st.event_key)) : null,
+            st.wake_at ? h("span", { "data-wakes": "" }, st.event_key ? " · times out " : "sleeping · wakes ", timeEl(st.wake_at)) : null,
           ),
           h("td", { class: "hide-narrow" }, timeEl(st.started_at)),
           h("td", {}, timeEl(st.completed_at)),
