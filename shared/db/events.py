@@ -27,7 +27,7 @@ async def post_event(
 
 async def take_kept_event(conn: Connection, tenant: str, key: str) -> Object | None:
     """For a step that starts waiting (under its workflow's lock, in the advancer's transaction):
-    the payload of the key's oldest kept event, or None (the step then waits). Takes the key's
+    the payload of the key's newest kept event, or None (the step then waits). Takes the key's
     lock, so an event committed concurrently is seen either here or by its own delivery."""
     await conn.execute(Q.lock_event_key, tenant, key)
     row = await conn.fetchrow(Q.kept_event, tenant, key)

@@ -136,6 +136,15 @@ async def test_an_event_before_the_wait_is_kept_and_received_when_the_step_start
     assert kept["delivered"] == 0 and kept["key"] == "invoice:9"
 
 
+async def test_a_wait_that_starts_after_several_kept_events_receives_the_newest(api):
+    client = await api(mode="all")
+    for n in (1, 2, 3):
+        assert (await send(client, "status:5", {"n": n}))["delivered"] == 0
+    wf_id = await create(client, [wait("w", "status:5")])
+    assert (await wait_status(client, wf_id))["status"] == "completed"
+    assert (await workflow(client, wf_id))["context"]["w"] == {"n": 3}
+
+
 async def test_placeholders_resolve_from_the_context_and_a_missing_one_fails_the_step(api):
     client = await api(mode="all")
     wf_id = await create(

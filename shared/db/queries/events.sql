@@ -29,10 +29,11 @@ UPDATE queueflow.events SET delivered = (SELECT count(*) FROM sent) WHERE id = $
 RETURNING delivered;
 
 -- name: kept_event
--- The oldest event of the key still kept: what a step that starts waiting receives at once.
+-- The newest event of the key still kept: what a step that starts waiting receives at once (events
+-- are signals, not a queue: none is used up, and the latest says the most).
 SELECT id, payload FROM queueflow.events
 WHERE tenant_key = $1 AND key = $2 AND expires_at > now()
-ORDER BY created_at, id
+ORDER BY created_at DESC, id DESC
 LIMIT 1;
 
 -- name: list_events
