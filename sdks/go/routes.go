@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/url"
 	"time"
 )
 
@@ -197,6 +198,33 @@ func (c *Client) RetryWorkflow(ctx context.Context, id string) error {
 // the workflow or a step, ending after a terminal status.
 func (c *Client) WorkflowEvents(ctx context.Context, id string) (*Stream[WorkflowEvent], error) {
 	return openStream[WorkflowEvent](ctx, c, "/api/v1/workflows/"+seg(id)+"/events")
+}
+
+// --- events ---
+
+// SendEvent sends an event (POST /api/v1/events): every step of the tenant waiting for its key
+// completes with its payload (Delivered says how many), and it is kept for steps that start waiting
+// later. Each call is a new event.
+func (c *Client) SendEvent(ctx context.Context, req PostEventRequest) (*PostEventResponse, error) {
+	var out PostEventResponse
+	if err := c.do(ctx, http.MethodPost, "/api/v1/events", nil, req, &out, callOpts{}); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// ListEvents lists the tenant's kept events, newest first (GET /api/v1/events).
+func (c *Client) ListEvents(ctx context.Context, p ListEventsParams) (*ListEventsResponse, error) {
+	q := url.Values{}
+	setIf(q, "key", p.Key)
+	if p.Limit > 0 {
+		q.Set("limit", fmt.Sprint(p.Limit))
+	}
+	var out ListEventsResponse
+	if err := c.do(ctx, http.MethodGet, "/api/v1/events", q, nil, &out, callOpts{}); err != nil {
+		return nil, err
+	}
+	return &out, nil
 }
 
 // --- worker keys ---

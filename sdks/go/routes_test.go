@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -17,7 +18,7 @@ func TestEveryRoute(t *testing.T) {
 	var got string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got = r.Method + " " + r.URL.EscapedPath()
-		if strings.HasSuffix(r.URL.Path, "/events") {
+		if strings.HasSuffix(r.URL.Path, "/events") && r.URL.Path != "/api/v1/events" {
 			w.Header().Set("Content-Type", "text/event-stream")
 			return
 		}
@@ -52,6 +53,8 @@ func TestEveryRoute(t *testing.T) {
 		{"POST /api/v1/workflows/w/cancel", func() error { return c.CancelWorkflow(ctx, "w") }},
 		{"POST /api/v1/workflows/w/retry", func() error { return c.RetryWorkflow(ctx, "w") }},
 		{"GET /api/v1/workflows/w/events", func() error { s, err := c.WorkflowEvents(ctx, "w"); closeStream(s); return err }},
+		{"POST /api/v1/events", func() error { _, err := c.SendEvent(ctx, PostEventRequest{Key: "k"}); return err }},
+		{"GET /api/v1/events", func() error { _, err := c.ListEvents(ctx, ListEventsParams{}); return err }},
 		{"POST /api/v1/cron", func() error { _, err := c.CreateCron(ctx, CreateCronRequest{}); return err }},
 		{"GET /api/v1/cron", func() error { _, err := c.ListCrons(ctx, ListParams{}); return err }},
 		{"GET /api/v1/cron/c", func() error { _, err := c.GetCron(ctx, "c"); return err }},
@@ -447,5 +450,119 @@ func TestCronTimezone(t *testing.T) {
 	if len(list.Crons) != 2 || list.Crons[0].Timezone == nil || list.Crons[0].NextRunLocal == nil ||
 		!list.Crons[0].NextRunLocal.Equal(local) || list.Crons[1].Timezone != nil || list.Crons[1].NextRunLocal != nil {
 		t.Errorf("listed %+v", list.Crons)
+	}
+}
+
+// Sleep and wait-for-event steps go out with only their own fields (a task step's are left out),
+// and a waiting step's state decodes its WakeAt and EventKey.
+func TestDurableTimeSteps(t *testing.T) {
+	var seen []recorded
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		raw, _ := io.ReadAll(r.Body)
+		seen = append(seen, recorded{method: r.Method, path: r.URL.EscapedPath()})
+		w.Header().Set("Content-Type", "application/json")
+		if r.Method == http.MethodPost {
+			if got := string(raw); got != `{"name":"ship","steps":[`+
+				`{"name":"approve","on_failure":"skip","wait_for_event":{"key":"approval:{{context.order}}"},"timeout_secs":3600},`+
+				`{"name":"nap","depends_on":["approve"],"sleep_secs":90},`+
+				`{"name":"later","depends_on":["nap"],"sleep_until":"2027-01-02T03:04:05Z"},`+
+				`{"name":"forever","wait_for_event":{"key":"k"}}],"context":{"order":42}}` {
+				t.Errorf("workflow body %s", got)
+			}
+			w.WriteHeader(http.StatusCreated)
+			w.Write([]byte(`{"workflow_id": "w1"}`))
+			return
+		}
+		w.Write([]byte(`{"steps": [
+			{"name": "approve", "status": "running", "wake_at": "2026-12-03T15:00:00Z", "event_key": "approval:42"},
+			{"name": "nap", "status": "pending"}]}`))
+	}))
+	defer srv.Close()
+	ctx := context.Background()
+	c := NewClient(srv.URL, "tenant")
+	approve := WaitForEventStep("approve", "approval:{{context.order}}", 3600)
+	approve.OnFailure = "skip"
+	steps := []WorkflowStep{
+		approve,
+		SleepStep("nap", 90, "approve"),
+		SleepUntilStep("later", time.Date(2027, 1, 2, 3, 4, 5, 0, time.UTC), "nap"),
+		WaitForEventStep("forever", "k", 0),
+	}
+	created, err := c.CreateWorkflow(ctx, CreateWorkflowRequest{Name: "ship", Steps: steps, Context: map[string]any{"order": 42}})
+	if err != nil || created.WorkflowID != "w1" {
+		t.Fatalf("created %+v, %v", created, err)
+	}
+	states, err := c.WorkflowSteps(ctx, "w1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiting, pending := states.Steps[0], states.Steps[1]
+	if waiting.WakeAt == nil || !waiting.WakeAt.Equal(time.Date(2026, 12, 3, 15, 0, 0, 0, time.UTC)) ||
+		waiting.EventKey == nil || *waiting.EventKey != "approval:42" || waiting.JobID != nil {
+		t.Errorf("waiting step %+v", waiting)
+	}
+	if pending.WakeAt != nil || pending.EventKey != nil {
+		t.Errorf("pending step %+v", pending)
+	}
+	if len(seen) != 2 || seen[0].method+" "+seen[0].path != "POST /api/v1/workflows" {
+		t.Errorf("calls %+v", seen)
+	}
+}
+
+// SendEvent posts the key and the payload (none when nil) with the tenant token; ListEvents sends
+// key and limit only when set; both answers decode.
+func TestEvents(t *testing.T) {
+	var seen []recorded
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		raw, _ := io.ReadAll(r.Body)
+		seen = append(seen, recorded{method: r.Method, path: r.URL.EscapedPath() + "?" + r.URL.RawQuery,
+			header: r.Header.Clone(), body: map[string]any{"raw": string(raw)}})
+		w.Header().Set("Content-Type", "application/json")
+		if r.Method == http.MethodPost {
+			w.WriteHeader(http.StatusAccepted)
+			w.Write([]byte(`{"event_id": "e1", "delivered": 1}`))
+			return
+		}
+		w.Write([]byte(`{"events": [{"event_id": "e1", "key": "approval:42", "payload": {"by": "ada"}, "delivered": 1,
+			"created_at": "2026-12-03T14:00:00Z", "expires_at": "2026-12-04T14:00:00Z"}]}`))
+	}))
+	defer srv.Close()
+	ctx := context.Background()
+	c := NewClient(srv.URL, "tenant", WithWorkerToken("worker"))
+	sent, err := c.SendEvent(ctx, PostEventRequest{Key: "approval:42", Payload: map[string]any{"by": "ada"}})
+	if err != nil || *sent != (PostEventResponse{EventID: "e1", Delivered: 1}) {
+		t.Fatalf("sent %+v, %v", sent, err)
+	}
+	if _, err := c.SendEvent(ctx, PostEventRequest{Key: "ping"}); err != nil {
+		t.Fatal(err)
+	}
+	listed, err := c.ListEvents(ctx, ListEventsParams{Key: "approval:42", Limit: 5})
+	if err != nil || len(listed.Events) != 1 {
+		t.Fatalf("listed %+v, %v", listed, err)
+	}
+	ev := listed.Events[0]
+	if ev.EventID != "e1" || ev.Key != "approval:42" || fmt.Sprint(ev.Payload) != "map[by:ada]" || ev.Delivered != 1 ||
+		!ev.CreatedAt.Equal(time.Date(2026, 12, 3, 14, 0, 0, 0, time.UTC)) || !ev.ExpiresAt.Equal(time.Date(2026, 12, 4, 14, 0, 0, 0, time.UTC)) {
+		t.Errorf("event %+v", ev)
+	}
+	if _, err := c.ListEvents(ctx, ListEventsParams{}); err != nil {
+		t.Fatal(err)
+	}
+	want := []struct{ call, body string }{
+		{"POST /api/v1/events?", `{"key":"approval:42","payload":{"by":"ada"}}`},
+		{"POST /api/v1/events?", `{"key":"ping"}`},
+		{"GET /api/v1/events?key=approval%3A42&limit=5", ""},
+		{"GET /api/v1/events?", ""},
+	}
+	if len(seen) != len(want) {
+		t.Fatalf("%d calls, want %d", len(seen), len(want))
+	}
+	for i, rec := range seen {
+		if rec.method+" "+rec.path != want[i].call || rec.body["raw"] != want[i].body {
+			t.Errorf("call %d: %s %s %v, want %s %s", i, rec.method, rec.path, rec.body["raw"], want[i].call, want[i].body)
+		}
+		if rec.header.Get("Authorization") != "Bearer tenant" {
+			t.Errorf("call %d: Authorization %q", i, rec.header.Get("Authorization"))
+		}
 	}
 }

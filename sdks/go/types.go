@@ -441,7 +441,21 @@ type FanOut struct {
 	MaxItems *int   `json:"max_items,omitempty"`
 }
 
-// WorkflowStep declares one step of a workflow.
+// MaxSleepSecs is the longest SleepSecs and TimeoutSecs (a year).
+const MaxSleepSecs = 31_536_000
+
+// MaxEventKeyBytes is the longest event key, in bytes (a wait step's key template too).
+const MaxEventKeyBytes = 256
+
+// WaitForEvent is a wait-for-event step's event: Key (1 to 256 bytes) may hold {{context.path}}
+// placeholders, which the server resolves from the workflow context when the step starts.
+type WaitForEvent struct {
+	Key string `json:"key"`
+}
+
+// WorkflowStep declares one step of a workflow: a task (TaskName), a sub-workflow (Workflow), or,
+// as extensions, a sleep (SleepSecs or SleepUntil) or a wait for an event (WaitForEvent, with an
+// optional TimeoutSecs). SleepStep, SleepUntilStep and WaitForEventStep declare the last two.
 type WorkflowStep struct {
 	Name      string                 `json:"name"`
 	TaskName  string                 `json:"task_name,omitempty"`
@@ -455,6 +469,38 @@ type WorkflowStep struct {
 	When      *StepCondition         `json:"when,omitempty"`
 	FanOut    *FanOut                `json:"fan_out,omitempty"`
 	Workflow  *CreateWorkflowRequest `json:"workflow,omitempty"`
+	// SleepSecs makes the step a sleep of 1 to MaxSleepSecs seconds; it runs no job and completes
+	// with {"slept_until": <instant>}.
+	SleepSecs int `json:"sleep_secs,omitempty"`
+	// SleepUntil makes the step a sleep until that instant (it completes at once when that has
+	// passed).
+	SleepUntil *time.Time `json:"sleep_until,omitempty"`
+	// WaitForEvent makes the step a wait for an event (Client.SendEvent); it completes with the
+	// event's payload.
+	WaitForEvent *WaitForEvent `json:"wait_for_event,omitempty"`
+	// TimeoutSecs is a wait's time-out (1 to MaxSleepSecs; 0 for none): the step then fails with
+	// event_timeout.
+	TimeoutSecs int `json:"timeout_secs,omitempty"`
+}
+
+// SleepStep declares a step that runs no job and completes secs seconds (1 to MaxSleepSecs) after
+// it starts, after the steps named in dependsOn.
+func SleepStep(name string, secs int, dependsOn ...string) WorkflowStep {
+	return WorkflowStep{Name: name, SleepSecs: secs, DependsOn: dependsOn}
+}
+
+// SleepUntilStep declares a step that runs no job and completes at until (at once when that has
+// passed when it starts), after the steps named in dependsOn.
+func SleepUntilStep(name string, until time.Time, dependsOn ...string) WorkflowStep {
+	return WorkflowStep{Name: name, SleepUntil: &until, DependsOn: dependsOn}
+}
+
+// WaitForEventStep declares a step that runs no job and waits for an event with key (which may
+// hold {{context.path}} placeholders), after the steps named in dependsOn. It completes with the
+// event's payload, also when the event was sent (and is still kept) before the step started. With
+// timeoutSecs > 0 it fails with event_timeout when no event came in time; 0 waits for ever.
+func WaitForEventStep(name, key string, timeoutSecs int, dependsOn ...string) WorkflowStep {
+	return WorkflowStep{Name: name, WaitForEvent: &WaitForEvent{Key: key}, TimeoutSecs: timeoutSecs, DependsOn: dependsOn}
 }
 
 // CreateWorkflowRequest is the body of POST /api/v1/workflows.
@@ -514,6 +560,10 @@ type WorkflowStepState struct {
 	CompletedAt     *time.Time      `json:"completed_at,omitempty"`
 	ChildWorkflowID *string         `json:"child_workflow_id,omitempty"`
 	FanOut          *FanOutProgress `json:"fan_out,omitempty"`
+	// WakeAt is set while a sleep, or a wait with a time-out, runs: when it wakes.
+	WakeAt *time.Time `json:"wake_at,omitempty"`
+	// EventKey is set while a wait-for-event step waits: the key, its placeholders resolved.
+	EventKey *string `json:"event_key,omitempty"`
 }
 
 // WorkflowStepsResponse answers GET /api/v1/workflows/{id}/steps.
@@ -533,6 +583,44 @@ type WorkflowEvent struct {
 	Status       string              `json:"status"`
 	Steps        []WorkflowStepState `json:"steps"`
 	ErrorMessage *string             `json:"error_message,omitempty"`
+}
+
+// --- events ---
+
+// PostEventRequest is the body of POST /api/v1/events: Key 1 to 256 bytes; a nil Payload is left
+// out (the server reads {}).
+type PostEventRequest struct {
+	Key     string         `json:"key"`
+	Payload map[string]any `json:"payload,omitempty"`
+}
+
+// PostEventResponse answers an event: Delivered is how many waiting steps it completed.
+type PostEventResponse struct {
+	EventID   string `json:"event_id"`
+	Delivered int    `json:"delivered"`
+}
+
+// Event is a kept event: Delivered is how many waiting steps it completed when it arrived; it is
+// kept until ExpiresAt for steps that start waiting later.
+type Event struct {
+	EventID   string         `json:"event_id"`
+	Key       string         `json:"key"`
+	Payload   map[string]any `json:"payload"`
+	Delivered int            `json:"delivered"`
+	CreatedAt time.Time      `json:"created_at"`
+	ExpiresAt time.Time      `json:"expires_at"`
+}
+
+// ListEventsParams filters GET /api/v1/events: only Key's events, at most Limit (1 to 100, the
+// server's default 50). Zero values are not sent.
+type ListEventsParams struct {
+	Key   string
+	Limit int
+}
+
+// ListEventsResponse answers GET /api/v1/events, newest first.
+type ListEventsResponse struct {
+	Events []Event `json:"events"`
 }
 
 // --- cron ---

@@ -1,6 +1,6 @@
 """The SDK conformance suite: every scenario of sdks/conformance/scenarios against every SDK's
-runner, on a real server (an api and a janitor process with real credentials). See
-sdks/conformance/README.md for the runner contract."""
+runner, on a real server (an api and a janitor process with real credentials, plus any process a
+scenario's `server.processes` asks for). See sdks/conformance/README.md for the runner contract."""
 
 from __future__ import annotations
 
@@ -49,6 +49,13 @@ class Cluster:
     async def start(self) -> None:
         self.api = await self._spawn("api", [])
         await self._spawn("janitor", ["--janitor-interval-secs", "0.2"])
+
+    async def add(self, mode: str) -> None:
+        """One more process of `mode` (`server.processes`), e.g. `workflow`: the advancer and the
+        timers of sleeping and waiting steps, which neither the api nor the janitor runs."""
+        if mode in ("api", "janitor", "all"):
+            raise AssertionError(f"server.processes: {mode!r} runs already or would serve a second api")
+        await self._spawn(mode, [])
 
     async def _spawn(self, mode: str, extra: list[str], port: int | None = None) -> ServiceProcess:
         args = [*CREDENTIALS, *extra] if mode == "api" else extra
@@ -298,6 +305,8 @@ def built(language: str) -> str:
 async def test_sdk_conformance(language, built, path, cluster, db):
     scenario = json.loads(path.read_text())
     queue = f"conf-{language}-{scenario['name']}"
+    for mode in scenario.get("server", {}).get("processes", []):
+        await cluster.add(mode)
     job_ids = await create_jobs(cluster.api.base_url, queue, scenario["setup"]["jobs"])
     other_ids = await create_jobs(
         cluster.api.base_url, queue, scenario["setup"].get("other_tenant_jobs", []), OTHER_TENANT

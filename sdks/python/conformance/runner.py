@@ -24,6 +24,8 @@ from queueflow_sdk import (
     UniquePolicy,
     Worker,
     WorkflowStep,
+    sleep_step,
+    wait_for_event_step,
 )
 from queueflow_sdk.models import to_builtins
 
@@ -365,6 +367,51 @@ async def run_unique(spec: dict[str, Any], env: dict[str, str]) -> None:
     )
 
 
+# --- raw_durable_time --------------------------------------------------------------------------------
+
+TERMINAL_WORKFLOW = ("completed", "failed", "partially_failed", "cancelled")
+
+
+async def run_durable_time(spec: dict[str, Any], env: dict[str, str]) -> None:
+    """A wait-for-event step (its key a context placeholder) and a sleep after it: see the step
+    waiting, send its event, follow the workflow to its end, then read the event back."""
+    steps = [
+        wait_for_event_step("approve", spec["key_template"], timeout_secs=int(spec["timeout_secs"])),
+        sleep_step("nap", int(spec["sleep_secs"]), depends_on=["approve"]),
+    ]
+    async with Client(env["base"], env["tenant"], worker_token=env["worker"]) as client:
+        wf = await client.create_workflow("conf-durable", steps, context=spec["context"])
+        waiting = None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 20
+        while loop.time() < deadline:
+            states = await client.workflow_steps(wf.workflow_id)
+            approve = next(s for s in states.steps if s.name == "approve")
+            if approve.status == "running" and approve.event_key is not None:
+                waiting = approve
+                break
+            await asyncio.sleep(0.1)
+        sent = await client.send_event(spec["event_key"], spec["payload"])
+        got = await client.get_workflow(wf.workflow_id)
+        deadline = loop.time() + 20
+        while got.status not in TERMINAL_WORKFLOW and loop.time() < deadline:
+            await asyncio.sleep(0.2)
+            got = await client.get_workflow(wf.workflow_id)
+        listed = await client.list_events(key=spec["event_key"], limit=10)
+    mine = next((e for e in listed.events if e.event_id == sent.event_id), None)
+    nap = got.context.get("nap")
+    emit(
+        "durable_done",
+        waiting_key=None if waiting is None else waiting.event_key,
+        wake_at_set=waiting is not None and waiting.wake_at is not None,
+        delivered=sent.delivered,
+        status=got.status,
+        approval=got.context.get("approve"),
+        slept=isinstance(nap, dict) and isinstance(nap.get("slept_until"), str),
+        listed=None if mine is None else {"key": mine.key, "delivered": mine.delivered, "payload": mine.payload},
+    )
+
+
 # --- main --------------------------------------------------------------------------------------------
 
 
@@ -387,6 +434,8 @@ async def main(scenario: dict[str, Any]) -> None:
         await run_raw_calls(env)
     elif mode == "raw_unique":
         await run_unique(spec, env)
+    elif mode == "raw_durable_time":
+        await run_durable_time(spec, env)
     else:
         raise SystemExit(f"unknown worker mode {mode!r}")
 

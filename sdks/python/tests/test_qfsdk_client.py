@@ -391,3 +391,90 @@ async def test_cron_timezone_goes_out_when_set_and_comes_back_with_the_local_nex
     assert got.next_run_local == got.next_run_at  # one instant, two clocks
     assert listed.crons[0] == got
     assert listed.crons[1].timezone is None and listed.crons[1].next_run_local is None
+
+
+async def test_sleep_and_wait_steps_go_out_as_the_server_reads_them_and_their_state_comes_back(stub):
+    stub.routes[("POST", "/api/v1/workflows")] = lambda r: web.json_response({"workflow_id": "w1"}, status=201)
+    stub.routes[("GET", "/api/v1/workflows/w1/steps")] = lambda r: web.json_response(
+        {
+            "steps": [
+                {
+                    "name": "approve",
+                    "status": "running",
+                    "started_at": "2026-12-03T14:00:00Z",
+                    "wake_at": "2026-12-03T15:00:00Z",
+                    "event_key": "approval:42",
+                },
+                {"name": "nap", "status": "pending"},
+                {"name": "later", "status": "pending"},
+            ]
+        }
+    )
+    async with Client(stub.url, "tenant") as qf:
+        await qf.create_workflow(
+            "ship",
+            [
+                m.wait_for_event_step("approve", "approval:{{context.order}}", timeout_secs=3600, on_failure="skip"),
+                m.sleep_step("nap", 90, depends_on=["approve"]),
+                m.sleep_until_step("later", datetime(2027, 1, 2, 3, 4, 5, tzinfo=UTC), depends_on=["nap"]),
+            ],
+            context={"order": 42},
+        )
+        states = await qf.workflow_steps("w1")
+    assert stub.requests[0][3] == {
+        "name": "ship",
+        "steps": [
+            {
+                "name": "approve",
+                "on_failure": "skip",
+                "wait_for_event": {"key": "approval:{{context.order}}"},
+                "timeout_secs": 3600,
+            },
+            {"name": "nap", "depends_on": ["approve"], "sleep_secs": 90},
+            {"name": "later", "depends_on": ["nap"], "sleep_until": "2027-01-02T03:04:05Z"},
+        ],
+        "context": {"order": 42},
+    }
+    approve, nap, _ = states.steps
+    assert approve.wake_at == datetime(2026, 12, 3, 15, tzinfo=UTC) and approve.event_key == "approval:42"
+    assert approve.job_id is None
+    assert nap.wake_at is None and nap.event_key is None
+
+
+async def test_send_event_and_list_events(stub):
+    kept = {
+        "event_id": "e1",
+        "key": "approval:42",
+        "payload": {"by": "ada"},
+        "delivered": 1,
+        "created_at": "2026-12-03T14:00:00Z",
+        "expires_at": "2026-12-04T14:00:00Z",
+    }
+    stub.routes[("POST", "/api/v1/events")] = lambda r: web.json_response(
+        {"event_id": "e1", "delivered": 1}, status=202
+    )
+    stub.routes[("GET", "/api/v1/events")] = lambda r: web.json_response({"events": [kept]})
+    async with Client(stub.url, "tenant", worker_token="worker") as qf:
+        sent = await qf.send_event("approval:42", {"by": "ada"})
+        bare = await qf.send_event(m.PostEventRequest(key="ping"))
+        listed = await qf.list_events(key="approval:42", limit=5)
+        everything = await qf.list_events()
+    assert sent == m.PostEventResponse(event_id="e1", delivered=1) and bare.delivered == 1
+    assert listed.events == [
+        m.Event(
+            event_id="e1",
+            key="approval:42",
+            payload={"by": "ada"},
+            delivered=1,
+            created_at=datetime(2026, 12, 3, 14, tzinfo=UTC),
+            expires_at=datetime(2026, 12, 4, 14, tzinfo=UTC),
+        )
+    ]
+    assert len(everything.events) == 1
+    assert [(method, path, body) for method, path, _, body in stub.requests] == [
+        ("POST", "/api/v1/events", {"key": "approval:42", "payload": {"by": "ada"}}),
+        ("POST", "/api/v1/events", {"key": "ping"}),
+        ("GET", "/api/v1/events?key=approval:42&limit=5", None),
+        ("GET", "/api/v1/events", None),
+    ]
+    assert all(headers["Authorization"] == "Bearer tenant" for _, _, headers, _ in stub.requests)

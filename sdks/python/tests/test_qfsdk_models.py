@@ -216,3 +216,33 @@ def test_cron_timezone_is_sent_only_when_set_and_the_local_next_run_keeps_its_of
     bare = msgspec.json.decode(raw + b"}", type=m.CronSchedule)
     assert bare.timezone is None and bare.next_run_local is None
     assert "timezone" not in msgspec.to_builtins(bare) and "next_run_local" not in msgspec.to_builtins(bare)
+
+
+def test_sleep_and_wait_step_helpers_check_what_the_server_would_refuse():
+    assert m.sleep_step("a", 1).sleep_secs == 1 and m.sleep_step("a", m.MAX_SLEEP_SECS).sleep_secs == m.MAX_SLEEP_SECS
+    for bad in (0, m.MAX_SLEEP_SECS + 1, 1.5, True, "5"):
+        with pytest.raises(ValueError, match="sleep_secs"):
+            m.sleep_step("a", bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="time zone"):
+        m.sleep_until_step("a", datetime(2027, 1, 1))
+    for bad_key in ("", "x" * 257, "é" * 129):
+        with pytest.raises(ValueError, match="1 to 256 bytes"):
+            m.wait_for_event_step("w", bad_key)
+    with pytest.raises(ValueError, match="timeout_secs"):
+        m.wait_for_event_step("w", "k", timeout_secs=0)
+    assert msgspec.json.decode(msgspec.json.encode(m.wait_for_event_step("w", "k"))) == {
+        "name": "w",
+        "wait_for_event": {"key": "k"},
+    }
+
+
+def test_a_workflow_echoes_its_sleep_and_wait_steps_typed():
+    raw = (
+        b'{"id":"w","name":"n","status":"running","created_at":"2026-01-02T03:04:05Z","steps":['
+        b'{"name":"nap","sleep_until":"2026-01-03T00:00:00+00:00","depends_on":[],"payload":{}},'
+        b'{"name":"wait","wait_for_event":{"key":"k:{{context.id}}"},"timeout_secs":60}]}'
+    )
+    wf = msgspec.json.decode(raw, type=m.Workflow)
+    nap, wait = wf.steps
+    assert nap.sleep_until == datetime(2026, 1, 3, tzinfo=UTC) and nap.task_name is None
+    assert wait.wait_for_event == m.WaitForEvent(key="k:{{context.id}}") and wait.timeout_secs == 60

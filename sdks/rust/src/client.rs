@@ -284,6 +284,20 @@ impl Client {
         Ok(EventStream::new(self.send(rb).await?))
     }
 
+    // --- events ---------------------------------------------------------------------------------
+
+    /// `POST /api/v1/events`: every step of the tenant waiting for the key completes with the
+    /// payload (`delivered` says how many); the event is kept for steps that start waiting later.
+    /// Each call is a new event.
+    pub async fn send_event(&self, req: &PostEventRequest) -> Result<PostEventResponse> {
+        self.json(self.post_json("/api/v1/events", req)).await
+    }
+
+    /// `GET /api/v1/events`: the tenant's kept events, newest first (`key`, `limit`).
+    pub async fn list_events(&self, params: &ListEventsParams) -> Result<ListEventsResponse> {
+        self.json(self.get("/api/v1/events").query(&params.to_query())).await
+    }
+
     // --- worker keys ----------------------------------------------------------------------------
 
     /// `POST /api/v1/worker-keys`: the answer's `token` is shown only here; it works as a

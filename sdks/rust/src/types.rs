@@ -548,7 +548,23 @@ pub struct FanOut {
     pub max_items: Option<i64>,
 }
 
-/// One step of a workflow DAG.
+/// The longest `sleep_secs` and `timeout_secs` (a year).
+pub const MAX_SLEEP_SECS: i64 = 31_536_000;
+
+/// The longest event key, in bytes (a wait step's key template too).
+pub const MAX_EVENT_KEY_BYTES: usize = 256;
+
+/// A wait-for-event step's event: `key` (1 to 256 bytes) may hold `{{context.path}}` placeholders,
+/// which the server resolves from the workflow context when the step starts.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WaitForEvent {
+    pub key: String,
+}
+
+/// One step of a workflow DAG: a task (`task_name`), a sub-workflow (`workflow`), or, as
+/// extensions, a sleep (`sleep_secs` or `sleep_until`) or a wait for an event (`wait_for_event`,
+/// with an optional `timeout_secs`), which [`WorkflowStep::sleep`], [`WorkflowStep::sleep_until`]
+/// and [`WorkflowStep::wait_for_event`] declare.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct WorkflowStep {
     pub name: String,
@@ -577,6 +593,20 @@ pub struct WorkflowStep {
     /// A child workflow run as this step.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workflow: Option<Box<CreateWorkflowRequest>>,
+    /// A sleep of 1 to [`MAX_SLEEP_SECS`] seconds: the step runs no job and completes with
+    /// `{"slept_until": ...}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sleep_secs: Option<i64>,
+    /// A sleep until this RFC 3339 instant (it completes at once when that has passed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sleep_until: Option<String>,
+    /// A wait for an event ([`crate::Client::send_event`]): the step completes with its payload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_for_event: Option<WaitForEvent>,
+    /// A wait's time-out in seconds (1 to [`MAX_SLEEP_SECS`]): the step then fails with
+    /// `event_timeout`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_secs: Option<i64>,
 }
 
 impl WorkflowStep {
@@ -594,6 +624,32 @@ impl WorkflowStep {
     /// Routes the step's job to `queue`.
     pub fn queue(mut self, queue: impl Into<String>) -> Self {
         self.queue = Some(queue.into());
+        self
+    }
+
+    /// A step `name` that runs no job and completes `secs` seconds (1 to [`MAX_SLEEP_SECS`]) after
+    /// it starts.
+    pub fn sleep(name: impl Into<String>, secs: i64) -> Self {
+        WorkflowStep { name: name.into(), sleep_secs: Some(secs), ..Default::default() }
+    }
+
+    /// A step `name` that runs no job and completes at `instant` (RFC 3339, with an offset), at
+    /// once when that has passed when it starts.
+    pub fn sleep_until(name: impl Into<String>, instant: impl Into<String>) -> Self {
+        WorkflowStep { name: name.into(), sleep_until: Some(instant.into()), ..Default::default() }
+    }
+
+    /// A step `name` that runs no job and waits for an event with `key` (which may hold
+    /// `{{context.path}}` placeholders); it completes with the event's payload, also when the event
+    /// was sent (and is still kept) before the step started. No time-out unless
+    /// [`timeout_secs`](Self::timeout_secs) sets one.
+    pub fn wait_for_event(name: impl Into<String>, key: impl Into<String>) -> Self {
+        WorkflowStep { name: name.into(), wait_for_event: Some(WaitForEvent { key: key.into() }), ..Default::default() }
+    }
+
+    /// A wait's time-out (1 to [`MAX_SLEEP_SECS`] seconds): the step then fails with `event_timeout`.
+    pub fn timeout_secs(mut self, secs: i64) -> Self {
+        self.timeout_secs = Some(secs);
         self
     }
 }
@@ -683,6 +739,12 @@ pub struct WorkflowStepState {
     pub child_workflow_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fan_out: Option<FanOutProgress>,
+    /// While a sleep, or a wait with a time-out, runs: when it wakes (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wake_at: Option<String>,
+    /// While a wait-for-event step waits: the key it waits for, its placeholders resolved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_key: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -705,6 +767,77 @@ pub struct WorkflowEvent {
     pub steps: Vec<WorkflowStepState>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error_message: Option<String>,
+}
+
+// --- events (what wait-for-event steps wait for) ------------------------------------------------
+
+/// `POST /api/v1/events`: `key` 1 to 256 bytes; `payload` absent is `{}`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PostEventRequest {
+    pub key: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload: Option<Object>,
+}
+
+impl PostEventRequest {
+    /// An event with `key` and no payload.
+    pub fn new(key: impl Into<String>) -> Self {
+        PostEventRequest { key: key.into(), payload: None }
+    }
+
+    /// Sets the payload: the result of every step it completes.
+    pub fn payload(mut self, payload: Object) -> Self {
+        self.payload = Some(payload);
+        self
+    }
+}
+
+/// The answer to an event: `delivered` is how many waiting steps it completed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PostEventResponse {
+    pub event_id: String,
+    pub delivered: i64,
+}
+
+/// A kept event: `delivered` is how many waiting steps it completed when it arrived; it is kept
+/// until `expires_at` for steps that start waiting later.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    pub event_id: String,
+    pub key: String,
+    #[serde(default)]
+    pub payload: Object,
+    pub delivered: i64,
+    pub created_at: String,
+    pub expires_at: String,
+}
+
+/// The query of `GET /api/v1/events`: only `key`'s events, at most `limit` (1 to 100, the server's
+/// default 50).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ListEventsParams {
+    pub key: Option<String>,
+    pub limit: Option<i64>,
+}
+
+impl ListEventsParams {
+    /// The query string pairs for the parameters that are set.
+    pub fn to_query(&self) -> Vec<(&'static str, String)> {
+        let mut q = Vec::new();
+        if let Some(key) = &self.key {
+            q.push(("key", key.clone()));
+        }
+        if let Some(limit) = self.limit {
+            q.push(("limit", limit.to_string()));
+        }
+        q
+    }
+}
+
+/// `GET /api/v1/events`: newest first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ListEventsResponse {
+    pub events: Vec<Event>,
 }
 
 // --- queues -------------------------------------------------------------------------------------

@@ -997,3 +997,78 @@ async fn a_cron_schedule_sends_its_timezone_only_when_set_and_decodes_its_local_
     let back = serde_json::to_value(&bare).unwrap();
     assert!(back.get("timezone").is_none() && back.get("next_run_local").is_none());
 }
+
+#[tokio::test]
+async fn events_are_sent_and_listed_and_a_waiting_step_shows_its_wake_up_and_key() {
+    let kept = json!({"event_id": "e1", "key": "approval:42", "payload": {"by": "ada"}, "delivered": 1,
+        "created_at": "2026-12-03T14:00:00Z", "expires_at": "2026-12-04T14:00:00Z"});
+    let (base, log) = serve(move |req| match (req.method.as_str(), req.path.as_str()) {
+        ("POST", "/api/v1/events") => Resp::json(202, json!({"event_id": "e1", "delivered": 1})),
+        ("POST", _) => Resp::json(201, json!({"workflow_id": "w1"})),
+        ("GET", "/api/v1/events") => Resp::json(200, json!({"events": [kept.clone()]})),
+        _ => Resp::json(
+            200,
+            json!({"steps": [
+                {"name": "approve", "status": "running", "wake_at": "2026-12-03T15:00:00Z", "event_key": "approval:42"},
+                {"name": "nap", "status": "pending"},
+            ]}),
+        ),
+    })
+    .await;
+    let qf = client(&base);
+    let workflow = CreateWorkflowRequest {
+        name: "ship".into(),
+        steps: vec![
+            WorkflowStep::wait_for_event("approve", "approval:{{context.order}}").timeout_secs(3600),
+            WorkflowStep::sleep("nap", 1).depends_on(["approve"]),
+        ],
+        context: json!({"order": 42}).as_object().cloned(),
+        ..Default::default()
+    };
+    assert_eq!(qf.create_workflow(&workflow).await.expect("created").workflow_id, "w1");
+    let states = qf.workflow_steps("w1").await.expect("steps").steps;
+    assert_eq!(states[0].wake_at.as_deref(), Some("2026-12-03T15:00:00Z"));
+    assert_eq!(states[0].event_key.as_deref(), Some("approval:42"));
+    assert_eq!((states[1].wake_at.as_deref(), states[1].event_key.as_deref()), (None, None));
+    let payload = json!({"by": "ada"}).as_object().cloned().unwrap();
+    let sent = qf.send_event(&PostEventRequest::new("approval:42").payload(payload.clone())).await.expect("sent");
+    assert_eq!(sent, PostEventResponse { event_id: "e1".into(), delivered: 1 });
+    qf.send_event(&PostEventRequest::new("ping")).await.expect("sent");
+    let params = ListEventsParams { key: Some("approval:42".into()), limit: Some(5) };
+    let listed = qf.list_events(&params).await.expect("listed").events;
+    assert_eq!(
+        listed,
+        [Event {
+            event_id: "e1".into(),
+            key: "approval:42".into(),
+            payload,
+            delivered: 1,
+            created_at: "2026-12-03T14:00:00Z".into(),
+            expires_at: "2026-12-04T14:00:00Z".into(),
+        }]
+    );
+    qf.list_events(&ListEventsParams::default()).await.expect("listed");
+    let log = log.lock().unwrap().clone();
+    let calls: Vec<_> = log.iter().map(|r| format!("{} {}?{}", r.method, r.path, r.query)).collect();
+    assert_eq!(
+        calls,
+        [
+            "POST /api/v1/workflows?",
+            "GET /api/v1/workflows/w1/steps?",
+            "POST /api/v1/events?",
+            "POST /api/v1/events?",
+            "GET /api/v1/events?key=approval%3A42&limit=5",
+            "GET /api/v1/events?",
+        ]
+    );
+    assert!(log.iter().all(|r| r.header("authorization") == Some("Bearer tenant-key")));
+    assert_eq!(
+        log[0].json(),
+        json!({"name": "ship", "context": {"order": 42}, "steps": [
+            {"name": "approve", "wait_for_event": {"key": "approval:{{context.order}}"}, "timeout_secs": 3600},
+            {"name": "nap", "depends_on": ["approve"], "sleep_secs": 1},
+        ]})
+    );
+    assert_eq!(log[2].json(), json!({"key": "approval:42", "payload": {"by": "ada"}}));
+    assert_eq!(log[3].json(), json!({"key": "ping"}));
+}

@@ -233,3 +233,40 @@ fn batch_acknowledgement_wire_shapes() {
     assert_eq!(answer.results[3].status, 422);
     assert_eq!(MAX_COMPLETIONS, 100);
 }
+
+#[test]
+fn sleep_and_wait_steps_carry_only_their_own_fields() {
+    let steps = [
+        WorkflowStep::wait_for_event("approve", "approval:{{context.order}}").timeout_secs(3600),
+        WorkflowStep::sleep("nap", 90).depends_on(["approve"]),
+        WorkflowStep::sleep_until("later", "2027-01-02T03:04:05Z").depends_on(["nap"]),
+        WorkflowStep::wait_for_event("forever", "k"),
+    ];
+    assert_eq!(
+        serde_json::to_value(steps).unwrap(),
+        json!([
+            {"name": "approve", "wait_for_event": {"key": "approval:{{context.order}}"}, "timeout_secs": 3600},
+            {"name": "nap", "depends_on": ["approve"], "sleep_secs": 90},
+            {"name": "later", "depends_on": ["nap"], "sleep_until": "2027-01-02T03:04:05Z"},
+            {"name": "forever", "wait_for_event": {"key": "k"}},
+        ])
+    );
+    // A workflow echoes them back.
+    let echoed: WorkflowStep =
+        serde_json::from_value(json!({"name": "w", "wait_for_event": {"key": "k"}, "timeout_secs": 60, "payload": {}}))
+            .unwrap();
+    assert_eq!(echoed.wait_for_event, Some(WaitForEvent { key: "k".into() }));
+    assert_eq!((echoed.timeout_secs, echoed.task_name), (Some(60), None));
+    assert_eq!(MAX_SLEEP_SECS, 31_536_000);
+    assert_eq!(MAX_EVENT_KEY_BYTES, 256);
+}
+
+#[test]
+fn events_wire_shapes() {
+    assert_eq!(serde_json::to_value(PostEventRequest::new("ping")).unwrap(), json!({"key": "ping"}));
+    let with_payload = PostEventRequest::new("k").payload(json!({"by": "ada"}).as_object().unwrap().clone());
+    assert_eq!(serde_json::to_value(with_payload).unwrap(), json!({"key": "k", "payload": {"by": "ada"}}));
+    assert!(ListEventsParams::default().to_query().is_empty());
+    let params = ListEventsParams { key: Some("a:b".into()), limit: Some(5) };
+    assert_eq!(params.to_query(), vec![("key", "a:b".to_string()), ("limit", "5".into())]);
+}

@@ -210,6 +210,23 @@ export class Workflows extends Group {
   }
 }
 
+/** `/api/v1/events`: the events that wait-for-event workflow steps wait for (an extension). */
+export class Events extends Group {
+  /**
+   * `POST /api/v1/events`: every step of the tenant waiting for `key` completes with `payload`
+   * (`delivered` says how many); the event is kept for steps that start waiting later. Not
+   * retried: each call is a new event.
+   */
+  send(body: T.PostEventRequest, options?: CallOptions): Promise<T.PostEventResponse> {
+    return this.postJson<T.PostEventResponse>("/api/v1/events", body, options);
+  }
+
+  /** `GET /api/v1/events`: the tenant's kept events, newest first (`key`: one key's; `limit` 1 to 100). */
+  list(params: T.ListEventsParams = {}, options?: CallOptions): Promise<T.ListEventsResponse> {
+    return this.getJson<T.ListEventsResponse>("/api/v1/events", params, options);
+  }
+}
+
 /** `/api/v1/cron`. */
 export class Cron extends Group {
   create(body: T.CreateCronRequest, options?: CallOptions): Promise<T.CreateCronResponse> {
@@ -360,6 +377,8 @@ export class System extends Group {
 export class QueueFlow {
   readonly jobs: Jobs;
   readonly workflows: Workflows;
+  /** Events for wait-for-event workflow steps. */
+  readonly events: Events;
   readonly cron: Cron;
   readonly dlq: DeadLetters;
   readonly queues: Queues;
@@ -383,6 +402,7 @@ export class QueueFlow {
     });
     this.jobs = new Jobs(transport, options.token);
     this.workflows = new Workflows(transport, options.token);
+    this.events = new Events(transport, options.token);
     this.cron = new Cron(transport, options.token);
     this.dlq = new DeadLetters(transport, options.token);
     this.queues = new Queues(transport, options.token);

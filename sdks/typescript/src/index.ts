@@ -1,10 +1,10 @@
 /** @queueflow/sdk: the TypeScript client and remote-worker runtime for QueueFlow. */
 
-export { QueueFlow, SDK_VERSION, Jobs, Workflows, Cron, DeadLetters, Queues, System, WorkerKeys, Limits } from "./client.js";
+export { QueueFlow, SDK_VERSION, Jobs, Workflows, Events, Cron, DeadLetters, Queues, System, WorkerKeys, Limits } from "./client.js";
 export type { QueueFlowOptions, WaitOptions } from "./client.js";
 export { Worker, toResult, MAX_COMPLETIONS } from "./worker.js";
 export { wf, WorkflowBuilder, validateWorkflow } from "./builder.js";
-export type { StepOptions } from "./builder.js";
+export type { StepOptions, SleepStepOptions, WaitStepOptions } from "./builder.js";
 export type {
   Completion,
   Handler,

@@ -332,6 +332,24 @@ export interface FanOut {
   max_items?: number;
 }
 
+/** The longest `sleep_secs` and `timeout_secs` (a year). */
+export const MAX_SLEEP_SECS = 31_536_000;
+/** The longest event key, in UTF-8 bytes (a wait step's key template too). */
+export const MAX_EVENT_KEY_BYTES = 256;
+
+/**
+ * A wait-for-event step's event: `key` (1 to 256 bytes) may hold `{{context.path}}` placeholders,
+ * which the server resolves from the workflow context when the step starts.
+ */
+export interface WaitForEvent {
+  key: string;
+}
+
+/**
+ * One step: a task (`task_name`), a sub-workflow (`workflow`), or, as extensions, a sleep
+ * (`sleep_secs` or `sleep_until`) or a wait for an event (`wait_for_event`, optionally with
+ * `timeout_secs`). The builder's `sleep`, `sleepUntil` and `waitForEvent` declare the last two.
+ */
 export interface WorkflowStep {
   name: string;
   task_name?: string;
@@ -346,6 +364,14 @@ export interface WorkflowStep {
   fan_out?: FanOut;
   /** A child workflow run as this step. */
   workflow?: CreateWorkflowRequest;
+  /** A sleep of 1 to 31536000 seconds; it runs no job and completes with `{slept_until}`. */
+  sleep_secs?: number;
+  /** A sleep until this RFC 3339 instant (completes at once when it has passed). */
+  sleep_until?: string;
+  /** A wait for an event (`qf.events.send`); the step completes with the event's payload. */
+  wait_for_event?: WaitForEvent;
+  /** A wait's time-out in seconds (1 to 31536000): it then fails with `event_timeout`. */
+  timeout_secs?: number;
 }
 
 export interface CreateWorkflowRequest {
@@ -402,6 +428,10 @@ export interface WorkflowStepState {
   completed_at?: string;
   child_workflow_id?: string;
   fan_out?: FanOutProgress;
+  /** While a sleep, or a wait with a time-out, runs: when it wakes (RFC 3339). */
+  wake_at?: string;
+  /** While a wait-for-event step waits: the key it waits for, its placeholders resolved. */
+  event_key?: string;
 }
 
 export interface WorkflowStepStatesResponse {
@@ -419,6 +449,46 @@ export interface WorkflowEvent {
   status: WorkflowStatus;
   steps: WorkflowStepState[];
   error_message?: string;
+}
+
+// --- events (what wait-for-event steps wait for) ---------------------------------------------
+
+/** The body of `POST /api/v1/events`: `key` 1 to 256 bytes; `payload` absent is `{}`. */
+export interface PostEventRequest {
+  key: string;
+  payload?: JsonObject;
+}
+
+export interface PostEventResponse {
+  event_id: string;
+  /** How many waiting steps the event completed when it arrived. */
+  delivered: number;
+}
+
+/**
+ * A kept event, as `GET /api/v1/events` lists it (the server's `Event`; named so as not to shadow
+ * the global `Event`). It is kept until `expires_at` for steps that start waiting later.
+ */
+export interface KeptEvent {
+  event_id: string;
+  key: string;
+  payload: JsonObject;
+  /** How many waiting steps it completed when it arrived. */
+  delivered: number;
+  created_at: string;
+  expires_at: string;
+}
+
+export interface ListEventsParams {
+  /** Only this key's events. */
+  key?: string;
+  /** 1 to 100 (the server clamps); default 50. */
+  limit?: number;
+}
+
+export interface ListEventsResponse {
+  /** Newest first. */
+  events: KeptEvent[];
 }
 
 // --- queues ----------------------------------------------------------------------------------

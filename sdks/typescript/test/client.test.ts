@@ -9,10 +9,14 @@ import {
   QueueFlow,
   TimeoutError,
   UnauthorizedError,
+  wf,
   type CreateCronRequest,
   type CronSchedule,
   type Job,
+  type KeptEvent,
+  type PostEventResponse,
   type UniquePolicy,
+  type WorkflowStepState,
 } from "../dist/index.js";
 import { errorBody, fakeJob, json, startStub } from "./stub.js";
 
@@ -411,6 +415,81 @@ test("a cron schedule's timezone goes out when set and comes back with its local
     assert.equal(bare.next_run_local, undefined);
     assert.ok(!("timezone" in bare) && !("next_run_local" in bare));
     assert.ok(!("timezone" in listed.crons[1]!) && !("next_run_local" in listed.crons[1]!));
+  } finally {
+    await stub.close();
+  }
+});
+
+test("events.send and events.list, and a waiting step's state", async () => {
+  const kept = {
+    event_id: "e1",
+    key: "approval:42",
+    payload: { by: "ada" },
+    delivered: 1,
+    created_at: "2026-12-03T14:00:00Z",
+    expires_at: "2026-12-04T14:00:00Z",
+  };
+  const stub = await startStub((req, res) => {
+    if (req.method === "POST") json(res, 202, { event_id: "e1", delivered: 1 });
+    else if (req.path === "/api/v1/events") json(res, 200, { events: [kept] });
+    else
+      json(res, 200, {
+        steps: [
+          { name: "approve", status: "running", wake_at: "2026-12-03T15:00:00Z", event_key: "approval:42" },
+          { name: "nap", status: "pending" },
+        ],
+      });
+  });
+  try {
+    const qf = new QueueFlow({ baseUrl: stub.url, token: "tenant", workerToken: "worker", maxRetries: 0 });
+    const sent: PostEventResponse = await qf.events.send({ key: "approval:42", payload: { by: "ada" } });
+    assert.deepEqual(sent, { event_id: "e1", delivered: 1 });
+    await qf.events.send({ key: "ping" });
+    const listed = await qf.events.list({ key: "approval:42", limit: 5 });
+    const events: KeptEvent[] = listed.events;
+    assert.deepEqual(events, [kept]);
+    await qf.events.list();
+    const states = await qf.workflows.steps("w1");
+    const approve: WorkflowStepState = states.steps[0]!;
+    assert.equal(approve.wake_at, "2026-12-03T15:00:00Z");
+    assert.equal(approve.event_key, "approval:42");
+    assert.equal(states.steps[1]!.event_key, undefined);
+    assert.deepEqual(
+      stub.requests.map((r) => `${r.method} ${r.path}${r.query.size ? "?" + r.query.toString() : ""}`),
+      [
+        "POST /api/v1/events",
+        "POST /api/v1/events",
+        "GET /api/v1/events?key=approval%3A42&limit=5",
+        "GET /api/v1/events",
+        "GET /api/v1/workflows/w1/steps",
+      ],
+    );
+    assert.deepEqual(stub.requests[0]!.body, { key: "approval:42", payload: { by: "ada" } });
+    assert.deepEqual(stub.requests[1]!.body, { key: "ping" });
+    assert.ok(stub.requests.every((r) => r.headers.authorization === "Bearer tenant"));
+  } finally {
+    await stub.close();
+  }
+});
+
+test("a workflow with sleep and wait steps is sent as built", async () => {
+  const stub = await startStub((_req, res) => json(res, 201, { workflow_id: "w1" }));
+  try {
+    const qf = new QueueFlow({ baseUrl: stub.url, token: "tenant" });
+    const body = wf("ship")
+      .waitForEvent("approve", "approval:{{context.order}}", { timeout_secs: 60 })
+      .sleep("nap", 1, { dependsOn: ["approve"] })
+      .context({ order: 42 })
+      .build();
+    assert.deepEqual(await qf.workflows.create(body), { workflow_id: "w1" });
+    assert.deepEqual(stub.requests[0]!.body, {
+      name: "ship",
+      steps: [
+        { name: "approve", wait_for_event: { key: "approval:{{context.order}}" }, timeout_secs: 60 },
+        { name: "nap", sleep_secs: 1, depends_on: ["approve"] },
+      ],
+      context: { order: 42 },
+    });
   } finally {
     await stub.close();
   }

@@ -34,6 +34,12 @@ type scenario struct {
 		StopAfterJobs int               `json:"stop_after_jobs"`
 		UniqueKey     string            `json:"unique_key"`
 		WindowSecs    int               `json:"window_secs"`
+		Context       map[string]any    `json:"context"`
+		KeyTemplate   string            `json:"key_template"`
+		TimeoutSecs   int               `json:"timeout_secs"`
+		SleepSecs     int               `json:"sleep_secs"`
+		EventKey      string            `json:"event_key"`
+		Payload       map[string]any    `json:"payload"`
 	} `json:"worker"`
 }
 
@@ -96,6 +102,8 @@ func main() {
 		err = runRawCalls(ctx, e)
 	case "raw_unique":
 		err = runUnique(ctx, e, &sc)
+	case "raw_durable_time":
+		err = runDurableTime(ctx, e, &sc)
 	default:
 		err = fmt.Errorf("unknown worker mode %q", sc.Worker.Mode)
 	}
@@ -310,6 +318,78 @@ func runUnique(ctx context.Context, e env, sc *scenario) error {
 		return err
 	}
 	emit("unique_done", map[string]any{"same": first.JobID == second.JobID, "unique": policy, "payload": job.Payload})
+	return nil
+}
+
+// --- raw_durable_time ----------------------------------------------------------------------------
+
+// runDurableTime creates a wait-for-event step (its key a context placeholder) and a sleep after it,
+// sees the step waiting, sends its event, follows the workflow to its end, then reads the event back.
+func runDurableTime(ctx context.Context, e env, sc *scenario) error {
+	w := sc.Worker
+	client := qf.NewClient(e.baseURL, e.tenantToken, qf.WithWorkerToken(e.workerToken))
+	steps := []qf.WorkflowStep{
+		qf.WaitForEventStep("approve", w.KeyTemplate, w.TimeoutSecs),
+		qf.SleepStep("nap", w.SleepSecs, "approve"),
+	}
+	created, err := client.CreateWorkflow(ctx, qf.CreateWorkflowRequest{Name: "conf-durable", Steps: steps, Context: w.Context})
+	if err != nil {
+		return fmt.Errorf("create workflow: %w", err)
+	}
+	id := created.WorkflowID
+	var waiting *qf.WorkflowStepState
+	for deadline := time.Now().Add(20 * time.Second); waiting == nil && time.Now().Before(deadline); {
+		states, err := client.WorkflowSteps(ctx, id)
+		if err != nil {
+			return fmt.Errorf("steps: %w", err)
+		}
+		for i, s := range states.Steps {
+			if s.Name == "approve" && s.Status == qf.StatusRunning && s.EventKey != nil {
+				waiting = &states.Steps[i]
+			}
+		}
+		if waiting == nil {
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	sent, err := client.SendEvent(ctx, qf.PostEventRequest{Key: w.EventKey, Payload: w.Payload})
+	if err != nil {
+		return fmt.Errorf("send event: %w", err)
+	}
+	terminal := []string{"completed", "failed", "partially_failed", "cancelled"}
+	got, err := client.GetWorkflow(ctx, id)
+	for deadline := time.Now().Add(20 * time.Second); err == nil && !slices.Contains(terminal, got.Status) && time.Now().Before(deadline); {
+		time.Sleep(200 * time.Millisecond)
+		got, err = client.GetWorkflow(ctx, id)
+	}
+	if err != nil {
+		return fmt.Errorf("get workflow: %w", err)
+	}
+	listed, err := client.ListEvents(ctx, qf.ListEventsParams{Key: w.EventKey, Limit: 10})
+	if err != nil {
+		return fmt.Errorf("list events: %w", err)
+	}
+	var mine any
+	for _, ev := range listed.Events {
+		if ev.EventID == sent.EventID {
+			mine = map[string]any{"key": ev.Key, "delivered": ev.Delivered, "payload": ev.Payload}
+		}
+	}
+	var waitingKey any
+	if waiting != nil {
+		waitingKey = *waiting.EventKey
+	}
+	nap, _ := got.Context["nap"].(map[string]any)
+	_, slept := nap["slept_until"].(string)
+	emit("durable_done", map[string]any{
+		"waiting_key": waitingKey,
+		"wake_at_set": waiting != nil && waiting.WakeAt != nil,
+		"delivered":   sent.Delivered,
+		"status":      got.Status,
+		"approval":    got.Context["approve"],
+		"slept":       slept,
+		"listed":      mine,
+	})
 	return nil
 }
 

@@ -32,7 +32,11 @@ from queueflow_sdk.models import (
     JobConfig,
     JobConfigRequest,
     UniquePolicy,
+    WaitForEvent,
     WorkflowStep,
+    sleep_step,
+    sleep_until_step,
+    wait_for_event_step,
 )
 from queueflow_sdk.sse import ServerSentEvent
 from queueflow_sdk.worker import Handler, JobContext, Worker
@@ -66,8 +70,12 @@ __all__ = [
     "Unauthorized",
     "UnexpectedResponse",
     "UniquePolicy",
+    "WaitForEvent",
     "Worker",
     "WorkflowStep",
     "__version__",
     "models",
+    "sleep_step",
+    "sleep_until_step",
+    "wait_for_event_step",
 ]

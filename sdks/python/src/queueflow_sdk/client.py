@@ -376,6 +376,23 @@ class Client:
         """A `WorkflowEvent` on every workflow or step change (``GET /api/v1/workflows/{id}/events``)."""
         return self._events(f"/api/v1/workflows/{_seg(workflow_id)}/events", m.WorkflowEvent)
 
+    # --- events ----------------------------------------------------------------------------------
+
+    async def send_event(
+        self, event: m.PostEventRequest | str, payload: dict[str, Any] | None = None
+    ) -> m.PostEventResponse:
+        """``POST /api/v1/events``: a request, or the key and payload. Every step of the tenant
+        waiting for the key completes with the payload (``delivered`` says how many); the event is
+        kept for steps that start waiting later. Not idempotent: each call is a new event."""
+        body = event if isinstance(event, m.PostEventRequest) else m.PostEventRequest(key=event, payload=payload)
+        return await self.request("POST", "/api/v1/events", m.PostEventResponse, body=body)
+
+    async def list_events(self, *, key: str | None = None, limit: int | None = None) -> m.ListEventsResponse:
+        """The tenant's kept events, newest first: ``GET /api/v1/events`` (``key``: only that key;
+        ``limit``: the server clamps it to 1..100, default 50)."""
+        params = _list_params(key=key, limit=limit)
+        return await self.request("GET", "/api/v1/events", m.ListEventsResponse, params=params)
+
     # --- cron ------------------------------------------------------------------------------------
 
     async def create_cron(self, cron: m.CreateCronRequest | None = None, **fields: Any) -> m.CreateCronResponse:

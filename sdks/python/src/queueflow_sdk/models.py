@@ -35,6 +35,7 @@ __all__ = [
     "CronSchedule",
     "DeadLetter",
     "ErrorBody",
+    "Event",
     "FailJobRequest",
     "FanOut",
     "FanOutProgress",
@@ -53,11 +54,16 @@ __all__ = [
     "LimitsResponse",
     "ListCronsResponse",
     "ListDeadLettersResponse",
+    "ListEventsResponse",
     "ListJobsResponse",
     "ListWorkerKeysResponse",
     "ListWorkflowsResponse",
     "MAX_COMPLETIONS",
+    "MAX_EVENT_KEY_BYTES",
+    "MAX_SLEEP_SECS",
     "OpenApiDocument",
+    "PostEventRequest",
+    "PostEventResponse",
     "PutLimitRequest",
     "QueueControlResponse",
     "QueueStats",
@@ -73,6 +79,7 @@ __all__ = [
     "TasksResponse",
     "UniqueConflict",
     "UniquePolicy",
+    "WaitForEvent",
     "WhoAmIResponse",
     "WorkerKey",
     "Workflow",
@@ -82,7 +89,10 @@ __all__ = [
     "WorkflowStep",
     "WorkflowStepState",
     "WorkflowStepStatesResponse",
+    "sleep_step",
+    "sleep_until_step",
     "to_builtins",
+    "wait_for_event_step",
 ]
 
 Object = dict[str, Any]
@@ -92,6 +102,7 @@ StepStatus = Literal["pending", "running", "completed", "failed", "cancelled", "
 WorkflowStatus = Literal["created", "running", "completed", "failed", "partially_failed", "cancelled"]
 ConditionOp = Literal["eq", "ne", "gt", "gte", "lt", "lte", "exists", "contains", "in"]
 UniqueConflict = Literal["skip", "replace"]
+OnFailure = Literal["halt", "skip", "continue"]
 
 
 class _Body(Struct, omit_defaults=True, kw_only=True):
@@ -425,7 +436,25 @@ class FanOut(_Body):
     max_items: int | None = None
 
 
+MAX_SLEEP_SECS = 31_536_000
+"""The longest ``sleep_secs`` and ``timeout_secs`` (a year)."""
+
+MAX_EVENT_KEY_BYTES = 256
+"""The longest event key, in UTF-8 bytes (a wait step's key template too)."""
+
+
+class WaitForEvent(_Body):
+    """A wait-for-event step's event: ``key`` (1 to 256 bytes) may hold ``{{context.path}}``
+    placeholders, which the server resolves from the workflow context when the step starts."""
+
+    key: str
+
+
 class WorkflowStep(_Body):
+    """One step: a task (``task_name``), a sub-workflow (``workflow``), or, as extensions, a sleep
+    (``sleep_secs`` or ``sleep_until``) or a wait for an event (``wait_for_event``, with an optional
+    ``timeout_secs``); `sleep_step`, `sleep_until_step` and `wait_for_event_step` build the last two."""
+
     name: str
     task_name: str | None = None
     depends_on: list[str] | None = None
@@ -438,6 +467,81 @@ class WorkflowStep(_Body):
     when: StepCondition | None = None
     fan_out: FanOut | None = None
     workflow: CreateWorkflowRequest | None = None
+    sleep_secs: int | None = None
+    sleep_until: datetime | None = None
+    wait_for_event: WaitForEvent | None = None
+    timeout_secs: int | None = None
+    """A wait-for-event step's time-out: the step fails with ``event_timeout`` when it passes."""
+
+
+def _check_secs(what: str, secs: int) -> None:
+    if isinstance(secs, bool) or not isinstance(secs, int) or not 1 <= secs <= MAX_SLEEP_SECS:
+        raise ValueError(f"{what} must be an integer from 1 to {MAX_SLEEP_SECS}, not {secs!r}")
+
+
+def sleep_step(
+    name: str,
+    secs: int,
+    *,
+    depends_on: list[str] | None = None,
+    on_failure: OnFailure | None = None,
+    when: StepCondition | None = None,
+    metadata: Object | None = None,
+) -> WorkflowStep:
+    """A step that runs no job and completes ``secs`` seconds (1 to `MAX_SLEEP_SECS`) after it
+    starts, with the result ``{"slept_until": <instant>}``."""
+    _check_secs("sleep_secs", secs)
+    return WorkflowStep(
+        name=name, sleep_secs=secs, depends_on=depends_on, on_failure=on_failure, when=when, metadata=metadata
+    )
+
+
+def sleep_until_step(
+    name: str,
+    until: datetime,
+    *,
+    depends_on: list[str] | None = None,
+    on_failure: OnFailure | None = None,
+    when: StepCondition | None = None,
+    metadata: Object | None = None,
+) -> WorkflowStep:
+    """A step that runs no job and completes at ``until`` (at once when that has passed when it
+    starts), with the result ``{"slept_until": <instant>}``. ``until`` must carry a time zone."""
+    if until.tzinfo is None or until.utcoffset() is None:
+        raise ValueError("sleep_until needs a datetime with a time zone (e.g. tzinfo=UTC)")
+    return WorkflowStep(
+        name=name, sleep_until=until, depends_on=depends_on, on_failure=on_failure, when=when, metadata=metadata
+    )
+
+
+def wait_for_event_step(
+    name: str,
+    key: str,
+    *,
+    timeout_secs: int | None = None,
+    depends_on: list[str] | None = None,
+    on_failure: OnFailure | None = None,
+    when: StepCondition | None = None,
+    metadata: Object | None = None,
+) -> WorkflowStep:
+    """A step that runs no job and waits for an event with ``key`` (``Client.send_event``); it
+    completes with the event's payload as its result, also when the event was sent (and is still
+    kept) before the step started. ``key`` may hold ``{{context.path}}`` placeholders. With
+    ``timeout_secs`` (1 to `MAX_SLEEP_SECS`) the step fails with ``event_timeout`` when no event
+    came in time."""
+    if not 1 <= len(key.encode()) <= MAX_EVENT_KEY_BYTES:
+        raise ValueError(f"an event key must be 1 to {MAX_EVENT_KEY_BYTES} bytes")
+    if timeout_secs is not None:
+        _check_secs("timeout_secs", timeout_secs)
+    return WorkflowStep(
+        name=name,
+        wait_for_event=WaitForEvent(key=key),
+        timeout_secs=timeout_secs,
+        depends_on=depends_on,
+        on_failure=on_failure,
+        when=when,
+        metadata=metadata,
+    )
 
 
 class CreateWorkflowRequest(_Body):
@@ -495,6 +599,10 @@ class WorkflowStepState(_Body):
     completed_at: datetime | None = None
     child_workflow_id: str | None = None
     fan_out: FanOutProgress | None = None
+    wake_at: datetime | None = None
+    """While a sleep or a wait with a time-out runs: when it wakes (the sleep's end, the time-out)."""
+    event_key: str | None = None
+    """While a wait-for-event step waits: the key it waits for, its placeholders resolved."""
 
 
 class WorkflowStepStatesResponse(_Body):
@@ -511,6 +619,39 @@ class WorkflowEvent(_Body):
     status: WorkflowStatus
     steps: list[WorkflowStepState]
     error_message: str | None = None
+
+
+# --- events (what wait-for-event steps wait for) -------------------------------------------------
+
+
+class PostEventRequest(_Body):
+    """``POST /api/v1/events``: ``key`` 1 to 256 bytes; ``payload`` None is sent as absent ({})."""
+
+    key: str
+    payload: Object | None = None
+
+
+class PostEventResponse(_Body):
+    """``delivered``: how many waiting steps the event completed when it arrived."""
+
+    event_id: str
+    delivered: int
+
+
+class Event(_Body):
+    """A kept event (``GET /api/v1/events``); ``delivered`` is how many waiting steps it completed
+    when it arrived. It is kept until ``expires_at`` for steps that start waiting later."""
+
+    event_id: str
+    key: str
+    payload: Object
+    delivered: int
+    created_at: datetime
+    expires_at: datetime
+
+
+class ListEventsResponse(_Body):
+    events: list[Event]
 
 
 # --- queues --------------------------------------------------------------------------------------

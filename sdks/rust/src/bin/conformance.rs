@@ -52,6 +52,7 @@ async fn main() {
         "auth_errors" => auth_errors(&env).await,
         "raw_calls" => raw_calls(&env).await,
         "raw_unique" => raw_unique(&env, worker).await,
+        "raw_durable_time" => raw_durable_time(&env, worker).await,
         other => Err(format!("unknown worker mode {other:?}")),
     };
     if let Err(message) = result {
@@ -240,6 +241,73 @@ async fn raw_unique(env: &Env, spec: &Value) -> Result<(), String> {
         "same": first.job_id == second.job_id,
         "unique": unique,
         "payload": job.payload,
+    }));
+    Ok(())
+}
+
+// --- raw_durable_time ---------------------------------------------------------------------------
+
+const TERMINAL_WORKFLOW: [&str; 4] = ["completed", "failed", "partially_failed", "cancelled"];
+
+/// A wait-for-event step (its key a context placeholder) and a sleep after it: see the step
+/// waiting, send its event, follow the workflow to its end, then read the event back.
+async fn raw_durable_time(env: &Env, spec: &Value) -> Result<(), String> {
+    let client = Client::builder(&env.base, &env.tenant).worker_token(&env.worker).build();
+    let need = |field: &str| {
+        let value = &spec[field];
+        if value.is_null() {
+            Err(format!("raw_durable_time needs worker.{field}"))
+        } else {
+            Ok(value)
+        }
+    };
+    let template = need("key_template")?.as_str().unwrap_or_default();
+    let event_key = need("event_key")?.as_str().unwrap_or_default();
+    let workflow = CreateWorkflowRequest {
+        name: "conf-durable".into(),
+        steps: vec![
+            WorkflowStep::wait_for_event("approve", template)
+                .timeout_secs(need("timeout_secs")?.as_i64().unwrap_or_default()),
+            WorkflowStep::sleep("nap", need("sleep_secs")?.as_i64().unwrap_or_default()).depends_on(["approve"]),
+        ],
+        context: need("context")?.as_object().cloned(),
+        ..Default::default()
+    };
+    let id = client.create_workflow(&workflow).await.map_err(|e| format!("create workflow: {e}"))?.workflow_id;
+
+    let mut waiting = None;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while waiting.is_none() && tokio::time::Instant::now() < deadline {
+        let states = client.workflow_steps(&id).await.map_err(|e| format!("steps: {e}"))?;
+        waiting =
+            states.steps.into_iter().find(|s| s.name == "approve" && s.status == "running" && s.event_key.is_some());
+        if waiting.is_none() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    let payload = need("payload")?.as_object().cloned().unwrap_or_default();
+    let sent = client
+        .send_event(&PostEventRequest::new(event_key).payload(payload))
+        .await
+        .map_err(|e| format!("send event: {e}"))?;
+    let mut got = client.get_workflow(&id).await.map_err(|e| format!("get workflow: {e}"))?;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !TERMINAL_WORKFLOW.contains(&got.status.as_str()) && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        got = client.get_workflow(&id).await.map_err(|e| format!("get workflow: {e}"))?;
+    }
+    let params = ListEventsParams { key: Some(event_key.into()), limit: Some(10) };
+    let listed = client.list_events(&params).await.map_err(|e| format!("list events: {e}"))?;
+    let mine = listed.events.iter().find(|e| e.event_id == sent.event_id);
+    emit(json!({
+        "event": "durable_done",
+        "waiting_key": waiting.as_ref().and_then(|s| s.event_key.clone()),
+        "wake_at_set": waiting.as_ref().is_some_and(|s| s.wake_at.is_some()),
+        "delivered": sent.delivered,
+        "status": got.status,
+        "approval": got.context.get("approve"),
+        "slept": got.context.get("nap").and_then(|nap| nap.get("slept_until")).is_some_and(Value::is_string),
+        "listed": mine.map(|e| json!({"key": e.key, "delivered": e.delivered, "payload": e.payload})),
     }));
     Ok(())
 }

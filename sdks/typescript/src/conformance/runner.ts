@@ -18,7 +18,11 @@ import {
   type Job,
   type JobConfigRequest,
   type JobContext,
+  type JsonObject,
   type UniquePolicy,
+  type WorkflowStepState,
+  type WorkflowStatus,
+  wf,
 } from "../index.js";
 
 interface Scenario {
@@ -32,6 +36,12 @@ interface Scenario {
     stop_after_jobs?: number;
     unique_key?: string;
     window_secs?: number;
+    context?: JsonObject;
+    key_template?: string;
+    timeout_secs?: number;
+    sleep_secs?: number;
+    event_key?: string;
+    payload?: JsonObject;
   };
 }
 
@@ -493,6 +503,53 @@ async function rawUnique(scenario: Scenario, e: Env): Promise<void> {
   });
 }
 
+// --- raw_durable_time -----------------------------------------------------------------------------
+
+const TERMINAL_WORKFLOW: ReadonlySet<WorkflowStatus> = new Set(["completed", "failed", "partially_failed", "cancelled"]);
+
+/** A wait-for-event step (its key a context placeholder) and a sleep after it: see the step waiting,
+ * send its event, follow the workflow to its end, then read the event back. */
+async function rawDurableTime(scenario: Scenario, e: Env): Promise<void> {
+  const w = scenario.worker;
+  if (!w.context || !w.key_template || !w.timeout_secs || !w.sleep_secs || !w.event_key || !w.payload) {
+    throw new Error("raw_durable_time needs worker.context, key_template, timeout_secs, sleep_secs, event_key and payload");
+  }
+  const qf = new QueueFlow({ baseUrl: e.baseUrl, token: e.tenantToken, workerToken: e.workerToken });
+  const body = wf("conf-durable")
+    .waitForEvent("approve", w.key_template, { timeout_secs: w.timeout_secs })
+    .sleep("nap", w.sleep_secs, { dependsOn: ["approve"] })
+    .context(w.context)
+    .build();
+  const { workflow_id: id } = await qf.workflows.create(body);
+
+  let waiting: WorkflowStepState | undefined;
+  for (const deadline = Date.now() + 20_000; Date.now() < deadline; await delay(100)) {
+    const approve = (await qf.workflows.steps(id)).steps.find((s) => s.name === "approve");
+    if (approve?.status === "running" && approve.event_key !== undefined) {
+      waiting = approve;
+      break;
+    }
+  }
+  const sent = await qf.events.send({ key: w.event_key, payload: w.payload });
+  let got = await qf.workflows.get(id);
+  for (const deadline = Date.now() + 20_000; !TERMINAL_WORKFLOW.has(got.status) && Date.now() < deadline; ) {
+    await delay(200);
+    got = await qf.workflows.get(id);
+  }
+  const listed = await qf.events.list({ key: w.event_key, limit: 10 });
+  const mine = listed.events.find((ev) => ev.event_id === sent.event_id);
+  const nap = got.context.nap as JsonObject | undefined;
+  emit("durable_done", {
+    waiting_key: waiting?.event_key ?? null,
+    wake_at_set: waiting?.wake_at !== undefined,
+    delivered: sent.delivered,
+    status: got.status,
+    approval: got.context.approve ?? null,
+    slept: typeof nap?.slept_until === "string",
+    listed: mine ? { key: mine.key, delivered: mine.delivered, payload: mine.payload } : null,
+  });
+}
+
 // --- main -----------------------------------------------------------------------------------------
 
 const MODES: Record<string, (scenario: Scenario, e: Env) => Promise<void>> = {
@@ -501,6 +558,7 @@ const MODES: Record<string, (scenario: Scenario, e: Env) => Promise<void>> = {
   auth_errors: authErrors,
   raw_calls: rawCalls,
   raw_unique: rawUnique,
+  raw_durable_time: rawDurableTime,
 };
 
 async function main(): Promise<number> {
