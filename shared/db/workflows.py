@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import asyncpg
 import msgspec
@@ -308,7 +308,8 @@ async def seconds_until_next_wake_up(db: Executor) -> float | None:
     row = await db.fetchrow(Q.next_wake_up)
     if row is None or row["at"] is None:
         return None
-    return max(0.0, (row["at"] - row["now"]).total_seconds())
+    wait: timedelta = row["at"] - row["now"]
+    return max(0.0, wait.total_seconds())
 
 
 async def mark_halted(conn: Connection, wf_id: str, message: str) -> None:
