@@ -8,6 +8,10 @@ the timers and the advancer).
   100,000 workflows (5,000 with --quick), all sleeping, their wake-ups set to one instant a few
   seconds ahead (and the timers told, as arming does). Figure: seconds from that instant until every
   sleep step has completed (database clock, polled every 0.1 s), and the rate.
+- Drain beside sleepers: 20,000 echo jobs (2,000 with --quick) drained in-process (`--mode all
+  --workers 16`, W1b's method and DB-clock rate) in a fresh database with 1,000,000 sleeping steps
+  (20,000 with --quick; cloned as above, due in a day) and in one with none, each vacuumed and
+  checkpointed before the jobs go in; the figure is the ratio (the issue asks for within 5%).
 - Event latency: 2,000 workflows (200 with --quick) of a wait for `t:<i>` followed by a task step on
   a queue nothing drains are created through the API; once every wait is armed, events `t:0`, `t:1`
   ... are posted open loop, one every 5 ms (200/s). Per workflow: the next step's job's created_at
@@ -22,6 +26,7 @@ from bench import client
 from bench.context import PROBE_FIGURES, Context, Scenario, probe_commits
 from bench.harness import connect, servers, wait_for_count
 from bench.report import Figure, percentile
+from bench.scenarios import w1_drain
 
 NAP = {"name": "nap", "steps": [{"name": "nap", "sleep_secs": 86_400}]}
 CLONE_WORKFLOWS = """
@@ -48,7 +53,11 @@ NEXT_JOBS = "SELECT count(*) FROM queueflow.jobs WHERE workflow_step_id = 'next'
 
 def figures(ctx: Context) -> list[Figure]:
     n = ctx.n(100_000, 5_000)
+    idle = ctx.n(1_000_000, 20_000)
     return [
+        Figure("drain_none_jobs_per_s", "in-process drain, no sleeping steps, DB clock", "jobs/s"),
+        Figure("drain_sleepers_jobs_per_s", f"in-process drain beside {idle:,} sleeping steps", "jobs/s"),
+        Figure("drain_ratio", "drain beside the sleepers / without (goal >= 0.95)", "x"),
         Figure("sleepers", "sleeping steps falling due at one instant", "steps"),
         Figure("wake_all_secs", f"{n:,} sleeps due at once: due instant -> every one completed", "s"),
         Figure("wake_rate", "sleep steps completed per second during that", "steps/s"),
@@ -116,6 +125,35 @@ async def _event_latency(ctx: Context, http, base: str, conn) -> dict[str, float
     return {"event_p50_ms": percentile(lat, 50), "event_p99_ms": percentile(lat, 99), "event_rate": rate}
 
 
+async def _clone_sleepers(http, base: str, conn, count: int) -> None:
+    """`count` workflows of one step sleeping for a day (one made through the API, cloned in SQL)."""
+    template = await _create(http, base, NAP)
+    await conn.execute(CLONE_WORKFLOWS, template, count - 1)
+    await conn.execute(CLONE_STEPS, template, count - 1)
+    await conn.execute("ANALYZE")
+
+
+async def _drain(ctx: Context, sleepers: int) -> float:
+    total = ctx.n(20_000, 2_000)
+    async with ctx.database(f"t_drain_{sleepers}") as dsn:
+        conn = await connect(dsn)
+        try:
+            api = ctx.server(dsn, "api")
+            async with servers(api), client.session() as http:
+                if sleepers:
+                    await _clone_sleepers(http, api.base_url, conn, sleepers)
+                # Steady state, not the aftermath of a bulk load: the clone's rows vacuumed (so
+                # autovacuum does not start on them mid-drain) and its pages written out.
+                await conn.execute("VACUUM ANALYZE")
+                await conn.execute("CHECKPOINT")
+                await client.enqueue_backlog(http, api.base_url, total, w1_drain.QUEUE)
+            async with servers(ctx.server(dsn, "all", "--workers", "16")):
+                await wait_for_count(conn, w1_drain.COMPLETED, total, w1_drain.TIMEOUT_SECS)
+            return await w1_drain._db_rate(conn, total)
+        finally:
+            await conn.close()
+
+
 async def run(ctx: Context, run_no: int) -> dict[str, float]:
     out: dict[str, float] = {}
     async with ctx.database("t") as dsn:
@@ -128,6 +166,9 @@ async def run(ctx: Context, run_no: int) -> dict[str, float]:
                 out.update(await _event_latency(ctx, http, api.base_url, conn))
             finally:
                 await conn.close()
+    out["drain_none_jobs_per_s"] = await _drain(ctx, 0)
+    out["drain_sleepers_jobs_per_s"] = await _drain(ctx, ctx.n(1_000_000, 20_000))
+    out["drain_ratio"] = out["drain_sleepers_jobs_per_s"] / out["drain_none_jobs_per_s"]
     return out
 
 
