@@ -57,6 +57,7 @@ from shared.domain.workflows import (
     WorkflowStatus,
     WorkflowStep,
     WorkflowStepState,
+    event_key_problem,
 )
 
 __all__ = [
@@ -444,9 +445,7 @@ class PostEventRequest(Request):
     payload: Object | None = None
 
     def checked_key(self) -> str:
-        problem = "key must not contain NUL" if "\x00" in self.key else None
-        if len(self.key.encode(errors="surrogateescape")) > MAX_EVENT_KEY_BYTES:
-            problem = f"key must be 1 to {MAX_EVENT_KEY_BYTES} bytes"
+        problem = event_key_problem(self.key, template=False)
         if problem:
             raise ValidationFailed(problem)
         return self.key

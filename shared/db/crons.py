@@ -23,6 +23,7 @@ from shared.domain.jobs import (
     check_queue_name,
     check_task_name,
     resolve_partial,
+    utc_text,
 )
 from shared.domain.paging import ListQuery, Page
 from shared.domain.workflows import WorkflowDefinition, normalise
@@ -123,9 +124,7 @@ async def resume(pool: Pool, tenant: str, cron_id: str) -> None:
 StartWorkflow = Callable[[Connection, "str | None", WorkflowDefinition], Awaitable[str]]
 
 
-async def fire_due(
-    pool: Pool, default_queue: str, batch: int, start_workflow: StartWorkflow | None = None
-) -> int:
+async def fire_due(pool: Pool, default_queue: str, batch: int, start_workflow: StartWorkflow) -> int:
     """Fire every due schedule once, in one transaction: the job (with a per-occurrence
     idempotency key, so no occurrence is enqueued twice even across a crash) or the workflow
     (`start_workflow`, named `<schedule>@<occurrence>`), and the next alarm. Missed occurrences
@@ -135,8 +134,6 @@ async def fire_due(
         for row in await conn.fetch(Q.due_crons, batch):
             due: datetime = row["next_run_at"]
             if row["workflow"] is not None:
-                if start_workflow is None:
-                    continue  # (a caller that cannot start workflows leaves it to one that can)
                 definition = msgspec.convert(row["workflow"], WorkflowDefinition)
                 named = msgspec.structs.replace(definition, name=cron.occurrence_name(row["name"], due))
                 wf_id = await start_workflow(conn, row["tenant_id"], named)
@@ -153,7 +150,7 @@ async def fire_due(
                 metadata={
                     "cron_id": row["id"],
                     "cron_name": row["name"],
-                    "cron_due_at": due.astimezone(UTC).isoformat().replace("+00:00", "Z"),
+                    "cron_due_at": utc_text(due),
                 },
                 idempotency_key=f"cron:{row['id']}:{int(due.timestamp())}",
             )

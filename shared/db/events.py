@@ -25,7 +25,7 @@ async def post_event(
     return event_id, int(delivered or 0)
 
 
-async def take_kept_event(conn: Connection, tenant: str, key: str) -> Object | None:
+async def latest_kept_event(conn: Connection, tenant: str, key: str) -> Object | None:
     """For a step that starts waiting (under its workflow's lock, in the advancer's transaction):
     the payload of the key's newest kept event, or None (the step then waits). Takes the key's
     lock, so an event committed concurrently is seen either here or by its own delivery."""

@@ -82,15 +82,15 @@ async def insert_jobs(db: Executor, tenant: str | None, jobs: Sequence[NewJob]) 
     the tenant already used gets the original job's id and inserts nothing; so does one whose unique
     key another job holds (migration 13's trigger decides), which gets the holder's id."""
     if not any(j.config.unique for j in jobs):
-        return await _insert_jobs(db, tenant, jobs)
+        return await _insert_jobs(db, tenant, jobs, unique=False)
     # The holders are read in the insert's own transaction: it has locked their keys' rows, so no
     # other writer can take a key over between the insert and the answer.
     if isinstance(db, asyncpg.Pool):
         async with transaction(db) as conn:
-            return await _insert_jobs(conn, tenant, jobs)
+            return await _insert_jobs(conn, tenant, jobs, unique=True)
     conn = cast(Connection, db)
     async with conn.transaction():  # a savepoint when the caller's transaction is open
-        return await _insert_jobs(conn, tenant, jobs)
+        return await _insert_jobs(conn, tenant, jobs, unique=True)
 
 
 def _lock_order(job: NewJob) -> str:
@@ -99,9 +99,11 @@ def _lock_order(job: NewJob) -> str:
     return job.config.unique.key if job.config.unique else ""
 
 
-async def _insert_jobs(db: Executor, tenant: str | None, given: Sequence[NewJob]) -> list[uuid.UUID]:
+async def _insert_jobs(
+    db: Executor, tenant: str | None, given: Sequence[NewJob], *, unique: bool
+) -> list[uuid.UUID]:
     ids = new_job_ids(len(given))
-    ordered = len(given) > 1 and any(j.config.unique for j in given)
+    ordered = unique and len(given) > 1
     order = sorted(range(len(given)), key=lambda n: _lock_order(given[n])) if ordered else []
     jobs = [given[n] for n in order] if ordered else given
     ids = [ids[n] for n in order] if ordered else ids

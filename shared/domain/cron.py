@@ -23,7 +23,7 @@ from croniter import croniter
 from msgspec import Struct
 
 from shared.domain.errors import ValidationFailed
-from shared.domain.jobs import Object, PartialJobConfig
+from shared.domain.jobs import Object, PartialJobConfig, utc_text
 from shared.domain.workflows import WorkflowDefinition
 
 
@@ -160,4 +160,4 @@ class CronSchedule(Struct, frozen=True, kw_only=True, omit_defaults=True):
 
 def occurrence_name(schedule_name: str, due: datetime) -> str:
     """The name of the workflow a schedule's occurrence starts: `<schedule name>@<occurrence>`."""
-    return f"{schedule_name}@{due.astimezone(UTC).isoformat().replace('+00:00', 'Z')}"
+    return f"{schedule_name}@{utc_text(due)}"

@@ -276,6 +276,11 @@ def instant(name: str, value: datetime | None) -> datetime | None:
     return value
 
 
+def utc_text(at: datetime) -> str:
+    """An instant as the API writes it: RFC 3339 in UTC with `Z`."""
+    return at.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
 def check_queue_name(name: str) -> str:
     """Wherever a queue is named (a job, a batch item, a step, a cron schedule, a lease, a pause):
     1 to 128 bytes of UTF-8 with no whitespace and no control characters."""

@@ -279,13 +279,14 @@ def _validate_condition(step: str, cond: StepCondition, where: str) -> None:
         _validate_condition(step, member, where)
 
 
-def event_key_problem(key: str) -> str | None:
-    """What is wrong with an event key (or a key template), or None."""
+def event_key_problem(key: str, *, template: bool = True) -> str | None:
+    """What is wrong with an event key, or None; a `template` (a wait's key) also has its
+    placeholders checked (an event's posted key is taken as it is)."""
     if not 1 <= len(key.encode(errors="surrogateescape")) <= MAX_EVENT_KEY_BYTES:
         return f"key must be 1 to {MAX_EVENT_KEY_BYTES} bytes"
     if "\x00" in key:
         return "key must not contain NUL"
-    if "{{" in _PLACEHOLDER.sub("", key) or "}}" in _PLACEHOLDER.sub("", key):
+    if (template and "{{" in _PLACEHOLDER.sub("", key)) or "}}" in _PLACEHOLDER.sub("", key):
         return "a placeholder is written {{context.path}}"
     return None
 

@@ -12,7 +12,7 @@ step may run, what a failure policy does, how a workflow ends) are the domain's
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 
 import structlog
 
@@ -20,7 +20,7 @@ from shared.db import events as events_db
 from shared.db import jobs as jobs_db
 from shared.db import workflows as workflows_db
 from shared.db.pool import Connection, Pool, transaction
-from shared.domain.jobs import JobStatus, NewJob, Object, resolve_partial
+from shared.domain.jobs import JobStatus, NewJob, Object, resolve_partial, utc_text
 from shared.domain.workflows import (
     CONDITION_NOT_MET,
     EVENT_TIMEOUT,
@@ -295,7 +295,7 @@ class Advancement:
             await self._fail(step, str(err))
             return
         tenant = self.run.tenant_id or ""
-        kept = await events_db.take_kept_event(self.conn, tenant, key)
+        kept = await events_db.latest_kept_event(self.conn, tenant, key)
         if kept is not None:
             await workflows_db.arm_step(self.conn, self.run.id, step)
             await self._complete(step, kept)
@@ -361,8 +361,7 @@ class Advancement:
 def _instant(value: object) -> str:
     """An instant as the API writes it (RFC 3339, UTC, `Z`), from a datetime or the ISO text a
     jsonb copy of a timestamptz holds."""
-    at = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
-    return at.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    return utc_text(value if isinstance(value, datetime) else datetime.fromisoformat(str(value)))
 
 
 async def create_workflow(
