@@ -12,6 +12,7 @@ step may run, what a failure policy does, how a workflow ends) are the domain's
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 
 import structlog
@@ -20,6 +21,7 @@ from shared.db import events as events_db
 from shared.db import jobs as jobs_db
 from shared.db import workflows as workflows_db
 from shared.db.pool import Connection, Pool, transaction
+from shared.db.workflows import PendingWrites
 from shared.domain.jobs import JobStatus, NewJob, Object, resolve_partial, utc_text
 from shared.domain.workflows import (
     CONDITION_NOT_MET,
@@ -51,21 +53,35 @@ log = structlog.get_logger("queueflow.workflow")
 class Advancement:
     """One workflow's state while its row lock is held."""
 
-    def __init__(self, conn: Connection, run: WorkflowRun, default_queue: str) -> None:
-        self.conn = conn
+    def __init__(
+        self, conn: Connection, run: WorkflowRun, default_queue: str, pending: PendingWrites | None = None
+    ) -> None:
+        self._conn = conn
         self.run = run
         self.steps = run.steps
         self.default_queue = default_queue
+        self.pending = pending  # an advancer batch's held-back writes (None: every write at once)
 
     @classmethod
-    async def load(cls, conn: Connection, wf_id: str, default_queue: str) -> Advancement | None:
+    async def load(
+        cls, conn: Connection, wf_id: str, default_queue: str, pending: PendingWrites | None = None
+    ) -> Advancement | None:
+        if pending:
+            await pending.flush(conn)
         run = await workflows_db.load_run(conn, wf_id)
-        return None if run is None else cls(conn, run, default_queue)
+        return None if run is None else cls(conn, run, default_queue, pending)
+
+    async def _db(self) -> Connection:
+        """The connection, for any read or write but the two that may be held back: those are
+        written first, so nothing reads past them."""
+        if self.pending:
+            await self.pending.flush(self._conn)
+        return self._conn
 
     # -- events ---------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        await workflows_db.set_running(self.conn, self.run.id)
+        await workflows_db.set_running(await self._db(), self.run.id)
         self.run.status = WorkflowStatus.RUNNING
 
     async def job_finished(
@@ -85,7 +101,7 @@ class Advancement:
                 step.fan_completed += 1
             else:
                 step.fan_failed += 1
-            await workflows_db.record_fan_progress(self.conn, self.run.id, step)
+            await workflows_db.record_fan_progress(await self._db(), self.run.id, step)
             if step.fan_completed + step.fan_failed == step.fan_total:
                 await self._finish_fan_out(step)
             return
@@ -107,7 +123,7 @@ class Advancement:
         ):
             return
         if outcome == WorkflowStatus.COMPLETED:
-            child = await workflows_db.child_status(self.conn, child_id)
+            child = await workflows_db.child_status(await self._db(), child_id)
             context = child[1] if child else {}
             await self._complete(step, {k: v for k, v in context.items() if k != "_parent"})
         else:
@@ -139,22 +155,22 @@ class Advancement:
             if step.status is not StepStatus.RUNNING:
                 continue
             if step.child_workflow_id is not None:
-                child = await workflows_db.child_status(self.conn, step.child_workflow_id)
+                child = await workflows_db.child_status(await self._db(), step.child_workflow_id)
                 if child is not None and child[0].terminal:
                     await self.child_finished(step.name, step.child_workflow_id, child[0])
             elif step.fan_total is not None:
                 children = await workflows_db.fan_out_children(
-                    self.conn, self.run.id, step.name, step.attempt
+                    await self._db(), self.run.id, step.name, step.attempt
                 )
                 step.fan_completed = sum(status is JobStatus.COMPLETED for status, _ in children)
                 step.fan_failed = sum(
                     status in (JobStatus.FAILED, JobStatus.CANCELLED) for status, _ in children
                 )
-                await workflows_db.record_fan_progress(self.conn, self.run.id, step)
+                await workflows_db.record_fan_progress(await self._db(), self.run.id, step)
                 if step.fan_completed + step.fan_failed == step.fan_total:
                     await self._finish_fan_out(step)
             elif step.job_id is not None:
-                outcome = await workflows_db.job_outcome(self.conn, step.job_id)
+                outcome = await workflows_db.job_outcome(await self._db(), step.job_id)
                 if outcome is not None and outcome[0].terminal:
                     status, result, error = outcome
                     await self.job_finished(step.name, step.attempt, step.job_id, status, result, error)
@@ -207,11 +223,11 @@ class Advancement:
     async def _schedule_tasks(self, steps: list[StepRun]) -> None:
         """One job per step, inserted by one statement, and the steps marked in one round trip."""
         ids = await jobs_db.insert_jobs(
-            self.conn, self.run.tenant_id, [self._job(s, s.attempt + 1) for s in steps]
+            await self._db(), self.run.tenant_id, [self._job(s, s.attempt + 1) for s in steps]
         )
         for step, job_id in zip(steps, ids, strict=True):
             step.scheduled(step.attempt + 1, job_id=job_id)
-        await workflows_db.mark_scheduled(self.conn, self.run.id, steps)
+        await workflows_db.mark_scheduled(await self._db(), self.run.id, steps)
 
     def _job(
         self, step: StepRun, attempt: int, extra: Object | None = None, fan: tuple[int, int] | None = None
@@ -256,9 +272,9 @@ class Advancement:
             self._job(step, attempt, {key: item, "_index": i}, (i, len(items)))
             for i, item in enumerate(items)
         ]
-        ids = await jobs_db.insert_jobs(self.conn, self.run.tenant_id, jobs) if jobs else []
+        ids = await jobs_db.insert_jobs(await self._db(), self.run.tenant_id, jobs) if jobs else []
         step.scheduled(attempt, job_id=ids[0] if ids else None, fan_total=len(items))
-        await workflows_db.mark_scheduled(self.conn, self.run.id, [step])
+        await workflows_db.mark_scheduled(await self._db(), self.run.id, [step])
         if not items:
             await self._complete(step, {"results": []})
 
@@ -266,7 +282,7 @@ class Advancement:
         if step.fan_failed:
             await self._fail(step, f"{step.fan_failed} of {step.fan_total} fan-out children failed")
             return
-        children = await workflows_db.fan_out_children(self.conn, self.run.id, step.name, step.attempt)
+        children = await workflows_db.fan_out_children(await self._db(), self.run.id, step.name, step.attempt)
         await self._complete(
             step, {"results": [result if result is not None else {} for _, result in children]}
         )
@@ -277,7 +293,7 @@ class Advancement:
         d = step.definition
         step.scheduled(attempt)
         wake, now = await workflows_db.arm_step(
-            self.conn, self.run.id, step, wake_at=d.sleep_until, wake_in_secs=d.sleep_secs
+            await self._db(), self.run.id, step, wake_at=d.sleep_until, wake_in_secs=d.sleep_secs
         )
         if wake is not None and wake <= now:
             await self._complete(step, {"slept_until": _instant(wake)})
@@ -291,17 +307,17 @@ class Advancement:
         try:
             key = resolve_event_key(spec.key, self.run.context)
         except ValueError as err:
-            await workflows_db.arm_step(self.conn, self.run.id, step)
+            await workflows_db.arm_step(await self._db(), self.run.id, step)
             await self._fail(step, str(err))
             return
         tenant = self.run.tenant_id or ""
-        kept = await events_db.latest_kept_event(self.conn, tenant, key)
+        kept = await events_db.latest_kept_event(await self._db(), tenant, key)
         if kept is not None:
-            await workflows_db.arm_step(self.conn, self.run.id, step)
+            await workflows_db.arm_step(await self._db(), self.run.id, step)
             await self._complete(step, kept)
             return
         await workflows_db.arm_step(
-            self.conn, self.run.id, step, wake_in_secs=step.definition.timeout_secs, event_key=key
+            await self._db(), self.run.id, step, wake_in_secs=step.definition.timeout_secs, event_key=key
         )
 
     async def _spawn_child(self, step: StepRun, attempt: int) -> None:
@@ -313,7 +329,7 @@ class Advancement:
             "_parent": self.run.context,
         }
         child_id = await workflows_db.insert_workflow(
-            self.conn,
+            await self._db(),
             self.run.tenant_id,
             definition,
             context,
@@ -321,8 +337,8 @@ class Advancement:
             depth=self.run.depth + 1,
         )
         step.scheduled(attempt, child_workflow_id=child_id)
-        await workflows_db.mark_scheduled(self.conn, self.run.id, [step])
-        child = await Advancement.load(self.conn, child_id, self.default_queue)
+        await workflows_db.mark_scheduled(await self._db(), self.run.id, [step])
+        child = await Advancement.load(self._conn, child_id, self.default_queue, self.pending)
         if child is not None:
             await child.start()
             await child.evaluate()
@@ -333,11 +349,14 @@ class Advancement:
         self, step: StepRun, status: StepStatus, error: str | None = None, skip_kind: SkipKind | None = None
     ) -> None:
         step.status, step.skip_kind = status, skip_kind
-        await workflows_db.finish_step(self.conn, self.run.id, step, error)
+        await workflows_db.finish_step(await self._db(), self.run.id, step, error)
 
     async def _complete(self, step: StepRun, result: Object) -> None:
         # The result is in the context before the step counts as completed: a join never sees less.
-        self.run.context = await workflows_db.complete_step(self.conn, self.run.id, step.name, result)
+        if self.pending is not None:
+            self.run.context = self.pending.complete_step(self.run, step.name, result)
+        else:
+            self.run.context = await workflows_db.complete_step(self._conn, self.run.id, step.name, result)
         step.status, step.skip_kind = StepStatus.COMPLETED, None
 
     async def _fail(self, step: StepRun, error: str) -> None:
@@ -345,17 +364,22 @@ class Advancement:
         log.info("workflow_step_failed", workflow_id=self.run.id, step=step.name, policy=step.on_failure)
         if step.on_failure is FailurePolicy.HALT:
             self.run.halted = True
-            await workflows_db.mark_halted(self.conn, self.run.id, f"step '{step.name}' failed: {error}")
-            await workflows_db.cancel_below(self.conn, self.run.id, HALTED)
+            await workflows_db.mark_halted(
+                await self._db(), self.run.id, f"step '{step.name}' failed: {error}"
+            )
+            await workflows_db.cancel_below(await self._db(), self.run.id, HALTED)
             for other in self.steps.values():
                 if not other.status.terminal:
                     other.status = StepStatus.CANCELLED
 
     async def _settle(self) -> None:
         status, error = settlement(self.steps.values(), self.run.halted)
-        if await workflows_db.finish_workflow(self.conn, self.run, status, error):
-            self.run.status = status
-            log.info("workflow_settled", workflow_id=self.run.id, status=status)
+        if self.pending is not None:
+            self.pending.finish_workflow(self.run, status, error)  # live and locked: it will settle
+        elif not await workflows_db.finish_workflow(self._conn, self.run, status, error):
+            return
+        self.run.status = status
+        log.info("workflow_settled", workflow_id=self.run.id, status=status)
 
 
 def _instant(value: object) -> str:
@@ -391,8 +415,36 @@ async def start_workflow(
 async def advance(conn: Connection, event: OutboxEvent, default_queue: str) -> None:
     """Apply one outbox event to its workflow (the caller holds the transaction)."""
     state = await Advancement.load(conn, event.workflow_id, default_queue)
-    if state is None:
-        return  # unknown or already terminal: nothing to do
+    if state is not None:  # None: unknown or already terminal, nothing to do
+        await _apply(state, event)
+
+
+async def advance_many(
+    conn: Connection, events: Sequence[OutboxEvent], runs: Mapping[str, WorkflowRun], default_queue: str
+) -> None:
+    """Apply a batch of outbox events in order, in the caller's transaction, which has locked and
+    loaded their live workflows (`runs`). The result is the same as one transaction per event: a
+    workflow's first event starts from its loaded state, and any later read of a workflow goes to
+    the database (a second event of the same workflow; and every event after a halt, which writes to
+    other workflows: it cancels the sub-workflows below). Step completions and settlements are held
+    back and written for the whole batch at once (PendingWrites), before any other statement."""
+    fresh = dict(runs)
+    pending = PendingWrites()
+    for event in events:
+        run = fresh.pop(event.workflow_id, None)
+        if run is not None:
+            state: Advancement | None = Advancement(conn, run, default_queue, pending)
+        else:
+            state = await Advancement.load(conn, event.workflow_id, default_queue, pending)
+        if state is None:
+            continue
+        await _apply(state, event)
+        if state.run.halted:
+            fresh.clear()
+    await pending.flush(conn)
+
+
+async def _apply(state: Advancement, event: OutboxEvent) -> None:
     if event.kind is OutboxKind.START:
         await state.start()
     elif event.kind is OutboxKind.JOB:

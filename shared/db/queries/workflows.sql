@@ -28,10 +28,24 @@ SELECT * FROM queueflow.workflows WHERE id = $1 AND tenant_id = $2 FOR UPDATE;
 SELECT * FROM queueflow.workflow_steps WHERE workflow_id = $1 ORDER BY idx;
 
 -- name: take_outbox
--- One outbox row for this advancer; others skip it. A row whose application keeps failing is
--- left aside after $1 (OUTBOX_ATTEMPTS) attempts (logged, visible in the table; its workflow is
--- failed) instead of blocking the rest.
-SELECT * FROM queueflow.workflow_outbox WHERE attempts < $1 ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED;
+-- One outbox row for this advancer ($2: that row, when given; else the oldest); others skip it. A
+-- row whose application keeps failing is left aside after $1 (OUTBOX_ATTEMPTS) attempts (logged,
+-- visible in the table; its workflow is failed) instead of blocking the rest.
+SELECT * FROM queueflow.workflow_outbox
+WHERE attempts < $1 AND ($2::bigint IS NULL OR id = $2)
+ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED;
+
+-- name: take_outbox_batch
+-- Up to $2 outbox rows, oldest first, that no other advancer holds (`take_outbox`, many at once).
+SELECT * FROM queueflow.workflow_outbox WHERE attempts < $1 ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED;
+
+-- name: lock_workflows
+-- Several workflows locked at once, in id order (two batches that share workflows lock them in the
+-- same order, so they queue rather than deadlock).
+SELECT * FROM queueflow.workflows WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE;
+
+-- name: workflows_steps
+SELECT * FROM queueflow.workflow_steps WHERE workflow_id = ANY($1::text[]) ORDER BY workflow_id, idx;
 
 -- name: outbox_failed
 -- Counts the attempt that took the row at `attempts` = $3. Another consumer may have taken the row
@@ -47,6 +61,9 @@ FROM queueflow.workflows WHERE id = $1 FOR UPDATE;
 
 -- name: delete_outbox
 DELETE FROM queueflow.workflow_outbox WHERE id = $1;
+
+-- name: delete_outbox_rows
+DELETE FROM queueflow.workflow_outbox WHERE id = ANY($1::bigint[]);
 
 -- name: set_workflow_running
 UPDATE queueflow.workflows SET status = 'running', started_at = COALESCE(started_at, now())
@@ -223,3 +240,34 @@ RETURNING workflow_id;
 -- When the next wake-up is due (one probe of workflow_steps_wake_idx), and the database's clock.
 SELECT (SELECT wake_at FROM queueflow.workflow_steps WHERE status = 'running' AND wake_at IS NOT NULL
         ORDER BY wake_at LIMIT 1) AS at, now() AS now;
+
+-- name: write_back
+-- An advancer batch's held-back writes (PendingWrites), one element of the JSON array $1 per
+-- workflow: {w: id, p: step results to merge into the context keyed by step name, s: those steps
+-- (marked completed), st: the status it settles in, e: its error} (p, s, st and e each optional).
+-- Each workflow row is written once, with its context and its settlement together; the settlement
+-- is guarded as `settle_workflow`'s is. Returns the workflows that settled.
+WITH d AS (
+    SELECT * FROM jsonb_to_recordset($1::jsonb) AS d(w text, p jsonb, s text[], st text, e text)
+), completed AS (
+    UPDATE queueflow.workflow_steps s
+    SET status = 'completed', skip_kind = NULL, error = NULL, completed_at = now(),
+        started_at = COALESCE(s.started_at, now())
+    FROM d WHERE s.workflow_id = d.w AND s.name = ANY(d.s)
+)
+UPDATE queueflow.workflows w
+SET context = CASE WHEN d.p IS NULL THEN w.context ELSE w.context || d.p END,
+    status = CASE WHEN settles THEN d.st ELSE w.status END,
+    completed_at = CASE WHEN settles THEN now() ELSE w.completed_at END,
+    error_message = CASE WHEN settles THEN COALESCE(d.e, w.error_message) ELSE w.error_message END
+FROM d, queueflow.workflows old, LATERAL (
+    SELECT d.st IS NOT NULL AND old.status IN ('created', 'running') AS settles
+) g
+WHERE w.id = d.w AND old.id = d.w
+RETURNING w.id, g.settles, w.status, w.parent_workflow_id, w.parent_step_name;
+
+-- name: insert_child_outbox
+-- A `child` outbox row for each parent whose sub-workflow ended: $1 parents, $2 their steps, $3
+-- the outcomes, $4 the sub-workflows.
+INSERT INTO queueflow.workflow_outbox (workflow_id, kind, step_name, outcome, child_workflow_id)
+SELECT p, 'child', s, o, c FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS t(p, s, o, c);
