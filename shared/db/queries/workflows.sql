@@ -190,6 +190,13 @@ LIMIT $2
 RETURNING workflow_id;
 
 -- name: watch_workflow
+-- Register a stream and flag the workflow and its steps, so that their changes are announced
+-- (migration 0019).
+WITH flagged AS (
+    UPDATE queueflow.workflows SET watched = true WHERE id = $1 AND NOT watched
+), flagged_steps AS (
+    UPDATE queueflow.workflow_steps SET watched = true WHERE workflow_id = $1 AND NOT watched
+)
 INSERT INTO queueflow.workflow_watchers (workflow_id, expires_at) VALUES ($1, now() + make_interval(secs => $2))
 RETURNING id;
 
