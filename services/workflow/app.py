@@ -4,11 +4,14 @@ to any base app."""
 
 from __future__ import annotations
 
+import functools
+
 from aiohttp import web
 
 from services.workflow.advancer import Advancer
 from services.workflow.timers import Timers
 from shared.config import Settings
+from shared.runtime.advance import advance_many
 from shared.runtime.app import background, base_app
 from shared.runtime.keys import DATABASE, SETTINGS
 
@@ -21,9 +24,14 @@ def _advancer(app: web.Application) -> Advancer:
     return Advancer(app[DATABASE], settings.default_queue, settings.worker_poll_secs)
 
 
+def _timers(app: web.Application) -> Timers:
+    apply_many = functools.partial(advance_many, default_queue=app[SETTINGS].default_queue)
+    return Timers(app[DATABASE], apply_many)
+
+
 def setup(app: web.Application) -> None:
     app.cleanup_ctx.append(background(ADVANCER, _advancer, "advancer_started"))
-    app.cleanup_ctx.append(background(TIMERS, lambda app: Timers(app[DATABASE]), "workflow_timers_started"))
+    app.cleanup_ctx.append(background(TIMERS, _timers, "workflow_timers_started"))
 
 
 def create_app(settings: Settings) -> web.Application:

@@ -345,6 +345,32 @@ async def arm_step(
     return row["wake_at"], row["now"]
 
 
+async def apply_due_wake_ups(pool: Pool, apply_many: ApplyMany, limit: int) -> int:
+    """Take up to `limit` due wake-ups with their workflows (`take_due_wake_ups`) and `apply_many`
+    them as `timer` events in the same transaction: no outbox row written, taken and deleted for
+    each. Returns how many were taken. When applying raises, the transaction rolls back and the
+    error propagates; the wake-ups are still due, for `fire_due_timers` (the outbox, with its
+    counted attempts) to take."""
+    async with pool.acquire() as conn, conn.transaction():
+        rows = await conn.fetch(Q.take_due_wake_ups, limit)
+        if not rows:
+            return 0
+        events = [
+            OutboxEvent(
+                id=0,  # never stored
+                workflow_id=r["workflow_id"],
+                kind=OutboxKind.TIMER,
+                step_name=r["name"],
+                step_attempt=r["attempt"],
+                result={"wake_at": r["wake_at"]},
+            )
+            for r in rows
+        ]
+        runs = await load_runs(conn, sorted({e.workflow_id for e in events}))
+        await apply_many(conn, events, runs)
+    return len(rows)
+
+
 async def fire_due_timers(pool: Pool, batch: int) -> int:
     """Turn due wake-ups into `timer` outbox rows (each exactly once, across processes)."""
     return len(await pool.fetch(Q.fire_due_timers, batch))

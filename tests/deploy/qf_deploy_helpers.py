@@ -526,9 +526,10 @@ def check_deployment_selectors(rendered: Rendered) -> None:
 
 def check_pools(rendered: Rendered, secret: dict[str, Any] | None = None) -> None:
     """Every in-process handler can reach the database at once, plus two for the claim loop and
-    the probes; every advancer consumer can hold a connection for its transaction, plus two for
+    the probes; every advancer consumer and timer lane can hold a connection for its transaction, plus two for
     /health, /ready and /metrics (probes time out after 2 s waiting for one)."""
     from services.workflow.advancer import CONSUMERS
+    from services.workflow.timers import LANES
 
     for deployment, container in serve_containers(rendered):
         settings = settings_of(rendered, deployment, container, secret)
@@ -538,7 +539,7 @@ def check_pools(rendered: Rendered, secret: dict[str, Any] | None = None) -> Non
             handlers = settings.workers * len(settings.worker_queues)
             assert settings.max_db_connections >= handlers + 2, name
         if settings.runs("workflow"):
-            assert settings.max_db_connections >= CONSUMERS + 2, name
+            assert settings.max_db_connections >= CONSUMERS + LANES + 2, name
 
 
 def hpa_for(rendered: Rendered, deployment: dict[str, Any]) -> dict[str, Any] | None:

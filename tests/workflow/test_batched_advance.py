@@ -117,3 +117,34 @@ async def _wait_scheduled(client, wf_id: str, name: str) -> None:
         return (await steps(client, wf_id))[name]["status"] == "running" or None
 
     await eventually(scheduled, timeout=20, interval=0.05, message=f"{name} of {wf_id} scheduled")
+
+
+async def test_a_wake_up_that_cannot_be_applied_goes_through_the_outbox_and_the_rest_wake(api):
+    """The timers apply due wake-ups in batches where they take them; a batch that raises rolls
+    back and its wake-ups become `timer` outbox rows, where the bad one is counted and set aside
+    alone."""
+    client = await api()
+    pool = database_of(client).pool
+    nap = {"name": "nap", "sleep_secs": 3600}
+    poisoned = await create(
+        client, [nap, manual("b", after=["nap"], when={"path": "x", "op": "exists"})], name="poisoned-nap"
+    )
+    deep = '{"not": ' * 3000 + '{"path": "x", "op": "exists"}' + "}" * 3000
+    await pool.execute(
+        "UPDATE queueflow.workflow_steps SET definition = jsonb_set(definition, '{when}', $2::text::jsonb)"
+        " WHERE workflow_id = $1 AND name = 'b'",
+        poisoned,
+        deep,
+    )
+    healthy = [await create(client, [nap, manual("b", after=["nap"])], name=f"n{i}") for i in range(6)]
+    await pool.execute("UPDATE queueflow.workflow_steps SET wake_at = now() WHERE wake_at IS NOT NULL")
+
+    await api(mode="workflow")
+
+    failed = await wait_status(client, poisoned, "failed")
+    assert failed["error_message"].startswith("workflow advancement failed: RecursionError")
+    for wf_id in healthy:
+        await _wait_scheduled(client, wf_id, "b")
+        assert statuses(await steps(client, wf_id)) == {"nap": "completed", "b": "running"}
+    left = await pool.fetch("SELECT workflow_id, kind, attempts FROM queueflow.workflow_outbox")
+    assert [(r["workflow_id"], r["kind"], r["attempts"]) for r in left] == [(poisoned, "timer", 5)]

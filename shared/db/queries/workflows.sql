@@ -243,6 +243,24 @@ INSERT INTO queueflow.workflow_outbox (workflow_id, kind, step_name, step_attemp
 SELECT workflow_id, 'timer', name, attempt, jsonb_build_object('wake_at', wake_at) FROM due
 RETURNING workflow_id;
 
+-- name: take_due_wake_ups
+-- Up to $1 due wake-ups whose step and workflow no other transaction holds (SKIP LOCKED on both:
+-- this takes the step before the workflow, so it must not wait for either), cleared as
+-- `fire_due_timers` clears them; the caller applies them at once, as `timer` rows, under the
+-- workflow locks taken here. Due wake-ups left out (their workflow was busy) go through the outbox.
+WITH due AS (
+    SELECT s.workflow_id, s.name, s.attempt, s.wake_at
+    FROM queueflow.workflow_steps s JOIN queueflow.workflows w ON w.id = s.workflow_id
+    WHERE s.status = 'running' AND s.wake_at <= now()
+    ORDER BY s.wake_at
+    LIMIT $1
+    FOR UPDATE OF s, w SKIP LOCKED
+), cleared AS (
+    UPDATE queueflow.workflow_steps s SET wake_at = NULL, event_key = NULL
+    FROM due WHERE s.workflow_id = due.workflow_id AND s.name = due.name
+)
+SELECT * FROM due;
+
 -- name: next_wake_up
 -- When the next wake-up is due (one probe of workflow_steps_wake_idx), and the database's clock.
 SELECT (SELECT wake_at FROM queueflow.workflow_steps WHERE status = 'running' AND wake_at IS NOT NULL

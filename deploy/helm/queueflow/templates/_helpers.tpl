@@ -11,7 +11,7 @@ api janitor workflow worker
 {{- define "queueflow.poolSizes" -}}
 api: 10
 janitor: 4
-workflow: 6
+workflow: 9
 worker: 12
 {{- end }}
 
