@@ -63,3 +63,24 @@ func ExampleClient_JobEvents() {
 		fmt.Println(job.Status)
 	}
 }
+
+func ExampleClient_CreateCron() {
+	client := queueflow.NewClient("http://localhost:8000", "tenant-key")
+	ctx := context.Background()
+	// Each night at 02:00 Berlin time, start the ETL workflow (named nightly-etl@<occurrence>).
+	etl := queueflow.CreateWorkflowRequest{Name: "etl", Steps: []queueflow.WorkflowStep{
+		{Name: "extract", TaskName: "etl.extract", Queue: "etl"},
+		{Name: "load", TaskName: "etl.load", Queue: "etl", DependsOn: []string{"extract"}},
+	}}
+	created, err := client.CreateCron(ctx, queueflow.CreateCronRequest{
+		Name: "nightly-etl", CronExpr: "0 2 * * *", Timezone: "Europe/Berlin", Workflow: &etl,
+	})
+	if err != nil {
+		fmt.Println("create:", err)
+		return
+	}
+	schedule, err := client.GetCron(ctx, created.CronID)
+	if err == nil && schedule.Workflow != nil {
+		fmt.Println(schedule.Name, "starts", schedule.Workflow.Name, "next at", schedule.NextRunAt)
+	}
+}

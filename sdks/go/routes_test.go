@@ -453,6 +453,96 @@ func TestCronTimezone(t *testing.T) {
 	}
 }
 
+// A workflow schedule as the server answers it (shared/domain/cron.py CronSchedule, its workflow
+// stored normalised): no task_name, each step's defaults filled in, and a field this SDK does not
+// know.
+const workflowSchedule = `{"id": "c1", "name": "nightly", "cron_expr": "0 2 * * *", "enabled": true,
+	"next_run_at": "2026-12-04T02:00:00Z", "created_at": "2026-12-03T00:00:00Z", "future": 1,
+	"workflow": {"name": "etl", "steps": [
+		{"name": "extract", "task_name": "etl.extract", "depends_on": [], "payload": {"full": true},
+		 "config": {"priority": 3}, "on_failure": "halt", "on_success": "continue", "metadata": {}, "queue": "etl"},
+		{"name": "nap", "depends_on": ["extract"], "payload": {}, "on_failure": "halt", "on_success": "continue",
+		 "metadata": {}, "sleep_secs": 60},
+		{"name": "load", "task_name": "etl.load", "depends_on": ["nap"], "payload": {}, "on_failure": "halt",
+		 "on_success": "continue", "metadata": {}, "when": {"op": "exists", "path": "extract.rows"}}],
+	 "context": {"day": "today"}, "metadata": {}}}`
+
+// A schedule that starts a workflow goes out with Workflow and no task_name, and comes back (by
+// GetCron and ListCrons) with Workflow decoded and TaskName nil; a task schedule beside it keeps
+// its TaskName and has no Workflow.
+func TestCronWorkflow(t *testing.T) {
+	var seen []recorded
+	plain := `{"id": "c2", "name": "remind", "cron_expr": "* * * * *", "task_name": "remind", "enabled": true,
+		"next_run_at": "2026-12-04T02:00:00Z", "created_at": "2026-12-03T00:00:00Z"}`
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec := recorded{method: r.Method, path: r.URL.EscapedPath()}
+		if r.Body != nil {
+			json.NewDecoder(r.Body).Decode(&rec.body)
+		}
+		seen = append(seen, rec)
+		w.Header().Set("Content-Type", "application/json")
+		switch {
+		case r.Method == http.MethodPost:
+			w.WriteHeader(http.StatusCreated)
+			w.Write([]byte(`{"cron_id": "c1"}`))
+		case r.URL.Path == "/api/v1/cron/c1":
+			w.Write([]byte(workflowSchedule))
+		default:
+			w.Write([]byte(`{"crons": [` + workflowSchedule + `, ` + plain + `], "limit": 50, "offset": 0, "has_more": false}`))
+		}
+	}))
+	defer srv.Close()
+	ctx := context.Background()
+	c := NewClient(srv.URL, "tenant")
+	definition := CreateWorkflowRequest{Name: "etl", Steps: []WorkflowStep{
+		{Name: "extract", TaskName: "etl.extract", Queue: "etl"},
+		SleepStep("nap", 60, "extract"),
+	}}
+	req := CreateCronRequest{Name: "nightly", CronExpr: "0 2 * * *", Workflow: &definition, Timezone: "Europe/Berlin"}
+	if _, err := c.CreateCron(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.GetCron(ctx, "c1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := c.ListCrons(ctx, ListParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent, _ := json.Marshal(seen[0].body)
+	want := `{"cron_expr":"0 2 * * *","name":"nightly","timezone":"Europe/Berlin","workflow":{"name":"etl",` +
+		`"steps":[{"name":"extract","queue":"etl","task_name":"etl.extract"},` +
+		`{"depends_on":["extract"],"name":"nap","sleep_secs":60}]}}`
+	if string(sent) != want {
+		t.Errorf("create body\n got %s\nwant %s", sent, want)
+	}
+	if got.TaskName != nil {
+		t.Errorf("task_name %q on a workflow schedule", *got.TaskName)
+	}
+	wf := got.Workflow
+	if wf == nil || wf.Name != "etl" || len(wf.Steps) != 3 || fmt.Sprint(wf.Context) != "map[day:today]" {
+		t.Fatalf("workflow %+v", wf)
+	}
+	extract, nap, load := wf.Steps[0], wf.Steps[1], wf.Steps[2]
+	if extract.TaskName != "etl.extract" || extract.Queue != "etl" || extract.OnFailure != "halt" ||
+		extract.DependsOn == nil || len(extract.DependsOn) != 0 || extract.Config == nil || *extract.Config.Priority != 3 {
+		t.Errorf("extract %+v", extract)
+	}
+	if nap.SleepSecs != 60 || nap.TaskName != "" || fmt.Sprint(nap.DependsOn) != "[extract]" {
+		t.Errorf("nap %+v", nap)
+	}
+	if load.When == nil || load.When.Op != "exists" || load.When.Path != "extract.rows" {
+		t.Errorf("load %+v", load)
+	}
+	if len(list.Crons) != 2 || list.Crons[0].Workflow == nil || len(list.Crons[0].Workflow.Steps) != 3 {
+		t.Fatalf("listed %+v", list.Crons)
+	}
+	if p := list.Crons[1]; p.TaskName == nil || *p.TaskName != "remind" || p.Workflow != nil {
+		t.Errorf("the task schedule listed as %+v", p)
+	}
+}
+
 // Sleep and wait-for-event steps go out with only their own fields (a task step's are left out),
 // and a waiting step's state decodes its WakeAt and EventKey.
 func TestDurableTimeSteps(t *testing.T) {

@@ -623,7 +623,7 @@ type ListEventsResponse struct {
 	Events []Event `json:"events"`
 }
 
-// --- cron ---
+// --- worker keys ---
 
 // CreateWorkerKeyRequest is the body of POST /api/v1/worker-keys: no Queues is every queue, no
 // ExpiresAt never expires.
@@ -686,11 +686,14 @@ type ListLimitsResponse struct {
 	Limits []LimitPolicy `json:"limits"`
 }
 
-// CreateCronRequest is the body of POST /api/v1/cron.
+// --- cron ---
+
+// CreateCronRequest is the body of POST /api/v1/cron: a schedule of a task (TaskName, with
+// optional Payload, Queue and Config) or, an extension, of a workflow (Workflow). Exactly one of
+// TaskName and Workflow: the server answers 400 to both or neither.
 type CreateCronRequest struct {
 	Name     string         `json:"name"`
 	CronExpr string         `json:"cron_expr"`
-	TaskName string         `json:"task_name"`
 	Payload  map[string]any `json:"payload,omitempty"`
 	Queue    string         `json:"queue,omitempty"`
 	Config   *JobConfig     `json:"config,omitempty"`
@@ -698,6 +701,13 @@ type CreateCronRequest struct {
 	// whose wall clock CronExpr is read on; left out when empty, and the server reads it in UTC.
 	// An unknown name is a 400.
 	Timezone string `json:"timezone,omitempty"`
+	// TaskName is the task each occurrence enqueues; left out when empty (a workflow schedule).
+	TaskName string `json:"task_name,omitempty"`
+	// Workflow (an extension) is the workflow each occurrence starts, a definition as
+	// CreateWorkflow takes it, named "<Name>@<occurrence>" (nightly@2026-12-04T02:00:00Z); its
+	// steps carry their own payload, queue and config, so the schedule has none. Left out when nil
+	// (a task schedule).
+	Workflow *CreateWorkflowRequest `json:"workflow,omitempty"`
 }
 
 // CreateCronResponse answers a cron creation.
@@ -705,12 +715,12 @@ type CreateCronResponse struct {
 	CronID string `json:"cron_id"`
 }
 
-// CronSchedule is a cron schedule as the server reports it.
+// CronSchedule is a cron schedule as the server reports it: TaskName for a task schedule,
+// Workflow for one that starts a workflow; the other is nil.
 type CronSchedule struct {
 	ID             string         `json:"id"`
 	Name           string         `json:"name"`
 	CronExpr       string         `json:"cron_expr"`
-	TaskName       string         `json:"task_name"`
 	Enabled        bool           `json:"enabled"`
 	NextRunAt      time.Time      `json:"next_run_at"`
 	CreatedAt      time.Time      `json:"created_at"`
@@ -727,6 +737,13 @@ type CronSchedule struct {
 	// time.Local when that has the same offset then), not the IANA zone: for the zone itself use
 	// time.LoadLocation(*Timezone).
 	NextRunLocal *time.Time `json:"next_run_local,omitempty"`
+	// TaskName is the task each occurrence enqueues; nil for a schedule that starts a workflow.
+	TaskName *string `json:"task_name,omitempty"`
+	// Workflow is the workflow each occurrence starts (an extension), as the server stored it:
+	// each step's defaults filled in (DependsOn [], Payload {}, OnFailure "halt", OnSuccess
+	// "continue", Metadata {}), and Context and Metadata {} when none was given. Nil for a task
+	// schedule.
+	Workflow *CreateWorkflowRequest `json:"workflow,omitempty"`
 }
 
 // ListCronsResponse answers GET /api/v1/cron.

@@ -18,6 +18,7 @@ from queueflow_sdk import (
     ApiError,
     Client,
     CreateJobRequest,
+    CreateWorkflowRequest,
     JobConfigRequest,
     JobContext,
     PermanentError,
@@ -412,6 +413,80 @@ async def run_durable_time(spec: dict[str, Any], env: dict[str, str]) -> None:
     )
 
 
+# --- raw_cron_workflow -------------------------------------------------------------------------------
+
+
+def schedule_summary(schedule: Any, queue: str) -> dict[str, Any] | None:
+    """A workflow schedule as this SDK decoded it, in the contract's summary shape."""
+    if schedule is None:
+        return None
+    wf = schedule.workflow
+    return {
+        "task_name": schedule.task_name,
+        "name": None if wf is None else wf.name,
+        "context": None if wf is None else wf.context,
+        "steps": None
+        if wf is None
+        else [
+            {
+                "name": step.name,
+                "task_name": step.task_name,
+                "depends_on": step.depends_on,
+                "payload": step.payload,
+                "sleep_secs": step.sleep_secs,
+                "on_failure": step.on_failure,
+                "our_queue": step.queue == queue,
+            }
+            for step in wf.steps
+        ],
+    }
+
+
+async def run_cron_workflow(spec: dict[str, Any], env: dict[str, str]) -> None:
+    """A schedule that starts a workflow beside a task schedule: get, list, see it fire, delete."""
+    queue = env["queue"]
+    definition = CreateWorkflowRequest(
+        name=spec["name"],
+        context=spec["context"],
+        steps=[
+            WorkflowStep(name="extract", task_name="conf.cron", payload=spec["payload"], queue=queue),
+            sleep_step("nap", int(spec["sleep_secs"]), depends_on=["extract"]),
+        ],
+    )
+    async with Client(env["base"], env["tenant"], worker_token=env["worker"]) as client:
+        created = await client.create_cron(name=spec["name"], cron_expr=spec["cron_expr"], workflow=definition)
+        task = await client.create_cron(
+            name="conf-cron-task", cron_expr="0 0 1 1 *", task_name="conf.cron", queue=queue
+        )
+        got = await client.get_cron(created.cron_id)
+        listed = await client.list_crons(limit=100)
+        fired = None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 20
+        while fired is None and loop.time() < deadline:
+            workflows = await client.list_workflows(limit=100)
+            fired = next((w for w in workflows.workflows if w.name.startswith(spec["name"] + "@")), None)
+            if fired is None:
+                await asyncio.sleep(0.2)
+        await client.delete_cron(created.cron_id)
+        await client.delete_cron(task.cron_id)
+        gone_status = None
+        try:
+            await client.get_cron(created.cron_id)
+        except ApiError as err:
+            gone_status = err.status
+    mine = next((c for c in listed.crons if c.id == created.cron_id), None)
+    plain = next((c for c in listed.crons if c.id == task.cron_id), None)
+    emit(
+        "cron_workflow_done",
+        got=schedule_summary(got, queue),
+        listed=schedule_summary(mine, queue),
+        plain=None if plain is None else {"task_name": plain.task_name, "has_workflow": plain.workflow is not None},
+        fired_context=None if fired is None else fired.context,
+        gone_status=gone_status,
+    )
+
+
 # --- main --------------------------------------------------------------------------------------------
 
 
@@ -436,6 +511,8 @@ async def main(scenario: dict[str, Any]) -> None:
         await run_unique(spec, env)
     elif mode == "raw_durable_time":
         await run_durable_time(spec, env)
+    elif mode == "raw_cron_workflow":
+        await run_cron_workflow(spec, env)
     else:
         raise SystemExit(f"unknown worker mode {mode!r}")
 

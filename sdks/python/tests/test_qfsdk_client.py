@@ -393,6 +393,77 @@ async def test_cron_timezone_goes_out_when_set_and_comes_back_with_the_local_nex
     assert listed.crons[1].timezone is None and listed.crons[1].next_run_local is None
 
 
+async def test_a_workflow_schedule_goes_out_without_a_task_and_comes_back_by_get_and_list(stub):
+    stub.routes[("POST", "/api/v1/cron")] = lambda r: web.json_response({"cron_id": "c1"}, status=201)
+    stored_workflow = {
+        "name": "etl",
+        "steps": [
+            {
+                "name": "extract",
+                "task_name": "etl.extract",
+                "depends_on": [],
+                "payload": {},
+                "on_failure": "halt",
+                "on_success": "continue",
+                "metadata": {},
+                "queue": "etl",
+            },
+            {
+                "name": "nap",
+                "depends_on": ["extract"],
+                "payload": {},
+                "on_failure": "halt",
+                "on_success": "continue",
+                "metadata": {},
+                "sleep_secs": 60,
+            },
+        ],
+        "context": {},
+        "metadata": {},
+    }
+    base = {
+        "cron_expr": "0 2 * * *",
+        "enabled": True,
+        "next_run_at": "2026-12-04T02:00:00Z",
+        "created_at": "2026-12-03T00:00:00Z",
+    }
+    scheduled = {**base, "id": "c1", "name": "nightly", "workflow": stored_workflow}
+    plain = {**base, "id": "c2", "name": "remind", "task_name": "remind", "queue_name": "q"}
+    stub.routes[("GET", "/api/v1/cron/c1")] = lambda r: web.json_response(scheduled)
+    stub.routes[("GET", "/api/v1/cron")] = lambda r: web.json_response(
+        {"crons": [scheduled, plain], "limit": 50, "offset": 0, "has_more": False}
+    )
+    definition = m.CreateWorkflowRequest(
+        name="etl",
+        steps=[
+            m.WorkflowStep(name="extract", task_name="etl.extract", queue="etl"),
+            m.sleep_step("nap", 60, depends_on=["extract"]),
+        ],
+    )
+    async with Client(stub.url, "tenant") as qf:
+        created = await qf.create_cron(name="nightly", cron_expr="0 2 * * *", workflow=definition)
+        got = await qf.get_cron("c1")
+        listed = await qf.list_crons()
+    assert created.cron_id == "c1"
+    assert stub.requests[0][3] == {
+        "name": "nightly",
+        "cron_expr": "0 2 * * *",
+        "workflow": {
+            "name": "etl",
+            "steps": [
+                {"name": "extract", "task_name": "etl.extract", "queue": "etl"},
+                {"name": "nap", "depends_on": ["extract"], "sleep_secs": 60},
+            ],
+        },
+    }
+    assert got.task_name is None and got.workflow is not None
+    assert [s.name for s in got.workflow.steps] == ["extract", "nap"]
+    assert got.workflow.steps[1].sleep_secs == 60 and got.workflow.steps[1].depends_on == ["extract"]
+    assert m.to_builtins(got.workflow) == stored_workflow
+    assert listed.crons[0] == got
+    assert listed.crons[1].task_name == "remind" and listed.crons[1].workflow is None
+
+
 async def test_sleep_and_wait_steps_go_out_as_the_server_reads_them_and_their_state_comes_back(stub):
     stub.routes[("POST", "/api/v1/workflows")] = lambda r: web.json_response({"workflow_id": "w1"}, status=201)
     stub.routes[("GET", "/api/v1/workflows/w1/steps")] = lambda r: web.json_response(

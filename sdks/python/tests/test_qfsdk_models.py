@@ -246,3 +246,52 @@ def test_a_workflow_echoes_its_sleep_and_wait_steps_typed():
     nap, wait = wf.steps
     assert nap.sleep_until == datetime(2026, 1, 3, tzinfo=UTC) and nap.task_name is None
     assert wait.wait_for_event == m.WaitForEvent(key="k:{{context.id}}") and wait.timeout_secs == 60
+
+
+# A workflow schedule as the server answers it (shared/domain/cron.py CronSchedule, its workflow
+# stored normalised): no task_name, the defaults of each step filled in.
+WORKFLOW_SCHEDULE = (
+    b'{"id":"c1","name":"nightly","cron_expr":"0 2 * * *","enabled":true,'
+    b'"next_run_at":"2026-12-04T02:00:00Z","created_at":"2026-12-03T00:00:00Z","workflow":{"name":"etl",'
+    b'"steps":[{"name":"extract","task_name":"etl.extract","depends_on":[],"payload":{"full":true},'
+    b'"config":{"priority":3},"on_failure":"halt","on_success":"continue","metadata":{},"queue":"etl"},'
+    b'{"name":"nap","depends_on":["extract"],"payload":{},"on_failure":"halt","on_success":"continue",'
+    b'"metadata":{},"sleep_secs":60},{"name":"load","task_name":"etl.load","depends_on":["nap"],"payload":{},'
+    b'"on_failure":"halt","on_success":"continue","metadata":{},"when":{"op":"exists","path":"extract.rows"}}],'
+    b'"context":{"day":"today"},"metadata":{}}}'
+)
+
+
+def test_a_workflow_schedule_decodes_with_its_workflow_typed_and_no_task_name():
+    cron = msgspec.json.decode(WORKFLOW_SCHEDULE, type=m.CronSchedule)
+    assert cron.task_name is None
+    assert cron.workflow is not None and cron.workflow.name == "etl"
+    assert cron.workflow.context == {"day": "today"} and cron.workflow.metadata == {}
+    extract, nap, load = cron.workflow.steps
+    assert extract.task_name == "etl.extract" and extract.queue == "etl" and extract.config == m.JobConfig(priority=3)
+    assert extract.depends_on == [] and extract.on_failure == "halt" and extract.payload == {"full": True}
+    assert nap.sleep_secs == 60 and nap.task_name is None and nap.depends_on == ["extract"]
+    assert load.when == m.StepCondition(op="exists", path="extract.rows")
+    # What was decoded encodes back to the server's answer.
+    assert msgspec.to_builtins(cron) == msgspec.json.decode(WORKFLOW_SCHEDULE)
+    # Unknown fields, at the schedule or inside its workflow, are ignored as everywhere else.
+    newer = WORKFLOW_SCHEDULE[:-2] + b',"future":1},"future":2}'
+    assert msgspec.json.decode(newer, type=m.CronSchedule) == cron
+
+
+def test_a_task_schedule_decodes_with_no_workflow_and_a_schedule_request_sends_one_of_the_two():
+    cron = msgspec.json.decode(
+        b'{"id":"c2","name":"n","cron_expr":"* * * * *","task_name":"t","enabled":true,'
+        b'"next_run_at":"2026-01-02T03:04:05Z","created_at":"2026-01-02T03:04:05Z"}',
+        type=m.CronSchedule,
+    )
+    assert cron.task_name == "t" and cron.workflow is None
+    assert "workflow" not in msgspec.to_builtins(cron)
+    definition = m.CreateWorkflowRequest(name="etl", steps=[m.WorkflowStep(name="a", task_name="etl.a")])
+    req = m.CreateCronRequest(name="nightly", cron_expr="0 2 * * *", workflow=definition, timezone="Europe/Berlin")
+    assert msgspec.json.decode(msgspec.json.encode(req)) == {
+        "name": "nightly",
+        "cron_expr": "0 2 * * *",
+        "workflow": {"name": "etl", "steps": [{"name": "a", "task_name": "etl.a"}]},
+        "timezone": "Europe/Berlin",
+    }

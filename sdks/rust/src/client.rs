@@ -341,7 +341,8 @@ impl Client {
 
     // --- cron -----------------------------------------------------------------------------------
 
-    /// `POST /api/v1/cron`: 409 when the name is taken.
+    /// `POST /api/v1/cron`: a task schedule ([`CreateCronRequest::for_task`]) or, an extension, a
+    /// workflow schedule ([`CreateCronRequest::for_workflow`]); 409 when the name is taken.
     pub async fn create_cron(&self, req: &CreateCronRequest) -> Result<CreateCronResponse> {
         self.json(self.post_json("/api/v1/cron", req)).await
     }

@@ -866,7 +866,7 @@ pub struct QueueControlResponse {
     pub running: i64,
 }
 
-// --- cron ---------------------------------------------------------------------------------------
+// --- worker keys --------------------------------------------------------------------------------
 
 /// `POST /api/v1/worker-keys`: `queues` None is every queue, `expires_at` (RFC 3339, in the
 /// future) None never expires.
@@ -942,13 +942,27 @@ pub struct ListLimitsResponse {
     pub limits: Vec<LimitPolicy>,
 }
 
-/// `POST /api/v1/cron`.
+// --- cron ---------------------------------------------------------------------------------------
+
+/// `POST /api/v1/cron`: a schedule of a task (`task_name`, with optional `payload`, `queue` and
+/// `config`) or, an extension, of a workflow (`workflow`). Exactly one of `task_name` and
+/// `workflow`: the server answers 400 to both or neither. [`CreateCronRequest::for_task`] and
+/// [`CreateCronRequest::for_workflow`] build either.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct CreateCronRequest {
     pub name: String,
-    /// Five-field cron expression, e.g. `*/5 * * * *`.
+    /// Five-field cron expression, e.g. `*/5 * * * *` (or six and seven fields with a leading
+    /// seconds field).
     pub cron_expr: String,
-    pub task_name: String,
+    /// The task each occurrence enqueues; None for a workflow schedule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_name: Option<String>,
+    /// An extension: the workflow each occurrence starts, a definition as
+    /// [`crate::Client::create_workflow`] takes it, named `<name>@<occurrence>`
+    /// (`nightly@2026-12-04T02:00:00Z`). Its steps carry their own payload, queue and config, so
+    /// the schedule has none. None for a task schedule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflow: Option<CreateWorkflowRequest>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub payload: Option<Object>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -962,17 +976,70 @@ pub struct CreateCronRequest {
     pub timezone: Option<String>,
 }
 
+impl CreateCronRequest {
+    /// A schedule `name` that enqueues a job of `task_name` at each occurrence of `cron_expr`.
+    pub fn for_task(name: impl Into<String>, cron_expr: impl Into<String>, task_name: impl Into<String>) -> Self {
+        CreateCronRequest {
+            name: name.into(),
+            cron_expr: cron_expr.into(),
+            task_name: Some(task_name.into()),
+            ..Default::default()
+        }
+    }
+
+    /// A schedule `name` that starts `workflow` at each occurrence of `cron_expr` (an extension).
+    pub fn for_workflow(
+        name: impl Into<String>,
+        cron_expr: impl Into<String>,
+        workflow: CreateWorkflowRequest,
+    ) -> Self {
+        CreateCronRequest {
+            name: name.into(),
+            cron_expr: cron_expr.into(),
+            workflow: Some(workflow),
+            ..Default::default()
+        }
+    }
+
+    /// Reads the expression on the wall clock of the IANA zone `timezone` (an extension).
+    pub fn timezone(mut self, timezone: impl Into<String>) -> Self {
+        self.timezone = Some(timezone.into());
+        self
+    }
+
+    /// A task schedule's payload, given to every job it enqueues.
+    pub fn payload(mut self, payload: Object) -> Self {
+        self.payload = Some(payload);
+        self
+    }
+
+    /// Routes a task schedule's jobs to `queue`.
+    pub fn queue(mut self, queue: impl Into<String>) -> Self {
+        self.queue = Some(queue.into());
+        self
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CreateCronResponse {
     pub cron_id: String,
 }
 
+/// A schedule as the server shows it: `task_name` for a task schedule, `workflow` for one that
+/// starts a workflow (an extension); the other is None.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CronSchedule {
     pub id: String,
     pub name: String,
     pub cron_expr: String,
-    pub task_name: String,
+    /// The task each occurrence enqueues; None for a schedule that starts a workflow.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_name: Option<String>,
+    /// The workflow each occurrence starts (an extension), as the server stored it: each step's
+    /// defaults filled in (`depends_on` `[]`, `payload` `{}`, `on_failure` `halt`, ...), and the
+    /// workflow's `context` and `metadata` (`{}` when none was given). None for a task schedule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflow: Option<CreateWorkflowRequest>,
     pub enabled: bool,
     pub next_run_at: String,
     pub created_at: String,

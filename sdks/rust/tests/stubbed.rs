@@ -967,7 +967,7 @@ async fn a_cron_schedule_sends_its_timezone_only_when_set_and_decodes_its_local_
     let standup = CreateCronRequest {
         name: "standup".into(),
         cron_expr: "0 9 * * 1-5".into(),
-        task_name: "remind".into(),
+        task_name: Some("remind".into()),
         timezone: Some("Europe/Berlin".into()),
         ..Default::default()
     };
@@ -975,7 +975,7 @@ async fn a_cron_schedule_sends_its_timezone_only_when_set_and_decodes_its_local_
     let nightly = CreateCronRequest {
         name: "nightly".into(),
         cron_expr: "0 2 * * *".into(),
-        task_name: "remind".into(),
+        task_name: Some("remind".into()),
         ..Default::default()
     };
     qf.create_cron(&nightly).await.expect("created");
@@ -996,6 +996,55 @@ async fn a_cron_schedule_sends_its_timezone_only_when_set_and_decodes_its_local_
     assert_eq!(listed.crons[1], bare);
     let back = serde_json::to_value(&bare).unwrap();
     assert!(back.get("timezone").is_none() && back.get("next_run_local").is_none());
+}
+
+#[tokio::test]
+async fn a_workflow_schedule_goes_out_without_a_task_and_comes_back_by_get_and_list() {
+    let stored = json!({"name": "etl", "steps": [
+        {"name": "extract", "task_name": "etl.extract", "depends_on": [], "payload": {}, "on_failure": "halt",
+         "on_success": "continue", "metadata": {}, "queue": "etl"},
+        {"name": "nap", "depends_on": ["extract"], "payload": {}, "on_failure": "halt", "on_success": "continue",
+         "metadata": {}, "sleep_secs": 60},
+    ], "context": {}, "metadata": {}});
+    let scheduled = json!({"id": "c1", "name": "nightly", "cron_expr": "0 2 * * *", "enabled": true,
+        "next_run_at": "2026-12-04T02:00:00Z", "created_at": "2026-12-03T00:00:00Z", "workflow": stored});
+    let plain = json!({"id": "c2", "name": "remind", "cron_expr": "0 2 * * *", "task_name": "remind",
+        "queue_name": "q", "enabled": true, "next_run_at": "2026-12-04T02:00:00Z",
+        "created_at": "2026-12-03T00:00:00Z"});
+    let answer = scheduled.clone();
+    let (base, log) = serve(move |req| match (req.method.as_str(), req.path.as_str()) {
+        ("POST", _) => Resp::json(201, json!({"cron_id": "c1"})),
+        ("GET", "/api/v1/cron/c1") => Resp::json(200, answer.clone()),
+        _ => Resp::json(200, json!({"crons": [answer, plain], "limit": 50, "offset": 0, "has_more": false})),
+    })
+    .await;
+    let qf = client(&base);
+    let workflow = CreateWorkflowRequest {
+        name: "etl".into(),
+        steps: vec![
+            WorkflowStep::new("extract", "etl.extract").queue("etl"),
+            WorkflowStep::sleep("nap", 60).depends_on(["extract"]),
+        ],
+        ..Default::default()
+    };
+    let created = qf.create_cron(&CreateCronRequest::for_workflow("nightly", "0 2 * * *", workflow)).await;
+    assert_eq!(created.expect("created").cron_id, "c1");
+    let got = qf.get_cron("c1").await.expect("schedule");
+    let listed = qf.list_crons(&ListParams::default()).await.expect("list");
+    let posted = requests(&log, "POST", "/api/v1/cron");
+    assert_eq!(
+        posted[0].json(),
+        json!({"name": "nightly", "cron_expr": "0 2 * * *", "workflow": {"name": "etl", "steps": [
+            {"name": "extract", "task_name": "etl.extract", "queue": "etl"},
+            {"name": "nap", "depends_on": ["extract"], "sleep_secs": 60},
+        ]}})
+    );
+    assert_eq!(got.task_name, None);
+    let steps = &got.workflow.as_ref().expect("a workflow").steps;
+    assert_eq!((steps[1].sleep_secs, steps[1].depends_on.clone()), (Some(60), Some(vec!["extract".to_string()])));
+    assert_eq!(serde_json::to_value(&got).unwrap(), scheduled);
+    assert_eq!(listed.crons[0], got);
+    assert_eq!((listed.crons[1].task_name.as_deref(), &listed.crons[1].workflow), (Some("remind"), &None));
 }
 
 #[tokio::test]

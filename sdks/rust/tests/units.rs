@@ -261,6 +261,73 @@ fn sleep_and_wait_steps_carry_only_their_own_fields() {
     assert_eq!(MAX_EVENT_KEY_BYTES, 256);
 }
 
+/// A workflow schedule as the server answers it (shared/domain/cron.py CronSchedule, its workflow
+/// stored normalised): no task_name, each step's defaults filled in, and a field this SDK does not
+/// know.
+fn workflow_schedule() -> Value {
+    json!({
+        "id": "c1", "name": "nightly", "cron_expr": "0 2 * * *", "enabled": true,
+        "next_run_at": "2026-12-04T02:00:00Z", "created_at": "2026-12-03T00:00:00Z",
+        "workflow": {"name": "etl", "steps": [
+            {"name": "extract", "task_name": "etl.extract", "depends_on": [], "payload": {"full": true},
+             "config": {"priority": 3}, "on_failure": "halt", "on_success": "continue", "metadata": {}, "queue": "etl"},
+            {"name": "nap", "depends_on": ["extract"], "payload": {}, "on_failure": "halt", "on_success": "continue",
+             "metadata": {}, "sleep_secs": 60},
+            {"name": "load", "task_name": "etl.load", "depends_on": ["nap"], "payload": {}, "on_failure": "halt",
+             "on_success": "continue", "metadata": {}, "when": {"op": "exists", "path": "extract.rows"}},
+        ], "context": {"day": "today"}, "metadata": {}},
+    })
+}
+
+#[test]
+fn a_workflow_schedule_decodes_with_its_workflow_typed_and_no_task_name() {
+    let cron: CronSchedule = serde_json::from_value(workflow_schedule()).expect("decodes");
+    assert_eq!(cron.task_name, None);
+    let workflow = cron.workflow.as_ref().expect("a workflow");
+    assert_eq!(workflow.name, "etl");
+    assert_eq!(workflow.context, json!({"day": "today"}).as_object().cloned());
+    let (extract, nap, load) = (&workflow.steps[0], &workflow.steps[1], &workflow.steps[2]);
+    assert_eq!((extract.task_name.as_deref(), extract.queue.as_deref()), (Some("etl.extract"), Some("etl")));
+    assert_eq!((extract.depends_on.as_deref(), extract.on_failure.as_deref()), (Some(&[][..]), Some("halt")));
+    assert_eq!(extract.config.as_ref().and_then(|c| c.priority), Some(3));
+    assert_eq!((nap.sleep_secs, nap.task_name.as_deref()), (Some(60), None));
+    assert_eq!(nap.depends_on, Some(vec!["extract".to_string()]));
+    assert_eq!(load.when.as_ref().and_then(|w| w.path.as_deref()), Some("extract.rows"));
+    // What was decoded encodes back to the server's answer.
+    assert_eq!(serde_json::to_value(&cron).unwrap(), workflow_schedule());
+    // Unknown fields, at the schedule or inside its workflow, are ignored as everywhere else.
+    let mut newer = workflow_schedule();
+    newer["future"] = json!(1);
+    newer["workflow"]["future"] = json!(2);
+    assert_eq!(serde_json::from_value::<CronSchedule>(newer).expect("decodes"), cron);
+    // A task schedule has its task_name and no workflow.
+    let mut task = workflow_schedule();
+    task.as_object_mut().unwrap().remove("workflow");
+    task["task_name"] = json!("remind");
+    let task: CronSchedule = serde_json::from_value(task).expect("decodes");
+    assert_eq!((task.task_name.as_deref(), task.workflow), (Some("remind"), None));
+}
+
+#[test]
+fn a_schedule_request_sends_its_task_or_its_workflow() {
+    let workflow = CreateWorkflowRequest {
+        name: "etl".into(),
+        steps: vec![WorkflowStep::new("a", "etl.a")],
+        ..Default::default()
+    };
+    let started = CreateCronRequest::for_workflow("nightly", "0 2 * * *", workflow).timezone("Europe/Berlin");
+    assert_eq!(
+        serde_json::to_value(&started).unwrap(),
+        json!({"name": "nightly", "cron_expr": "0 2 * * *", "timezone": "Europe/Berlin",
+               "workflow": {"name": "etl", "steps": [{"name": "a", "task_name": "etl.a"}]}})
+    );
+    let task = CreateCronRequest::for_task("remind", "*/5 * * * *", "remind").queue("q").payload(Object::new());
+    assert_eq!(
+        serde_json::to_value(&task).unwrap(),
+        json!({"name": "remind", "cron_expr": "*/5 * * * *", "task_name": "remind", "queue": "q", "payload": {}})
+    );
+}
+
 #[test]
 fn events_wire_shapes() {
     assert_eq!(serde_json::to_value(PostEventRequest::new("ping")).unwrap(), json!({"key": "ping"}));

@@ -229,6 +229,10 @@ export class Events extends Group {
 
 /** `/api/v1/cron`. */
 export class Cron extends Group {
+  /**
+   * `POST /api/v1/cron`: a task schedule (`task_name`) or, an extension, a workflow schedule
+   * (`workflow`, e.g. `{ name, cron_expr, workflow: wf("etl").step(...).build() }`).
+   */
   create(body: T.CreateCronRequest, options?: CallOptions): Promise<T.CreateCronResponse> {
     return this.postJson<T.CreateCronResponse>("/api/v1/cron", body, options);
   }

@@ -515,13 +515,10 @@ export interface QueueControlResponse {
 
 // --- cron ------------------------------------------------------------------------------------
 
-export interface CreateCronRequest {
+/** What every schedule takes, whether it enqueues a task or starts a workflow. */
+export interface CronScheduleFields {
   name: string;
   cron_expr: string;
-  task_name: string;
-  payload?: JsonObject;
-  queue?: string;
-  config?: JobConfig;
   /**
    * An extension: the IANA time zone (e.g. `"Europe/Berlin"`, 1 to 64 characters) whose wall clock
    * the expression is read on; left out, it is read in UTC. An unknown name is a 400.
@@ -529,15 +526,55 @@ export interface CreateCronRequest {
   timezone?: string;
 }
 
+/** A schedule that enqueues a job of `task_name` at each occurrence. */
+export interface TaskCronRequest extends CronScheduleFields {
+  task_name: string;
+  payload?: JsonObject;
+  queue?: string;
+  config?: JobConfig;
+  workflow?: never;
+}
+
+/**
+ * A schedule that starts a workflow at each occurrence (an extension), named
+ * `<name>@<occurrence>` (`nightly@2026-12-04T02:00:00Z`): `workflow` is a definition as
+ * `qf.workflows.create` takes it (e.g. `wf("etl")...build()`); its steps carry their own payload,
+ * queue and config, so the schedule has none.
+ */
+export interface WorkflowCronRequest extends CronScheduleFields {
+  workflow: CreateWorkflowRequest;
+  task_name?: never;
+  payload?: never;
+  queue?: never;
+  config?: never;
+}
+
+/**
+ * The body of `POST /api/v1/cron`: a task schedule or a workflow schedule, exactly one (the types
+ * refuse both and neither; the server answers 400 to a body that has them).
+ */
+export type CreateCronRequest = TaskCronRequest | WorkflowCronRequest;
+
 export interface CreateCronResponse {
   cron_id: string;
 }
 
+/**
+ * A schedule as the server shows it: `task_name` for a task schedule, `workflow` for one that
+ * starts a workflow (an extension); the other is absent.
+ */
 export interface CronSchedule {
   id: string;
   name: string;
   cron_expr: string;
-  task_name: string;
+  /** The task each occurrence enqueues; absent for a schedule that starts a workflow. */
+  task_name?: string;
+  /**
+   * The workflow each occurrence starts (an extension), as the server stored it: each step's
+   * defaults filled in (`depends_on: []`, `payload: {}`, `on_failure: "halt"`, ...), and the
+   * workflow's `context` and `metadata` (`{}` when none was given). Absent for a task schedule.
+   */
+  workflow?: CreateWorkflowRequest;
   enabled: boolean;
   next_run_at: string;
   created_at: string;

@@ -420,6 +420,68 @@ test("a cron schedule's timezone goes out when set and comes back with its local
   }
 });
 
+test("a workflow schedule goes out without a task and comes back by get and list", async () => {
+  // As the server answers it: the workflow stored with each step's defaults filled in, no task_name.
+  const stored = {
+    name: "etl",
+    steps: [
+      { name: "extract", task_name: "etl.extract", depends_on: [], payload: {}, on_failure: "halt", on_success: "continue", metadata: {}, queue: "etl" },
+      { name: "nap", depends_on: ["extract"], payload: {}, on_failure: "halt", on_success: "continue", metadata: {}, sleep_secs: 60 },
+    ],
+    context: {},
+    metadata: {},
+  };
+  const base = { cron_expr: "0 2 * * *", enabled: true, next_run_at: "2026-12-04T02:00:00Z", created_at: "2026-12-03T00:00:00Z" };
+  const scheduled = { ...base, id: "c1", name: "nightly", workflow: stored, future_field: 1 };
+  const plain = { ...base, id: "c2", name: "remind", task_name: "remind", queue_name: "q" };
+  const stub = await startStub((req, res) => {
+    if (req.method === "POST") json(res, 201, { cron_id: "c1" });
+    else if (req.path === "/api/v1/cron/c1") json(res, 200, scheduled);
+    else json(res, 200, { crons: [scheduled, plain], limit: 50, offset: 0, has_more: false });
+  });
+  try {
+    const qf = new QueueFlow({ baseUrl: stub.url, token: "tenant" });
+    const workflow = wf("etl").step("extract", "etl.extract", { queue: "etl" }).sleep("nap", 60, { dependsOn: ["extract"] }).build();
+    const request: CreateCronRequest = { name: "nightly", cron_expr: "0 2 * * *", workflow, timezone: "Europe/Berlin" };
+    assert.equal((await qf.cron.create(request)).cron_id, "c1");
+    const got: CronSchedule = await qf.cron.get("c1");
+    const listed = await qf.cron.list();
+    assert.deepEqual(stub.requests[0]!.body, {
+      name: "nightly",
+      cron_expr: "0 2 * * *",
+      workflow: {
+        name: "etl",
+        steps: [
+          { name: "extract", task_name: "etl.extract", queue: "etl" },
+          { name: "nap", sleep_secs: 60, depends_on: ["extract"] },
+        ],
+      },
+      timezone: "Europe/Berlin",
+    });
+    assert.equal(got.task_name, undefined);
+    assert.deepEqual(got.workflow, stored);
+    assert.equal(got.workflow?.steps[1]?.sleep_secs, 60);
+    assert.deepEqual(listed.crons[0], scheduled);
+    assert.equal(listed.crons[1]!.task_name, "remind");
+    assert.ok(!("workflow" in listed.crons[1]!));
+  } finally {
+    await stub.close();
+  }
+});
+
+test("a schedule request is a task schedule or a workflow schedule, never both or neither", () => {
+  const workflow = wf("etl").step("a", "etl.a").build();
+  const task: CreateCronRequest = { name: "n", cron_expr: "* * * * *", task_name: "t", queue: "q" };
+  const started: CreateCronRequest = { name: "n", cron_expr: "* * * * *", workflow };
+  // @ts-expect-error: both a task and a workflow
+  const both: CreateCronRequest = { name: "n", cron_expr: "* * * * *", task_name: "t", workflow };
+  // @ts-expect-error: neither
+  const neither: CreateCronRequest = { name: "n", cron_expr: "* * * * *" };
+  // @ts-expect-error: a workflow schedule has no queue (its steps carry their own)
+  const queued: CreateCronRequest = { name: "n", cron_expr: "* * * * *", workflow, queue: "q" };
+  assert.equal([task, started, both, neither, queued].length, 5);
+});
+
 test("events.send and events.list, and a waiting step's state", async () => {
   const kept = {
     event_id: "e1",

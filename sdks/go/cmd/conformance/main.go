@@ -40,6 +40,8 @@ type scenario struct {
 		SleepSecs     int               `json:"sleep_secs"`
 		EventKey      string            `json:"event_key"`
 		Payload       map[string]any    `json:"payload"`
+		Name          string            `json:"name"`
+		CronExpr      string            `json:"cron_expr"`
 	} `json:"worker"`
 }
 
@@ -104,6 +106,8 @@ func main() {
 		err = runUnique(ctx, e, &sc)
 	case "raw_durable_time":
 		err = runDurableTime(ctx, e, &sc)
+	case "raw_cron_workflow":
+		err = runCronWorkflow(ctx, e, &sc)
 	default:
 		err = fmt.Errorf("unknown worker mode %q", sc.Worker.Mode)
 	}
@@ -389,6 +393,134 @@ func runDurableTime(ctx context.Context, e env, sc *scenario) error {
 		"approval":    got.Context["approve"],
 		"slept":       slept,
 		"listed":      mine,
+	})
+	return nil
+}
+
+// --- raw_cron_workflow ---------------------------------------------------------------------------
+
+// orNull is v, or nil (JSON null) when it is the zero value: a field the SDK decoded as absent.
+func orNull[T comparable](v T) any {
+	var zero T
+	if v == zero {
+		return nil
+	}
+	return v
+}
+
+// scheduleSummary is a workflow schedule as this SDK decoded it, in the contract's summary shape.
+func scheduleSummary(s *qf.CronSchedule, queue string) any {
+	if s == nil {
+		return nil
+	}
+	summary := map[string]any{"task_name": nil, "name": nil, "context": nil, "steps": nil}
+	if s.TaskName != nil {
+		summary["task_name"] = *s.TaskName
+	}
+	if wf := s.Workflow; wf != nil {
+		steps := []any{}
+		for _, step := range wf.Steps {
+			var dependsOn, payload any // nil (null) when absent
+			if step.DependsOn != nil {
+				dependsOn = step.DependsOn
+			}
+			if step.Payload != nil {
+				payload = step.Payload
+			}
+			steps = append(steps, map[string]any{
+				"name":       step.Name,
+				"task_name":  orNull(step.TaskName),
+				"depends_on": dependsOn,
+				"payload":    payload,
+				"sleep_secs": orNull(step.SleepSecs),
+				"on_failure": orNull(step.OnFailure),
+				"our_queue":  step.Queue == queue,
+			})
+		}
+		summary["name"] = wf.Name
+		if wf.Context != nil {
+			summary["context"] = wf.Context
+		}
+		summary["steps"] = steps
+	}
+	return summary
+}
+
+// runCronWorkflow creates a schedule that starts a workflow beside a task schedule, reads it back
+// by get and by list, waits for it to fire, and deletes both.
+func runCronWorkflow(ctx context.Context, e env, sc *scenario) error {
+	w := sc.Worker
+	client := qf.NewClient(e.baseURL, e.tenantToken, qf.WithWorkerToken(e.workerToken))
+	workflow := qf.CreateWorkflowRequest{
+		Name:    w.Name,
+		Context: w.Context,
+		Steps: []qf.WorkflowStep{
+			{Name: "extract", TaskName: "conf.cron", Payload: w.Payload, Queue: e.queue},
+			qf.SleepStep("nap", w.SleepSecs, "extract"),
+		},
+	}
+	created, err := client.CreateCron(ctx, qf.CreateCronRequest{Name: w.Name, CronExpr: w.CronExpr, Workflow: &workflow})
+	if err != nil {
+		return fmt.Errorf("create workflow schedule: %w", err)
+	}
+	task, err := client.CreateCron(ctx, qf.CreateCronRequest{Name: "conf-cron-task", CronExpr: "0 0 1 1 *",
+		TaskName: "conf.cron", Queue: e.queue})
+	if err != nil {
+		return fmt.Errorf("create task schedule: %w", err)
+	}
+	got, err := client.GetCron(ctx, created.CronID)
+	if err != nil {
+		return fmt.Errorf("get schedule: %w", err)
+	}
+	listed, err := client.ListCrons(ctx, qf.ListParams{Limit: 100})
+	if err != nil {
+		return fmt.Errorf("list schedules: %w", err)
+	}
+	var firedContext any
+	for deadline := time.Now().Add(20 * time.Second); firedContext == nil && time.Now().Before(deadline); {
+		workflows, err := client.ListWorkflows(ctx, qf.ListWorkflowsParams{ListParams: qf.ListParams{Limit: 100}})
+		if err != nil {
+			return fmt.Errorf("list workflows: %w", err)
+		}
+		for _, wf := range workflows.Workflows {
+			if firedContext == nil && strings.HasPrefix(wf.Name, w.Name+"@") {
+				firedContext = wf.Context
+			}
+		}
+		if firedContext == nil {
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	if err := client.DeleteCron(ctx, created.CronID); err != nil {
+		return fmt.Errorf("delete workflow schedule: %w", err)
+	}
+	if err := client.DeleteCron(ctx, task.CronID); err != nil {
+		return fmt.Errorf("delete task schedule: %w", err)
+	}
+	var goneStatus any
+	if _, err := client.GetCron(ctx, created.CronID); err != nil {
+		goneStatus = qf.StatusOf(err)
+	}
+	var mine *qf.CronSchedule
+	var plain any
+	for i, s := range listed.Crons {
+		switch s.ID {
+		case created.CronID:
+			mine = &listed.Crons[i]
+		case task.CronID:
+			var taskName any
+			if s.TaskName != nil {
+				taskName = *s.TaskName
+			}
+			plain = map[string]any{"task_name": taskName, "has_workflow": s.Workflow != nil}
+		}
+	}
+	emit("cron_workflow_done", map[string]any{
+		"got":           scheduleSummary(got, e.queue),
+		"listed":        scheduleSummary(mine, e.queue),
+		"plain":         plain,
+		"fired_context": firedContext,
+		"gone_status":   goneStatus,
 	})
 	return nil
 }

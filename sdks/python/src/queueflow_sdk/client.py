@@ -397,7 +397,9 @@ class Client:
 
     async def create_cron(self, cron: m.CreateCronRequest | None = None, **fields: Any) -> m.CreateCronResponse:
         """``POST /api/v1/cron``: a request, or its fields (name, cron_expr, task_name, payload, queue,
-        config, timezone) as keyword arguments."""
+        config, timezone) as keyword arguments. A schedule that starts a workflow (an extension)
+        takes ``workflow=`` (a `CreateWorkflowRequest`) in place of ``task_name`` and has no
+        payload, queue or config; giving both or neither is the server's 400."""
         body = cron if cron is not None else m.CreateCronRequest(**fields)
         return await self.request("POST", "/api/v1/cron", m.CreateCronResponse, body=body)
 

@@ -681,9 +681,15 @@ class QueueControlResponse(_Body):
 
 
 class CreateCronRequest(_Body):
+    """A schedule of a task (``task_name``, with optional ``payload``, ``queue`` and ``config``) or,
+    an extension, of a workflow (``workflow``: a definition as `Client.create_workflow` takes it,
+    started as ``<name>@<occurrence>`` each time the schedule fires; its steps carry their own
+    payload, queue and config). Exactly one of the two: the server answers 400 otherwise."""
+
     name: str
     cron_expr: str
-    task_name: str
+    task_name: str | None = None
+    workflow: CreateWorkflowRequest | None = None
     payload: Object | None = None
     queue: str | None = None
     config: JobConfig | None = None
@@ -697,10 +703,13 @@ class CreateCronResponse(_Body):
 
 
 class CronSchedule(_Body):
+    """A schedule as the server shows it: ``task_name`` for a task schedule, ``workflow`` (the
+    definition as stored, its defaults filled in) for one that starts a workflow; the other is
+    None."""
+
     id: str
     name: str
     cron_expr: str
-    task_name: str
     enabled: bool
     next_run_at: datetime
     created_at: datetime
@@ -715,6 +724,10 @@ class CronSchedule(_Body):
     next_run_local: datetime | None = None
     """``next_run_at`` on the schedule's zone's clock: an aware datetime carrying the zone's UTC
     offset at that instant (e.g. 09:00+02:00). None when the schedule has no time zone."""
+    task_name: str | None = None
+    """The task each occurrence enqueues; None for a schedule that starts a workflow."""
+    workflow: CreateWorkflowRequest | None = None
+    """The workflow each occurrence starts (an extension); None for a task schedule."""
 
 
 class ListCronsResponse(_Body):

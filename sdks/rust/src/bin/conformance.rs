@@ -53,6 +53,7 @@ async fn main() {
         "raw_calls" => raw_calls(&env).await,
         "raw_unique" => raw_unique(&env, worker).await,
         "raw_durable_time" => raw_durable_time(&env, worker).await,
+        "raw_cron_workflow" => raw_cron_workflow(&env, worker).await,
         other => Err(format!("unknown worker mode {other:?}")),
     };
     if let Err(message) = result {
@@ -312,6 +313,86 @@ async fn raw_durable_time(env: &Env, spec: &Value) -> Result<(), String> {
     Ok(())
 }
 
+// --- raw_cron_workflow --------------------------------------------------------------------------
+
+/// A workflow schedule as this SDK decoded it, in the contract's summary shape.
+fn schedule_summary(schedule: Option<&CronSchedule>, queue: &str) -> Value {
+    let Some(schedule) = schedule else { return Value::Null };
+    let workflow = schedule.workflow.as_ref();
+    json!({
+        "task_name": schedule.task_name,
+        "name": workflow.map(|w| &w.name),
+        "context": workflow.and_then(|w| w.context.as_ref()),
+        "steps": workflow.map(|w| w.steps.iter().map(|step| json!({
+            "name": step.name,
+            "task_name": step.task_name,
+            "depends_on": step.depends_on,
+            "payload": step.payload,
+            "sleep_secs": step.sleep_secs,
+            "on_failure": step.on_failure,
+            "our_queue": step.queue.as_deref() == Some(queue),
+        })).collect::<Vec<_>>()),
+    })
+}
+
+/// A schedule that starts a workflow beside a task schedule: get, list, see it fire, delete.
+async fn raw_cron_workflow(env: &Env, spec: &Value) -> Result<(), String> {
+    let client = Client::builder(&env.base, &env.tenant).worker_token(&env.worker).build();
+    let need = |field: &str| {
+        let value = &spec[field];
+        if value.is_null() {
+            Err(format!("raw_cron_workflow needs worker.{field}"))
+        } else {
+            Ok(value)
+        }
+    };
+    let name = need("name")?.as_str().unwrap_or_default();
+    let mut extract = WorkflowStep::new("extract", "conf.cron").queue(&env.queue);
+    extract.payload = need("payload")?.as_object().cloned();
+    let workflow = CreateWorkflowRequest {
+        name: name.into(),
+        steps: vec![
+            extract,
+            WorkflowStep::sleep("nap", need("sleep_secs")?.as_i64().unwrap_or_default()).depends_on(["extract"]),
+        ],
+        context: need("context")?.as_object().cloned(),
+        ..Default::default()
+    };
+    let cron_expr = need("cron_expr")?.as_str().unwrap_or_default();
+    let scheduled = CreateCronRequest::for_workflow(name, cron_expr, workflow);
+    let id = client.create_cron(&scheduled).await.map_err(|e| format!("create workflow schedule: {e}"))?.cron_id;
+    let task = CreateCronRequest::for_task("conf-cron-task", "0 0 1 1 *", "conf.cron").queue(&env.queue);
+    let task_id = client.create_cron(&task).await.map_err(|e| format!("create task schedule: {e}"))?.cron_id;
+    let got = client.get_cron(&id).await.map_err(|e| format!("get schedule: {e}"))?;
+    let all = ListParams { limit: Some(100), ..Default::default() };
+    let listed = client.list_crons(&all).await.map_err(|e| format!("list schedules: {e}"))?;
+
+    let prefix = format!("{name}@");
+    let mut fired = None;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while fired.is_none() && tokio::time::Instant::now() < deadline {
+        let workflows = client.list_workflows(&all).await.map_err(|e| format!("list workflows: {e}"))?;
+        fired = workflows.workflows.into_iter().find(|w| w.name.starts_with(&prefix));
+        if fired.is_none() {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    client.delete_cron(&id).await.map_err(|e| format!("delete workflow schedule: {e}"))?;
+    client.delete_cron(&task_id).await.map_err(|e| format!("delete task schedule: {e}"))?;
+    let gone_status = client.get_cron(&id).await.err().and_then(|e| e.status());
+
+    let plain = listed.crons.iter().find(|s| s.id == task_id);
+    emit(json!({
+        "event": "cron_workflow_done",
+        "got": schedule_summary(Some(&got), &env.queue),
+        "listed": schedule_summary(listed.crons.iter().find(|s| s.id == id), &env.queue),
+        "plain": plain.map(|s| json!({"task_name": s.task_name, "has_workflow": s.workflow.is_some()})),
+        "fired_context": fired.map(|w| w.context),
+        "gone_status": gone_status,
+    }));
+    Ok(())
+}
+
 // --- raw_calls ----------------------------------------------------------------------------------
 
 #[derive(Default)]
@@ -492,7 +573,7 @@ async fn raw_calls(env: &Env) -> Result<(), String> {
     let cron = CreateCronRequest {
         name: "conf-cron".into(),
         cron_expr: "*/5 * * * *".into(),
-        task_name: "conf.raw".into(),
+        task_name: Some("conf.raw".into()),
         queue: Some(q.clone()),
         ..Default::default()
     };
@@ -505,7 +586,7 @@ async fn raw_calls(env: &Env) -> Result<(), String> {
         let zoned = CreateCronRequest {
             name: "conf-cron-tz".into(),
             cron_expr: "0 9 * * *".into(),
-            task_name: "conf.raw".into(),
+            task_name: Some("conf.raw".into()),
             queue: Some(q.clone()),
             timezone: Some("Europe/Berlin".into()),
             ..Default::default()

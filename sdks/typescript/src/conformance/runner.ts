@@ -13,6 +13,7 @@ import {
   ApiError,
   NonRetryableError,
   QueueFlow,
+  type CronSchedule,
   type Handler,
   type Handlers,
   type Job,
@@ -20,6 +21,7 @@ import {
   type JobContext,
   type JsonObject,
   type UniquePolicy,
+  type Workflow,
   type WorkflowStepState,
   type WorkflowStatus,
   wf,
@@ -42,6 +44,8 @@ interface Scenario {
     sleep_secs?: number;
     event_key?: string;
     payload?: JsonObject;
+    name?: string;
+    cron_expr?: string;
   };
 }
 
@@ -550,6 +554,74 @@ async function rawDurableTime(scenario: Scenario, e: Env): Promise<void> {
   });
 }
 
+// --- raw_cron_workflow ----------------------------------------------------------------------------
+
+/** A workflow schedule as this SDK hands it back, in the contract's summary shape. */
+function scheduleSummary(schedule: CronSchedule | undefined, queue: string): JsonObject | null {
+  if (!schedule) return null;
+  const workflow = schedule.workflow;
+  return {
+    task_name: schedule.task_name ?? null,
+    name: workflow?.name ?? null,
+    context: workflow?.context ?? null,
+    steps:
+      workflow?.steps.map((step) => ({
+        name: step.name,
+        task_name: step.task_name ?? null,
+        depends_on: step.depends_on ?? null,
+        payload: step.payload ?? null,
+        sleep_secs: step.sleep_secs ?? null,
+        on_failure: step.on_failure ?? null,
+        our_queue: step.queue === queue,
+      })) ?? null,
+  };
+}
+
+/** A schedule that starts a workflow beside a task schedule: get, list, see it fire, delete. */
+async function rawCronWorkflow(scenario: Scenario, e: Env): Promise<void> {
+  const w = scenario.worker;
+  if (!w.name || !w.cron_expr || !w.context || !w.payload || !w.sleep_secs) {
+    throw new Error("raw_cron_workflow needs worker.name, cron_expr, context, payload and sleep_secs");
+  }
+  const qf = new QueueFlow({ baseUrl: e.baseUrl, token: e.tenantToken, workerToken: e.workerToken });
+  const workflow = wf(w.name)
+    .step("extract", "conf.cron", { payload: w.payload, queue: e.queue })
+    .sleep("nap", w.sleep_secs, { dependsOn: ["extract"] })
+    .context(w.context)
+    .build();
+  const { cron_id: id } = await qf.cron.create({ name: w.name, cron_expr: w.cron_expr, workflow });
+  const { cron_id: taskId } = await qf.cron.create({
+    name: "conf-cron-task",
+    cron_expr: "0 0 1 1 *",
+    task_name: "conf.cron",
+    queue: e.queue,
+  });
+  const got = await qf.cron.get(id);
+  const listed = await qf.cron.list({ limit: 100 });
+  let fired: Workflow | undefined;
+  for (const deadline = Date.now() + 20_000; !fired && Date.now() < deadline; ) {
+    fired = (await qf.workflows.list({ limit: 100 })).workflows.find((x) => x.name.startsWith(`${w.name}@`));
+    if (!fired) await delay(200);
+  }
+  await qf.cron.delete(id);
+  await qf.cron.delete(taskId);
+  let goneStatus: number | null = null;
+  try {
+    await qf.cron.get(id);
+  } catch (err) {
+    if (!(err instanceof ApiError)) throw err;
+    goneStatus = err.status;
+  }
+  const plain = listed.crons.find((c) => c.id === taskId);
+  emit("cron_workflow_done", {
+    got: scheduleSummary(got, e.queue),
+    listed: scheduleSummary(listed.crons.find((c) => c.id === id), e.queue),
+    plain: plain ? { task_name: plain.task_name ?? null, has_workflow: plain.workflow !== undefined } : null,
+    fired_context: fired?.context ?? null,
+    gone_status: goneStatus,
+  });
+}
+
 // --- main -----------------------------------------------------------------------------------------
 
 const MODES: Record<string, (scenario: Scenario, e: Env) => Promise<void>> = {
@@ -559,6 +631,7 @@ const MODES: Record<string, (scenario: Scenario, e: Env) => Promise<void>> = {
   raw_calls: rawCalls,
   raw_unique: rawUnique,
   raw_durable_time: rawDurableTime,
+  raw_cron_workflow: rawCronWorkflow,
 };
 
 async function main(): Promise<number> {
