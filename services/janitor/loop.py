@@ -27,6 +27,10 @@ log = structlog.get_logger("queueflow.janitor")
 
 HOUSEKEEPING_SECS = 60.0
 STALLED_AFTER_SECS = 30.0
+# Live workflows the stalled-workflow sweep looks at per housekeeping pass: all of them in one pass
+# up to this many; beyond, the sweep goes round in passes (1,000,000 live: about 3 hours), each
+# about 0.1 s however many workflows live.
+HEAL_SCAN = 5_000
 
 
 class Janitor:
@@ -37,6 +41,7 @@ class Janitor:
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
         self._unwatch = lambda: None
+        self._heal_after: workflows_db.HealCursor = None
 
     async def start(self) -> None:
         self._unwatch = self.db.hub.watch_delayed(lambda _queue: self._poke.set())
@@ -93,8 +98,11 @@ class Janitor:
         return count
 
     async def heal_stalled_workflows(self) -> int:
-        """Queue a re-evaluation for live workflows that nothing could move forward any more."""
-        count = await workflows_db.heal_stalled(self.db.pool, STALLED_AFTER_SECS, self.settings.janitor_batch)
+        """Queue a re-evaluation for live workflows that nothing could move forward any more,
+        looking at the next HEAL_SCAN live workflows (a pass costs the same however many sleep)."""
+        count, self._heal_after = await workflows_db.heal_stalled(
+            self.db.pool, STALLED_AFTER_SECS, HEAL_SCAN, self._heal_after
+        )
         if count:
             log.warning("workflows_healed", workflows=count)
         return count

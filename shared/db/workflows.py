@@ -179,10 +179,21 @@ async def time_out_expired(pool: Pool, batch: int) -> int:
     return count
 
 
-async def heal_stalled(pool: Pool, older_than_secs: float, batch: int) -> int:
+HealCursor = tuple[datetime, str] | None  # where the last pass of the stalled-workflow sweep ended
+
+
+async def heal_stalled(
+    pool: Pool, older_than_secs: float, scan: int, after: HealCursor
+) -> tuple[int, HealCursor]:
     """Queue a re-evaluation (a `heal` outbox row) for live workflows that nothing could move
-    forward any more: no outbox row, no live job, no live child."""
-    return len(await pool.fetch(Q.stalled_workflows, older_than_secs, batch, OUTBOX_ATTEMPTS))
+    forward any more: no outbox row, no live job, no live child, no sleep or wait armed. One pass
+    looks at the next `scan` live workflows after `after` (None: from the first); returns how many
+    it healed and where the next pass starts (None again once it has looked at the last)."""
+    at, wf_id = after if after is not None else (None, None)
+    row = await pool.fetchrow(Q.stalled_workflows, older_than_secs, scan, OUTBOX_ATTEMPTS, at, wf_id)
+    assert row is not None
+    ended = row["scanned"] < scan
+    return row["healed"], None if ended else (row["last_at"], row["last_id"])
 
 
 # --- the advancer's ------------------------------------------------------------------------------

@@ -119,3 +119,43 @@ async def test_an_event_that_can_never_be_applied_fails_its_workflow_after_five_
         "SELECT attempts, last_error FROM queueflow.workflow_outbox WHERE workflow_id = $1", poisoned
     )
     assert [(r["attempts"], r["last_error"].split(":")[0]) for r in left_aside] == [(5, "RecursionError")]
+
+
+async def test_the_stalled_sweep_walks_the_live_workflows_in_bounded_passes(api):
+    """A pass looks at a bounded window of live workflows, in creation order from where the last
+    ended, so its cost does not grow with a million sleeping workflows; the passes go round and
+    heal every stalled one, sleeping ones never."""
+    from shared.db.workflows import heal_stalled
+
+    client = await api()  # API only: nothing advances, nothing sweeps but this test
+    pool = database_of(client).pool
+    stalled = []
+    for i in range(5):
+        wf_id = await create(client, [manual("a")], name=f"stalled-{i}")
+        await pool.execute("UPDATE queueflow.jobs SET status = 'cancelled' WHERE workflow_id = $1", wf_id)
+        stalled.append(wf_id)
+    sleeping = await create(client, [{"name": "nap", "sleep_secs": 3600}], name="sleeping")
+    for wf_id in [*stalled, sleeping]:
+        await _stall(pool, wf_id)
+    # creation order, one workflow a microsecond apart
+    for i, wf_id in enumerate([*stalled[:3], sleeping, *stalled[3:]]):
+        await pool.execute(
+            "UPDATE queueflow.workflows SET created_at = now() - interval '10 minutes'"
+            " + make_interval(secs => $2 / 1e6) WHERE id = $1",
+            wf_id,
+            i,
+        )
+
+    healed_per_pass = []
+    cursor = None
+    for _ in range(3):
+        healed, cursor = await heal_stalled(pool, 30, 2, cursor)
+        healed_per_pass.append(healed)
+    assert healed_per_pass == [2, 1, 2]  # (s0, s1), (s2, the sleeper), (s3, s4)
+    assert cursor is not None
+    assert await heal_stalled(pool, 30, 2, cursor) == (0, None)  # past the last: start over
+    rows = await pool.fetch("SELECT workflow_id FROM queueflow.workflow_outbox WHERE kind = 'heal'")
+    assert sorted(r["workflow_id"] for r in rows) == sorted(stalled)
+    # The next round finds them all queued for the advancer already: nothing twice.
+    healed, cursor = await heal_stalled(pool, 30, 10, None)
+    assert (healed, cursor) == (0, None)

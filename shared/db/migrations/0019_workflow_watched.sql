@@ -43,3 +43,10 @@ CREATE TRIGGER workflow_steps_notify_change AFTER UPDATE ON queueflow.workflow_s
     EXECUTE FUNCTION queueflow.workflow_step_changed();
 
 DROP FUNCTION queueflow.announce_workflow_change(text);
+
+-- The janitor's stalled-workflow sweep walks the live workflows in (created_at, id) order, a
+-- bounded window per pass from where the last ended; the live-workflows index gains the id so
+-- that the window is one index range, not a sort of every live workflow.
+DROP INDEX queueflow.workflows_active_idx;
+CREATE INDEX workflows_active_idx ON queueflow.workflows (created_at, id)
+    WHERE status IN ('created', 'running');

@@ -173,21 +173,37 @@ FOR UPDATE SKIP LOCKED;
 
 -- name: stalled_workflows
 -- Belt and braces: live workflows with nothing that could move them (no outbox row, no live job,
--- no live child). The advancer re-evaluates them.
-INSERT INTO queueflow.workflow_outbox (workflow_id, kind)
-SELECT w.id, 'heal' FROM queueflow.workflows w
-WHERE w.status IN ('created', 'running') AND w.created_at < now() - make_interval(secs => $1)
-  AND NOT EXISTS (SELECT 1 FROM queueflow.workflow_outbox o WHERE o.workflow_id = w.id AND o.attempts < $3)
-  AND NOT EXISTS (SELECT 1 FROM queueflow.jobs j
-                  WHERE j.workflow_id = w.id AND j.status IN ('pending', 'retrying', 'running'))
-  AND NOT EXISTS (SELECT 1 FROM queueflow.workflows c
-                  WHERE c.parent_workflow_id = w.id AND c.status IN ('created', 'running'))
-  -- a sleeping step, or one waiting for an event (migration 15), will move it
-  AND NOT EXISTS (SELECT 1 FROM queueflow.workflow_steps s
-                  WHERE s.workflow_id = w.id AND s.status = 'running'
-                    AND (s.wake_at IS NOT NULL OR s.event_key IS NOT NULL))
-LIMIT $2
-RETURNING workflow_id;
+-- no live child, no sleep or wait armed). The advancer re-evaluates them. One pass looks at the
+-- next $2 live workflows after the cursor ($4, $5: created_at and id; NULL from the start), in
+-- creation order through workflows_active_idx, so a pass costs the same with a million sleeping
+-- workflows as with none; returns how many it healed, how many it looked at, and where it ended.
+WITH scanned AS (
+    SELECT w.id, w.created_at FROM queueflow.workflows w
+    WHERE w.status IN ('created', 'running') AND w.created_at < now() - make_interval(secs => $1)
+      AND ($4::timestamptz IS NULL OR (w.created_at, w.id) > ($4::timestamptz, $5::text))
+    ORDER BY w.created_at, w.id
+    LIMIT $2
+), healed AS (
+    -- Each test a scalar subquery: probed per scanned row through an index, never planned as a
+    -- join that reads the whole of workflow_steps or jobs.
+    INSERT INTO queueflow.workflow_outbox (workflow_id, kind)
+    SELECT w.id, 'heal' FROM scanned w
+    WHERE NOT (SELECT EXISTS (SELECT 1 FROM queueflow.workflow_outbox o
+                              WHERE o.workflow_id = w.id AND o.attempts < $3))
+      AND NOT (SELECT EXISTS (SELECT 1 FROM queueflow.jobs j
+                              WHERE j.workflow_id = w.id AND j.status IN ('pending', 'retrying', 'running')))
+      AND NOT (SELECT EXISTS (SELECT 1 FROM queueflow.workflows c
+                              WHERE c.parent_workflow_id = w.id AND c.status IN ('created', 'running')))
+      -- a sleeping step, or one waiting for an event (migration 15), will move it
+      AND NOT (SELECT EXISTS (SELECT 1 FROM queueflow.workflow_steps s
+                              WHERE s.workflow_id = w.id AND s.status = 'running'
+                                AND (s.wake_at IS NOT NULL OR s.event_key IS NOT NULL)))
+    RETURNING workflow_id
+), last AS (
+    SELECT created_at, id FROM scanned ORDER BY created_at DESC, id DESC LIMIT 1
+)
+SELECT (SELECT count(*) FROM healed) AS healed, (SELECT count(*) FROM scanned) AS scanned,
+       (SELECT created_at FROM last) AS last_at, (SELECT id FROM last) AS last_id;
 
 -- name: watch_workflow
 -- Register a stream and flag the workflow and its steps, so that their changes are announced
