@@ -31,6 +31,7 @@ from shared.domain.jobs import (
     JobConfig,
     JobFilter,
     JobStatus,
+    Lease,
     LimitKeys,
     MaxRetries,
     NewJob,
@@ -249,6 +250,22 @@ class LeaseJobsRequest(Request):
 class LeasedJob(Response):
     job: Job
     lease_token: str
+    # Extensions (issue 16): the W3C trace context the job was created in, left out when it has
+    # none, so that the worker's span continues the enqueuer's trace.
+    traceparent: str | None = None
+    tracestate: str | None = None
+
+    @classmethod
+    def of(cls, lease: Lease) -> LeasedJob:
+        trace = lease.trace
+        if trace is None:
+            return cls(job=lease.job, lease_token=str(lease.token))
+        return cls(
+            job=lease.job,
+            lease_token=str(lease.token),
+            traceparent=trace.traceparent,
+            tracestate=trace.tracestate,
+        )
 
 
 class LeaseJobsResponse(Response):

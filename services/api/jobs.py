@@ -8,13 +8,14 @@ import msgspec
 from aiohttp import web
 
 from services.api.context import act_on, db_of, lifecycle_of, settings_of, tenant_of
-from services.api.params import job_id_in_path, list_query
+from services.api.params import job_id_in_path, list_query, trace_headers
 from services.api.sse import stream_status
 from shared import wire
 from shared.db import jobs as jobs_db
 from shared.db import watchers
 from shared.domain.errors import NotFound, ValidationFailed
 from shared.domain.jobs import JobStatus
+from shared.runtime.enqueue import enqueue_many, enqueue_one
 from shared.web.body import decode, is_utf8, json_response
 
 SSE_MAX_SECS = 15 * 60
@@ -33,7 +34,7 @@ async def create_job(request: web.Request) -> web.Response:
     body = await decode(request, wire.CreateJobRequest)
     key = _header_key(request) or (body.idempotency_key or "").strip() or None
     job = body.to_new_job(settings_of(request).default_queue, key)
-    job_id = await db_of(request).inserter.insert(tenant_of(request).id, job)
+    job_id = await enqueue_one(db_of(request), tenant_of(request).id, job, trace_headers(request))
     return json_response(wire.CreateJobResponse(job_id=str(job_id)), 201)
 
 
@@ -54,7 +55,8 @@ async def create_batch(request: web.Request) -> web.Response:
             raise ValidationFailed(
                 f"jobs[{index}]: {err.message.removeprefix('validation error: ')}"
             ) from None
-    ids = [str(i) for i in await jobs_db.insert_jobs(db_of(request).pool, tenant_of(request).id, items)]
+    inserted = await enqueue_many(db_of(request), tenant_of(request).id, items, trace_headers(request))
+    ids = [str(i) for i in inserted]
     return json_response(wire.CreateBatchJobsResponse(job_ids=ids, count=len(ids)), 201)
 
 

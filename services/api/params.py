@@ -1,6 +1,6 @@
-"""Path and query-string parsing: ids in paths, the {queue} of queue routes, and the query strings
-of list routes (API-NOTES section 1.1). Clamp what upstream clamps, reject what cannot be read with
-a 400."""
+"""Path, header and query-string parsing: ids in paths, the {queue} of queue routes, the W3C trace
+context headers, and the query strings of list routes (API-NOTES section 1.1). Clamp what upstream
+clamps, reject what cannot be read with a 400."""
 
 from __future__ import annotations
 
@@ -13,6 +13,17 @@ from aiohttp import web
 from shared.domain.errors import NotFound, ValidationFailed
 from shared.domain.jobs import check_queue_name, instant
 from shared.domain.paging import DEFAULT_LIMIT, MAX_LIMIT, MAX_OFFSET, Cursor, ListQuery, PageRequest
+from shared.domain.traces import TraceContext, trace_context
+
+
+def trace_headers(request: web.Request) -> TraceContext | None:
+    """The request's `traceparent` and `tracestate` (several `tracestate` headers are one list),
+    or None: absent, malformed or repeated, a `traceparent` is ignored (never a 400), as the W3C
+    recommendation says, and the job starts a trace of its own."""
+    parents = request.headers.getall("traceparent", ())
+    if len(parents) != 1:
+        return None
+    return trace_context(parents[0], ",".join(request.headers.getall("tracestate", ())))
 
 
 def job_id_in_path(request: web.Request) -> uuid.UUID:

@@ -52,11 +52,7 @@ async def lease(request: web.Request) -> web.Response:
         for gone in leases:
             await jobs_db.release(db_of(request).pool, gone.job.id, gone.token)
         leases = []
-    return json_response(
-        wire.LeaseJobsResponse(
-            jobs=[wire.LeasedJob(job=lease.job, lease_token=str(lease.token)) for lease in leases]
-        )
-    )
+    return json_response(wire.LeaseJobsResponse(jobs=[wire.LeasedJob.of(lease) for lease in leases]))
 
 
 async def heartbeat(request: web.Request) -> web.Response:
@@ -129,5 +125,6 @@ async def fail(request: web.Request) -> web.Response:
     retryable = True if body.retryable is None else body.retryable
     job = job_id_in_path(request)
     await _check_owned(request, job)
-    await jobs_db.fail(db_of(request).pool, job, lease_token(body.lease_token), body.error, retryable)
+    db = db_of(request)
+    await jobs_db.fail(db.pool, job, lease_token(body.lease_token), body.error, retryable, tracer=db.tracer)
     return web.Response(status=204)

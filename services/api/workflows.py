@@ -8,7 +8,7 @@ import msgspec
 from aiohttp import web
 
 from services.api.context import act_on, db_of, lifecycle_of, settings_of, tenant_of
-from services.api.params import list_query
+from services.api.params import list_query, trace_headers
 from services.api.sse import stream_status
 from shared import wire
 from shared.db import watchers
@@ -24,8 +24,9 @@ SSE_MAX_SECS = 60 * 60
 async def create_workflow(request: web.Request) -> web.Response:
     body = await decode(request, wire.CreateWorkflowRequest)
     default_queue = settings_of(request).default_queue
+    db = db_of(request)
     wf_id, status = await advance.create_workflow(
-        db_of(request).pool, tenant_of(request).id, body, default_queue
+        db.pool, tenant_of(request).id, body, default_queue, trace_headers(request), db.tracer
     )
     return json_response(wire.CreateWorkflowResponse(workflow_id=wf_id, status=status), 201)
 

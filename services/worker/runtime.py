@@ -451,7 +451,10 @@ class WorkerRuntime:
         job_id, token = item.job.id, item.token
         try:
             outcome: str = await _written(
-                "failure", lambda: jobs_db.fail(self.db.pool, job_id, token, error, retryable, reason)
+                "failure",
+                lambda: jobs_db.fail(
+                    self.db.pool, job_id, token, error, retryable, reason, tracer=self.db.tracer
+                ),
             )
         except DomainError as err:
             outcome = err.message

@@ -42,8 +42,8 @@ class Advancer:
         self.poll_secs = poll_secs
         self.consumers = consumers
         self.batch = batch
-        self._apply = functools.partial(advance, default_queue=default_queue)
-        self._apply_many = functools.partial(advance_many, default_queue=default_queue)
+        self._apply = functools.partial(advance, default_queue=default_queue, tracer=db.tracer)
+        self._apply_many = functools.partial(advance_many, default_queue=default_queue, tracer=db.tracer)
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
 

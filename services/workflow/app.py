@@ -25,8 +25,9 @@ def _advancer(app: web.Application) -> Advancer:
 
 
 def _timers(app: web.Application) -> Timers:
-    apply_many = functools.partial(advance_many, default_queue=app[SETTINGS].default_queue)
-    return Timers(app[DATABASE], apply_many)
+    db = app[DATABASE]
+    apply_many = functools.partial(advance_many, default_queue=app[SETTINGS].default_queue, tracer=db.tracer)
+    return Timers(db, apply_many)
 
 
 def setup(app: web.Application) -> None:

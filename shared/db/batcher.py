@@ -19,6 +19,7 @@ from typing import Generic, TypeVar
 from shared.db import jobs as jobs_db
 from shared.db.pool import Pool, is_unavailable
 from shared.domain.jobs import NewJob, Object
+from shared.tracing import Tracer
 
 In = TypeVar("In")
 Out = TypeVar("Out")
@@ -139,8 +140,12 @@ class CompletionBatcher(GroupCommit[jobs_db.Completion, None]):
 
     name = "completer"
 
+    def __init__(self, pool: Pool, tracer: Tracer | None = None, max_batch: int = 500) -> None:
+        super().__init__(pool, max_batch)
+        self.tracer = tracer
+
     async def _write_many(self, items: list[jobs_db.Completion]) -> list[BaseException | None]:
-        return list(await jobs_db.complete_many(self.pool, items))
+        return list(await jobs_db.complete_many(self.pool, items, self.tracer))
 
     async def complete(self, job_id: uuid.UUID, token: uuid.UUID | None, result: Object) -> None:
         """Complete one job; raises NotFound or Conflict as the protocol says (a replay by the

@@ -15,16 +15,20 @@ from shared.db.batcher import CompletionBatcher, InsertBatcher
 from shared.db.listener import Hub, Listener
 from shared.db.migrate import apply_migrations
 from shared.db.pool import Pool, create_pool, until_answered
+from shared.tracing import Tracer
 
 log = structlog.get_logger("queueflow.db")
 
 
 class Database:
-    def __init__(self, pool: Pool, hub: Hub, listener: Listener) -> None:
+    def __init__(self, pool: Pool, hub: Hub, listener: Listener, tracer: Tracer | None = None) -> None:
         self.pool = pool
         self.hub = hub
         self.listener = listener
-        self.completer = CompletionBatcher(pool)
+        # The process's tracer when it exports traces (shared/tracing.py), else None: the claim,
+        # the completions and the enqueues ask only that.
+        self.tracer = tracer
+        self.completer = CompletionBatcher(pool, tracer)
         self.inserter = InsertBatcher(pool)
         # Fair share: each claim passes the next number, which rotates the tenant that leads.
         self.claim_turns = itertools.count()
@@ -40,6 +44,7 @@ class Database:
         migrate: bool,
         direct_dsn: str | None = None,
         statement_cache_size: int = 100,
+        tracer: Tracer | None = None,
     ) -> Database:
         """Migrate (unless told not to), open the pool, and start the listener. The pool uses
         `dsn`, which may be a transaction pooler's; the migrations (a session advisory lock) and the
@@ -57,7 +62,7 @@ class Database:
         except BaseException:
             await pool.close()
             raise
-        return cls(pool, hub, listener)
+        return cls(pool, hub, listener, tracer)
 
     def give_back_unanswered_claim(self, queue: str, key: uuid.UUID) -> None:
         """A claim's answer was lost with its connection (it may have committed, leasing jobs no

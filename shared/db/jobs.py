@@ -17,7 +17,7 @@ from typing import cast
 import asyncpg
 import msgspec
 
-from shared import metrics
+from shared import metrics, tracing
 from shared.db.listing import fetch_page
 from shared.db.pool import Connection, Executor, Pool, record, transaction
 from shared.db.queries import Q
@@ -39,6 +39,8 @@ from shared.domain.jobs import (
     retry_refusal,
 )
 from shared.domain.paging import ListQuery, Page
+from shared.domain.traces import Settled, TraceContext
+from shared.tracing import Tracer
 
 LEASE_LOST = "lease is no longer held; the job was reclaimed"
 
@@ -72,6 +74,8 @@ class _InsertRow(msgspec.Struct, omit_defaults=True):
     si: int | None = None
     sa: int | None = None
     lk: tuple[str, ...] | None = None
+    tp: str | None = None
+    ts: str | None = None
 
 
 _encode_rows = msgspec.json.Encoder().encode
@@ -123,6 +127,8 @@ async def _insert_jobs(
             si=j.step_index,
             sa=j.step_attempt,
             lk=j.config.limits or None,
+            tp=j.trace.traceparent if j.trace else None,
+            ts=j.trace.tracestate if j.trace else None,
         )
         for j, i in zip(jobs, ids, strict=True)
     ]
@@ -249,7 +255,25 @@ def to_lease(r: asyncpg.Record) -> Lease:
         workflow_id=r["workflow_id"],
         workflow_step_id=r["workflow_step_id"],
     )
-    return Lease(job, r["lease_token"])
+    traceparent = r["traceparent"]
+    if traceparent is None:
+        return Lease(job, r["lease_token"])
+    return Lease(job, r["lease_token"], TraceContext(traceparent, r["tracestate"]))
+
+
+def _settled(r: asyncpg.Record, status: str) -> Settled:
+    """A traced outcome statement's row: what the outcome's span names."""
+    traceparent = r["traceparent"]
+    return Settled(
+        job_id=r["id"],
+        queue=r["queue_name"],
+        task_name=r["task_name"],
+        status=status,
+        attempt=r["delivery_count"],
+        tenant=r["tenant_id"],
+        workflow_id=r["workflow_id"],
+        trace=None if traceparent is None else TraceContext(traceparent, r["tracestate"]),
+    )
 
 
 _CONFIGS: dict[str, JobConfig] = {}
@@ -333,12 +357,22 @@ async def heartbeat(
 Completion = tuple[uuid.UUID, uuid.UUID | None, Object | msgspec.Raw]
 
 
-async def complete_many(db: Executor, items: Sequence[Completion]) -> list[DomainError | None]:
+async def complete_many(
+    db: Executor, items: Sequence[Completion], tracer: Tracer | None = None
+) -> list[DomainError | None]:
     """Complete many jobs in one statement (group commit). Per item, in order: None when the job is
-    completed (now, or already by the same token), else the error to answer with."""
-    done = await db.fetch(
-        Q.complete_jobs, [i[0] for i in items], [i[1] for i in items], [i[2] for i in items]
-    )
+    completed (now, or already by the same token), else the error to answer with. With a `tracer`,
+    each job completed now gets its `complete` span."""
+    if tracer is None:
+        done = await db.fetch(
+            Q.complete_jobs, [i[0] for i in items], [i[1] for i in items], [i[2] for i in items]
+        )
+    else:
+        started = tracing.now()
+        done = await db.fetch(
+            Q.complete_jobs_traced, [i[0] for i in items], [i[1] for i in items], [i[2] for i in items]
+        )
+        tracer.settled("complete", [_settled(r, JobStatus.COMPLETED) for r in done], started)
     finished = {(r["id"], r["token"]) for r in done}
     metrics.JOBS_COMPLETED.inc(len(finished))
     rest = [(i[0], i[1]) for i in items if (i[0], i[1]) not in finished]
@@ -359,12 +393,17 @@ async def fail(
     error: str,
     retryable: bool,
     reason: str | None = None,
+    tracer: Tracer | None = None,
 ) -> JobStatus:
     """A failure through the retry policy: `retrying`, or `failed` with its dead letter written by
-    the same statement. A replay by the holder answers the job's status; otherwise it raises."""
+    the same statement. A replay by the holder answers the job's status; otherwise it raises. With
+    a `tracer`, the failure written now gets its `fail` span."""
     row = None
     if token is not None:
+        started = tracing.now() if tracer is not None else 0
         row = await db.fetchrow(Q.fail_job, job_id, token, error, retryable, reason)
+        if tracer is not None and row is not None:
+            tracer.settled("fail", [_settled(row, row["status"])], started)
     if row is not None:
         status = JobStatus(row["status"])
         if status is JobStatus.RETRYING:

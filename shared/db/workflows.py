@@ -24,6 +24,7 @@ from shared.db.queries import Q
 from shared.domain.errors import Conflict, NotFound
 from shared.domain.jobs import JobStatus, Object
 from shared.domain.paging import ListQuery, Page
+from shared.domain.traces import TraceContext
 from shared.domain.workflows import (
     CANCELLED_BY_USER,
     FanOutProgress,
@@ -95,9 +96,10 @@ async def insert_workflow(
     context: Object,
     parent: tuple[str, str] | None = None,
     depth: int = 0,
+    trace: TraceContext | None = None,
 ) -> str:
-    """Store a validated, normalised workflow and its steps with status `created`. The caller
-    owns the transaction and decides who starts it."""
+    """Store a validated, normalised workflow and its steps with status `created`, with the trace
+    context its steps' jobs inherit. The caller owns the transaction and decides who starts it."""
     wf_id = str(uuid.uuid4())
     await conn.execute(
         Q.insert_workflow,
@@ -111,6 +113,8 @@ async def insert_workflow(
         parent[0] if parent else None,
         parent[1] if parent else None,
         depth,
+        trace.traceparent if trace else None,
+        trace.tracestate if trace else None,
     )
     await conn.executemany(
         Q.insert_step,

@@ -20,6 +20,7 @@ import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 
 from shared.domain.errors import ValidationFailed
+from shared.domain.traces import TraceContext
 
 Object = dict[str, Any]
 
@@ -312,6 +313,8 @@ class NewJob(Struct, frozen=True, kw_only=True):
     workflow_step: str | None = None
     step_index: int | None = None
     step_attempt: int | None = None
+    # The W3C trace context the job was created in (shared/domain/traces.py), passed on at lease.
+    trace: TraceContext | None = None
 
     def __post_init__(self) -> None:
         check_task_name(self.task_name)
@@ -348,10 +351,12 @@ class Job(Struct, frozen=True, kw_only=True, omit_defaults=True):
 
 
 class Lease(Struct, frozen=True):
-    """A claimed job and the token that proves the claim; every outcome write needs the token."""
+    """A claimed job and the token that proves the claim; every outcome write needs the token.
+    `trace` is the trace context the job was created in, if any (the lease answer carries it)."""
 
     job: Job
     token: uuid.UUID
+    trace: TraceContext | None = None
 
 
 class DeadLetter(Struct, frozen=True, kw_only=True, omit_defaults=True):

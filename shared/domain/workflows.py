@@ -27,6 +27,7 @@ from msgspec import UNSET, Meta, Struct, UnsetType
 
 from shared.domain.errors import InvalidWorkflow, ValidationFailed
 from shared.domain.jobs import MAX_DELAY_SECS, MAX_NAME_BYTES, Object, PartialJobConfig, check_queue_name
+from shared.domain.traces import TraceContext
 
 MAX_FAN_OUT = 10_000  # elements one fan-out step may spawn (FanOut.max_items defaults to it)
 MAX_WORKFLOW_DEPTH = 8  # sub-workflows nest at most this deep
@@ -551,6 +552,14 @@ class WorkflowRun:
     parent_workflow_id: str | None = None
     parent_step_name: str | None = None
     steps: dict[str, StepRun] = field(default_factory=dict)
+    name: str | None = None
+    # The W3C trace context the workflow was created in: its steps' jobs and children inherit it.
+    traceparent: str | None = None
+    tracestate: str | None = None
+
+    @property
+    def trace(self) -> TraceContext | None:
+        return None if self.traceparent is None else TraceContext(self.traceparent, self.tracestate)
 
 
 class OutboxEvent(Struct, frozen=True, kw_only=True):

@@ -23,6 +23,7 @@ from shared.db import workflows as workflows_db
 from shared.db.pool import Connection, Pool, transaction
 from shared.db.workflows import PendingWrites
 from shared.domain.jobs import JobStatus, NewJob, Object, resolve_partial, utc_text
+from shared.domain.traces import TraceContext
 from shared.domain.workflows import (
     CONDITION_NOT_MET,
     EVENT_TIMEOUT,
@@ -46,6 +47,7 @@ from shared.domain.workflows import (
     settlement,
     validate,
 )
+from shared.tracing import Tracer
 
 log = structlog.get_logger("queueflow.workflow")
 
@@ -252,6 +254,7 @@ class Advancement:
             workflow_step=step.name,
             step_index=index,
             step_attempt=attempt,
+            trace=self.run.trace,
         )
 
     async def _fan_out(self, step: StepRun, attempt: int) -> None:
@@ -335,6 +338,7 @@ class Advancement:
             context,
             parent=(self.run.id, step.name),
             depth=self.run.depth + 1,
+            trace=self.run.trace,
         )
         step.scheduled(attempt, child_workflow_id=child_id)
         await workflows_db.mark_scheduled(await self._db(), self.run.id, [step])
@@ -389,22 +393,38 @@ def _instant(value: object) -> str:
 
 
 async def create_workflow(
-    pool: Pool, tenant: str, definition: WorkflowDefinition, default_queue: str
+    pool: Pool,
+    tenant: str,
+    definition: WorkflowDefinition,
+    default_queue: str,
+    parent: TraceContext | None = None,
+    tracer: Tracer | None = None,
 ) -> tuple[str, WorkflowStatus]:
     """Validate and store a workflow, start it and schedule its root steps, in one transaction:
     when this returns, the workflow is `running` (or already finished, if nothing could run) and
-    each root step's job exists. Returns its id and status."""
-    async with transaction(pool) as conn:
-        return await start_workflow(conn, tenant, definition, default_queue)
+    each root step's job exists. Returns its id and status. The workflow keeps the trace context
+    `parent` (the caller's), or with a `tracer` that of its creation's span, a child of it."""
+    if tracer is None:
+        async with transaction(pool) as conn:
+            return await start_workflow(conn, tenant, definition, default_queue, parent)
+    with tracer.create_workflow(parent, tenant, definition.name) as span:
+        async with transaction(pool) as conn:
+            wf_id, status = await start_workflow(conn, tenant, definition, default_queue, span.context)
+        span.created([wf_id], "queueflow.workflow.id")
+    return wf_id, status
 
 
 async def start_workflow(
-    conn: Connection, tenant: str | None, definition: WorkflowDefinition, default_queue: str
+    conn: Connection,
+    tenant: str | None,
+    definition: WorkflowDefinition,
+    default_queue: str,
+    trace: TraceContext | None = None,
 ) -> tuple[str, WorkflowStatus]:
     """`create_workflow` in the caller's transaction (a cron occurrence's, for one)."""
     validate(definition)
     stored = normalise(definition)
-    wf_id = await workflows_db.insert_workflow(conn, tenant, stored, stored.context or {})
+    wf_id = await workflows_db.insert_workflow(conn, tenant, stored, stored.context or {}, trace=trace)
     state = await Advancement.load(conn, wf_id, default_queue)
     assert state is not None  # inserted by this transaction
     await state.start()
@@ -412,22 +432,30 @@ async def start_workflow(
     return wf_id, state.run.status
 
 
-async def advance(conn: Connection, event: OutboxEvent, default_queue: str) -> None:
-    """Apply one outbox event to its workflow (the caller holds the transaction)."""
+async def advance(
+    conn: Connection, event: OutboxEvent, default_queue: str, tracer: Tracer | None = None
+) -> None:
+    """Apply one outbox event to its workflow (the caller holds the transaction); with a `tracer`,
+    in a span that is a child of the workflow's trace context."""
     state = await Advancement.load(conn, event.workflow_id, default_queue)
     if state is not None:  # None: unknown or already terminal, nothing to do
-        await _apply(state, event)
+        await _apply(state, event, tracer)
 
 
 async def advance_many(
-    conn: Connection, events: Sequence[OutboxEvent], runs: Mapping[str, WorkflowRun], default_queue: str
+    conn: Connection,
+    events: Sequence[OutboxEvent],
+    runs: Mapping[str, WorkflowRun],
+    default_queue: str,
+    tracer: Tracer | None = None,
 ) -> None:
     """Apply a batch of outbox events in order, in the caller's transaction, which has locked and
     loaded their live workflows (`runs`). The result is the same as one transaction per event: a
     workflow's first event starts from its loaded state, and any later read of a workflow goes to
     the database (a second event of the same workflow; and every event after a halt, which writes to
     other workflows: it cancels the sub-workflows below). Step completions and settlements are held
-    back and written for the whole batch at once (PendingWrites), before any other statement."""
+    back and written for the whole batch at once (PendingWrites), before any other statement. With
+    a `tracer`, each event is applied in a span of its own, a child of its workflow's context."""
     fresh = dict(runs)
     pending = PendingWrites()
     for event in events:
@@ -438,13 +466,22 @@ async def advance_many(
             state = await Advancement.load(conn, event.workflow_id, default_queue, pending)
         if state is None:
             continue
-        await _apply(state, event)
+        await _apply(state, event, tracer)
         if state.run.halted:
             fresh.clear()
     await pending.flush(conn)
 
 
-async def _apply(state: Advancement, event: OutboxEvent) -> None:
+async def _apply(state: Advancement, event: OutboxEvent, tracer: Tracer | None) -> None:
+    if tracer is None:
+        await _dispatch(state, event)
+        return
+    run = state.run
+    with tracer.advance(run.trace, run.id, run.name, run.tenant_id, str(event.kind), event.step_name):
+        await _dispatch(state, event)
+
+
+async def _dispatch(state: Advancement, event: OutboxEvent) -> None:
     if event.kind is OutboxKind.START:
         await state.start()
     elif event.kind is OutboxKind.JOB:

@@ -3,6 +3,7 @@
 `queueflow serve --mode all` calls several services' `setup` on one base app.
 
 What an app shares lives under typed keys (shared/runtime/keys.py), set by cleanup contexts: SETTINGS (from the start),
+TRACER (only when traces are exported: started before the database, flushed after it closes),
 DATABASE (opened first, closed last), LIFECYCLE (draining on shutdown). aiohttp's shutdown order
 does the rest: sites stop accepting, `on_shutdown` marks the app draining (parked long-polls return
 at once, /ready answers 503), in-flight requests get --shutdown-grace-secs, then the cleanup
@@ -11,17 +12,20 @@ contexts close in reverse order.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 from typing import Protocol, TypeVar
 
 import structlog
 from aiohttp import web
 
+import shared
+from shared import tracing
 from shared.config import Settings
 from shared.db.database import Database
 from shared.db.pool import is_unavailable
 from shared.runtime import ops
-from shared.runtime.keys import DATABASE, LIFECYCLE, PROBED, SETTINGS, Lifecycle
+from shared.runtime.keys import DATABASE, LIFECYCLE, PROBED, SETTINGS, TRACER, Lifecycle
 from shared.web import protocol
 from shared.web.cors import Cors
 from shared.web.errors import error_middleware
@@ -47,6 +51,7 @@ def base_app(settings: Settings, *, metrics_route: bool = True) -> web.Applicati
     app.on_response_prepare.append(cors.on_response_prepare)
     app[SETTINGS] = settings
     app[LIFECYCLE] = Lifecycle()
+    app.cleanup_ctx.append(_tracing)
     app.cleanup_ctx.append(_database)
     app.on_shutdown.append(_start_draining)
     ops.add_routes(app, metrics_route=metrics_route)
@@ -96,6 +101,23 @@ def background(
     return ctx
 
 
+async def _tracing(app: web.Application) -> AsyncIterator[None]:
+    """The OpenTelemetry exporter, when the OTEL_* variables ask for one (shared/tracing.py): set
+    up before the database, so every span its users record is exported, and flushed after it has
+    closed. Not configured, nothing is imported and TRACER stays unset."""
+    mode = app[SETTINGS].mode
+    tracer = tracing.start("queueflow" if mode == "all" else f"queueflow-{mode}", shared.__version__)
+    if tracer is None:
+        yield
+        return
+    app[TRACER] = tracer
+    log.info("tracing_enabled", exporter="otlp/http")
+    try:
+        yield
+    finally:
+        await asyncio.to_thread(tracer.shutdown)
+
+
 async def _database(app: web.Application) -> AsyncIterator[None]:
     s = app[SETTINGS]
     db = await Database.open(
@@ -105,6 +127,7 @@ async def _database(app: web.Application) -> AsyncIterator[None]:
         max_connections=s.max_db_connections,
         statement_cache_size=s.statement_cache_size,
         migrate=s.auto_migrate,
+        tracer=app.get(TRACER),
     )
     app[DATABASE] = db
     try:

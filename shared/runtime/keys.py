@@ -7,6 +7,7 @@ from aiohttp import web
 
 from shared.config import Settings
 from shared.db.database import Database
+from shared.tracing import Tracer
 
 
 class Lifecycle:
@@ -19,5 +20,7 @@ class Lifecycle:
 SETTINGS = web.AppKey("settings", Settings)
 DATABASE = web.AppKey("database", Database)
 LIFECYCLE = web.AppKey("lifecycle", Lifecycle)
+# Only when the process exports traces (shared/tracing.py); the database holds it too.
+TRACER = web.AppKey("tracer", Tracer)
 # On the probe app beside an API app: the app whose database the probes check.
 PROBED = web.AppKey("probed", web.Application)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-from shared import metrics
+from shared import metrics, tracing
 from shared.db import jobs as jobs_db
 from shared.db.database import Database
 from shared.db.pool import is_unavailable
@@ -31,8 +31,11 @@ async def lease_jobs(
 
     `tenant` (a worker key's) claims only that tenant's jobs. Such a claim finding nothing says
     nothing of the queue's other jobs, so it is not recorded as the queue being empty, and its
-    waiter observes the queue's wake-ups rather than spending one meant for another tenant's job."""
+    waiter observes the queue's wake-ups rather than spending one meant for another tenant's job.
+
+    When the process exports traces, each leased job gets its `lease` span (shared/tracing.py)."""
     hub = db.hub
+    tracer = db.tracer
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait_secs
     while True:
@@ -44,6 +47,7 @@ async def lease_jobs(
                 leases = []
             else:
                 key = uuid.uuid4()
+                claimed_at = tracing.now() if tracer is not None else 0
                 try:
                     leases = await jobs_db.claim(
                         db.pool,
@@ -62,6 +66,8 @@ async def lease_jobs(
                 if leases or tenant is None:
                     hub.claimed(queue, seen, bool(leases))
         if leases:
+            if tracer is not None:  # a span per job, from the claim that leased it
+                tracer.leased(queue, leases, claimed_at)
             # started_at is this claim; a redelivery has no wait to measure
             metrics.observe_many(
                 metrics.QUEUE_WAIT.labels(queue),

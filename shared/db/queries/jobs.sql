@@ -8,12 +8,13 @@
 -- takes insert_jobs_idempotent, whose ON CONFLICT makes every row a speculative insertion.
 INSERT INTO queueflow.jobs
     (id, queue_name, task_name, payload, config, priority, scheduled_at, metadata, tenant_id,
-     idempotency_key, workflow_id, workflow_step_id, step_index, step_attempt, limit_keys)
+     idempotency_key, workflow_id, workflow_step_id, step_index, step_attempt, limit_keys, traceparent,
+     tracestate)
 SELECT u.id, u.q, u.t, COALESCE(u.p, '{}'), u.c, COALESCE(u.pr, 0),
-       COALESCE(u.s, now()), COALESCE(u.m, '{}'), $2, u.k, u.w, u.st, u.si, u.sa, u.lk
+       COALESCE(u.s, now()), COALESCE(u.m, '{}'), $2, u.k, u.w, u.st, u.si, u.sa, u.lk, u.tp, u.ts
 FROM json_to_recordset($1::json)
      AS u(id uuid, q text, t text, p jsonb, c jsonb, pr int, s timestamptz, m jsonb, k text, w text, st text,
-          si int, sa int, lk text[])
+          si int, sa int, lk text[], tp text, ts text)
 RETURNING id;
 
 -- name: insert_jobs_idempotent
@@ -21,12 +22,13 @@ RETURNING id;
 -- nothing (the caller looks the original up).
 INSERT INTO queueflow.jobs
     (id, queue_name, task_name, payload, config, priority, scheduled_at, metadata, tenant_id,
-     idempotency_key, workflow_id, workflow_step_id, step_index, step_attempt, limit_keys)
+     idempotency_key, workflow_id, workflow_step_id, step_index, step_attempt, limit_keys, traceparent,
+     tracestate)
 SELECT u.id, u.q, u.t, COALESCE(u.p, '{}'), u.c, COALESCE(u.pr, 0),
-       COALESCE(u.s, now()), COALESCE(u.m, '{}'), $2, u.k, u.w, u.st, u.si, u.sa, u.lk
+       COALESCE(u.s, now()), COALESCE(u.m, '{}'), $2, u.k, u.w, u.st, u.si, u.sa, u.lk, u.tp, u.ts
 FROM json_to_recordset($1::json)
      AS u(id uuid, q text, t text, p jsonb, c jsonb, pr int, s timestamptz, m jsonb, k text, w text, st text,
-          si int, sa int, lk text[])
+          si int, sa int, lk text[], tp text, ts text)
 ON CONFLICT (COALESCE(tenant_id, ''), idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id;
 
@@ -198,11 +200,15 @@ WITH flags AS MATERIALIZED (
     RETURNING j.id, j.queue_name, j.task_name, j.payload, j.config::text AS config, j.status, j.retry_count,
         j.delivery_count, j.created_at, j.scheduled_at, j.metadata, j.started_at, j.completed_at,
         j.next_retry_at, j.error_message, j.result, j.idempotency_key, j.tenant_id, j.workflow_id,
-        j.workflow_step_id, j.lease_token, j.priority
+        j.workflow_step_id, j.lease_token, j.priority, j.traceparent, j.tracestate
 )
 SELECT * FROM plain
 UNION ALL
-SELECT * FROM queueflow.claim_limited($1, $2::int, $3::int, $4::int, $5::bigint, $6::uuid, $7::text)
+-- (The trace context, which a claim never changes, is read beside claim_limited's rows: migration
+-- 18 added it to the jobs, not to that function's answer.)
+SELECT l.*, t.traceparent, t.tracestate
+FROM queueflow.claim_limited($1, $2::int, $3::int, $4::int, $5::bigint, $6::uuid, $7::text) l
+JOIN queueflow.jobs t ON t.id = l.id
 WHERE (SELECT limited FROM flags);
 
 -- name: heartbeat
@@ -217,6 +223,15 @@ SET status = 'completed', result = u.result, completed_at = now(), locked_until 
 FROM unnest($1::uuid[], $2::uuid[], $3::jsonb[]) AS u(id, token, result)
 WHERE j.id = u.id AND j.status = 'running' AND j.lease_token = u.token
 RETURNING j.id, u.token, j.workflow_id;
+
+-- name: complete_jobs_traced
+-- complete_jobs in a process that exports traces: also what the completion's span names.
+UPDATE queueflow.jobs j
+SET status = 'completed', result = u.result, completed_at = now(), locked_until = NULL
+FROM unnest($1::uuid[], $2::uuid[], $3::jsonb[]) AS u(id, token, result)
+WHERE j.id = u.id AND j.status = 'running' AND j.lease_token = u.token
+RETURNING j.id, u.token, j.workflow_id, j.queue_name, j.task_name, j.tenant_id, j.delivery_count,
+    j.traceparent, j.tracestate;
 
 -- name: lease_states
 -- Why a guarded write matched nothing: the job's current status and lease token.
@@ -244,7 +259,8 @@ WITH target AS (
         completed_at = CASE WHEN d.retry THEN NULL ELSE now() END,
         locked_until = NULL
     FROM decision d WHERE j.id = d.id
-    RETURNING j.id, j.status, j.queue_name, j.task_name, j.error_message, j.tenant_id, j.workflow_id
+    RETURNING j.id, j.status, j.queue_name, j.task_name, j.error_message, j.tenant_id, j.workflow_id,
+        j.delivery_count, j.traceparent, j.tracestate
 ), dead AS (
     INSERT INTO queueflow.dead_letters (job_id, queue_name, task_name, reason, error_message, tenant_id)
     SELECT id, queue_name, task_name,
@@ -253,7 +269,10 @@ WITH target AS (
     FROM updated WHERE status = 'failed'
     RETURNING id
 )
-SELECT u.id, u.status, u.workflow_id FROM updated u;
+-- (queue, task, tenant, attempt and trace context: what a failure's span names, when traced)
+SELECT u.id, u.status, u.workflow_id, u.queue_name, u.task_name, u.tenant_id, u.delivery_count,
+       u.traceparent, u.tracestate
+FROM updated u;
 
 -- name: reclaim_expired
 -- The janitor: expired leases go through the retry policy as a retryable failure, so a crash

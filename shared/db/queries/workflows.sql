@@ -3,9 +3,10 @@
 -- name: insert_workflow
 INSERT INTO queueflow.workflows
     (id, name, status, context, metadata, tenant_id, steps, timeout_secs, deadline_at,
-     parent_workflow_id, parent_step_name, depth)
+     parent_workflow_id, parent_step_name, depth, traceparent, tracestate)
 VALUES ($1, $2, 'created', $3, $4, $5, $6, $7,
-        CASE WHEN $7::int IS NULL THEN NULL ELSE now() + make_interval(secs => $7::int) END, $8, $9, $10);
+        CASE WHEN $7::int IS NULL THEN NULL ELSE now() + make_interval(secs => $7::int) END, $8, $9, $10,
+        $11, $12);
 
 -- name: insert_step
 INSERT INTO queueflow.workflow_steps (workflow_id, name, idx, definition, depends_on, on_failure)

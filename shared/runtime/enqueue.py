@@ -1,0 +1,47 @@
+"""Enqueueing with trace context: a job (through the group commit) or a batch (one statement) keeps
+the W3C trace context it was created in, and, when the process exports traces, the enqueue gets
+its span, whose context the jobs then keep (shared/tracing.py). Without a tracer this is the plain
+insert, plus the caller's context when it sent one."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+
+import msgspec
+
+from shared.db import jobs as jobs_db
+from shared.db.database import Database
+from shared.domain.jobs import NewJob
+from shared.domain.traces import TraceContext
+
+
+def _traced(job: NewJob, trace: TraceContext | None) -> NewJob:
+    return job if trace is None else msgspec.structs.replace(job, trace=trace)
+
+
+async def enqueue_one(
+    db: Database, tenant: str | None, job: NewJob, parent: TraceContext | None
+) -> uuid.UUID:
+    """Insert one job (concurrent ones share a statement); its id."""
+    tracer = db.tracer
+    if tracer is None:
+        return await db.inserter.insert(tenant, _traced(job, parent))
+    with tracer.enqueue(parent, tenant, [job]) as span:
+        job_id = await db.inserter.insert(tenant, _traced(job, span.context))
+        span.created([job_id])
+    return job_id
+
+
+async def enqueue_many(
+    db: Database, tenant: str | None, jobs: Sequence[NewJob], parent: TraceContext | None
+) -> list[uuid.UUID]:
+    """Insert a batch in one statement; the ids in input order. One enqueue span for the batch."""
+    tracer = db.tracer
+    if tracer is None:
+        traced = jobs if parent is None else [_traced(job, parent) for job in jobs]
+        return await jobs_db.insert_jobs(db.pool, tenant, traced)
+    with tracer.enqueue(parent, tenant, jobs) as span:
+        ids = await jobs_db.insert_jobs(db.pool, tenant, [_traced(job, span.context) for job in jobs])
+        span.created(ids)
+    return ids
