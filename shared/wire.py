@@ -47,6 +47,7 @@ from shared.domain.jobs import (
 )
 from shared.domain.limits import Concurrency, LimitPolicy, Rate
 from shared.domain.paging import PageRequest
+from shared.domain.traces import MAX_TRACESTATE_CHARS
 from shared.domain.worker_keys import MAX_KEY_QUEUES, NewWorkerKey, WorkerKey, new_worker_key
 from shared.domain.workflows import (
     MAX_EVENT_KEY_BYTES,
@@ -247,13 +248,31 @@ class LeaseJobsRequest(Request):
     wait_secs: Annotated[int, Meta(ge=0, le=30)] | None = None
 
 
+Traceparent = Annotated[
+    str,
+    Meta(
+        pattern="^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$",
+        description="The W3C `traceparent` the job was created in (docs/tracing.md): its worker's span"
+        " is a child of it. Absent when the job has none.",
+    ),
+]
+Tracestate = Annotated[
+    str,
+    Meta(
+        min_length=1,
+        max_length=MAX_TRACESTATE_CHARS,
+        description="The W3C `tracestate` that came with the job's `traceparent`, when there was one.",
+    ),
+]
+
+
 class LeasedJob(Response):
     job: Job
     lease_token: str
     # Extensions (issue 16): the W3C trace context the job was created in, left out when it has
     # none, so that the worker's span continues the enqueuer's trace.
-    traceparent: str | None = None
-    tracestate: str | None = None
+    traceparent: Traceparent | None = None
+    tracestate: Tracestate | None = None
 
     @classmethod
     def of(cls, lease: Lease) -> LeasedJob:

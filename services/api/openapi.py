@@ -94,6 +94,30 @@ _CURSOR_ID = {
 _TEXT = {"type": "string", "pattern": NO_NUL}
 
 
+# W3C Trace Context on the creation of jobs, batches and workflows (docs/tracing.md). Any value is
+# taken: a malformed one is ignored (the job starts a trace of its own), never a 400.
+_TRACE_HEADERS: list[dict[str, Any]] = [
+    {
+        "name": "traceparent",
+        "in": "header",
+        "required": False,
+        "schema": {"type": "string"},
+        "description": "W3C Trace Context: `00-<trace-id>-<parent-id>-<flags>`. Kept with the job (a"
+        " workflow's step jobs inherit the workflow's) and handed to the worker that leases it, in the"
+        " lease answer's `traceparent`. A malformed or repeated header is ignored.",
+    },
+    {
+        "name": "tracestate",
+        "in": "header",
+        "required": False,
+        "schema": {"type": "string"},
+        "description": "W3C Trace Context vendor entries, kept with a valid `traceparent` (at most 32"
+        " entries; past 512 characters the longest entries and then the last are dropped). A"
+        " malformed one is ignored.",
+    },
+]
+
+
 def _status(values: type[JobStatus] | type[WorkflowStatus] | None) -> dict[str, Any]:
     if values is None:
         return _TEXT
@@ -487,6 +511,8 @@ def build_spec(max_batch: int = _DEFAULT_MAX_BATCH) -> dict[str, Any]:
                     "description": "Printable ASCII, at most 255 characters once trimmed; wins over the body's.",
                 }
             )
+        if route.operation_id in ("createJob", "createBatchJobs", "createWorkflow"):
+            op["parameters"] += _TRACE_HEADERS
         if route.request is not None:
             op["requestBody"] = {
                 "required": True,
