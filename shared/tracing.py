@@ -61,17 +61,20 @@ def now() -> int:
 
 class Publication:
     """An enqueue or workflow-creation span while it is open: `context` is what the new jobs (or
-    the workflow) keep, and `created` names what was written."""
+    the workflow) keep; `jobs_created` and `workflow_created` name what was written."""
 
     def __init__(self, span: Span, context: TraceContext | None) -> None:
         self._span = span
         self.context = context
 
-    def created(self, ids: Sequence[object], attribute: str = "queueflow.job.id") -> None:
+    def jobs_created(self, ids: Sequence[object]) -> None:
+        """A single job's id (a batch's span counts its jobs instead)."""
         if len(ids) == 1:
-            self._span.set_attribute(attribute, str(ids[0]))
-            if attribute == "queueflow.job.id":
-                self._span.set_attribute("messaging.message.id", str(ids[0]))
+            self._span.set_attribute("queueflow.job.id", str(ids[0]))
+            self._span.set_attribute("messaging.message.id", str(ids[0]))
+
+    def workflow_created(self, workflow_id: str) -> None:
+        self._span.set_attribute("queueflow.workflow.id", workflow_id)
 
 
 class Tracer:

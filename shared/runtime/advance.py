@@ -410,7 +410,7 @@ async def create_workflow(
     with tracer.create_workflow(parent, tenant, definition.name) as span:
         async with transaction(pool) as conn:
             wf_id, status = await start_workflow(conn, tenant, definition, default_queue, span.context)
-        span.created([wf_id], "queueflow.workflow.id")
+        span.workflow_created(wf_id)
     return wf_id, status
 
 

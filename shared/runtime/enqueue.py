@@ -29,7 +29,7 @@ async def enqueue_one(
         return await db.inserter.insert(tenant, _traced(job, parent))
     with tracer.enqueue(parent, tenant, [job]) as span:
         job_id = await db.inserter.insert(tenant, _traced(job, span.context))
-        span.created([job_id])
+        span.jobs_created([job_id])
     return job_id
 
 
@@ -43,5 +43,5 @@ async def enqueue_many(
         return await jobs_db.insert_jobs(db.pool, tenant, traced)
     with tracer.enqueue(parent, tenant, jobs) as span:
         ids = await jobs_db.insert_jobs(db.pool, tenant, [_traced(job, span.context) for job in jobs])
-        span.created(ids)
+        span.jobs_created(ids)
     return ids

@@ -351,6 +351,34 @@ async def test_a_workflows_steps_inherit_its_context_and_each_advance_is_a_span(
         assert lease.attributes["queueflow.workflow.id"] == wf_id
 
 
+async def test_in_process_workers_trace_their_leases_and_outcomes(database_url, service, receiver):
+    """One `--mode all` process (service name `queueflow`): its built-in handlers lease, complete
+    and fail through the same database code, so their spans continue the caller's trace too."""
+    spans, endpoint = receiver
+    proc = await service(database_url, mode="all", env=_otel_env(endpoint))
+    async with aiohttp.ClientSession() as http:
+        echoed = await _post(
+            http, f"{proc.base_url}/api/v1/jobs", {"task_name": "echo"}, {"traceparent": TRACEPARENT}
+        )
+        failed = await _post(
+            http,
+            f"{proc.base_url}/api/v1/jobs",
+            {"task_name": "fail", "payload": {"permanent": True}},
+            {"traceparent": TRACEPARENT},
+        )
+
+    lease = await spans.one("lease default", **{"queueflow.job.id": echoed["job_id"]})
+    complete = await spans.one("complete default", **{"queueflow.job.id": echoed["job_id"]})
+    enqueues = {s.attributes["queueflow.job.id"]: s for s in spans.named("enqueue default")}
+    parent = enqueues[echoed["job_id"]]
+    assert parent.service == lease.service == complete.service == "queueflow"
+    assert {lease.parent, complete.parent} == {parent.span_id}
+    assert {lease.trace_id, complete.trace_id, parent.trace_id} == {CALLER_TRACE}
+    fail = await spans.one("fail default", **{"queueflow.job.id": failed["job_id"]})
+    assert fail.attributes["queueflow.job.status"] == "failed"
+    assert (fail.trace_id, fail.parent) == (CALLER_TRACE, enqueues[failed["job_id"]].span_id)
+
+
 async def test_with_tracing_off_the_context_is_kept_as_sent_and_nothing_is_exported(
     database_url, service, db
 ):
