@@ -138,10 +138,12 @@ class Tracer:
 
     @staticmethod
     def _kept(span: Span, parent: TraceContext | None) -> TraceContext | None:
-        """What a job keeps: the recorded span's context, else (sampled out) the caller's."""
-        if not span.is_recording():
-            return parent
+        """What a job keeps: the recorded span's context; a span sampled out, the caller's context,
+        or without one the span's own (marked not sampled, so that the job's later spans follow
+        the same decision under a parent-based sampler)."""
         ctx = span.get_span_context()
+        if (parent is not None and not span.is_recording()) or not ctx.is_valid:
+            return parent
         state = ctx.trace_state.to_header() or None
         return TraceContext(f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{int(ctx.trace_flags):02x}", state)
 

@@ -240,7 +240,7 @@ async def test_a_job_continues_the_callers_trace_from_enqueue_through_lease_to_c
 
 async def test_a_malformed_traceparent_is_ignored_and_a_batch_gets_one_span(database_url, service, receiver):
     spans, endpoint = receiver
-    api = await service(database_url, mode="api", env=_otel_env(endpoint))
+    api = await service(database_url, mode="api", env={**_otel_env(endpoint), "OTEL_SERVICE_NAME": "billing"})
     async with aiohttp.ClientSession() as http:
         # Uppercase hex is not a traceparent: no 400, the server starts a trace of its own (and
         # ignores the tracestate that came with it).
@@ -266,6 +266,7 @@ async def test_a_malformed_traceparent_is_ignored_and_a_batch_gets_one_span(data
     assert (root.trace_id, root.span_id, root.parent) == (trace_id, parent_id, "")
     published = await spans.one("enqueue bq")
     assert (published.trace_id, published.parent) == (CALLER_TRACE, CALLER_SPAN)
+    assert published.service == root.service == "billing"  # OTEL_SERVICE_NAME wins over the default
     assert published.attributes["messaging.batch.message_count"] == 3
     assert {item["traceparent"] for item in items} == {f"00-{CALLER_TRACE}-{published.span_id}-01"}
     assert sorted(item["job"]["id"] for item in items) == sorted(batch["job_ids"])
@@ -349,6 +350,32 @@ async def test_a_workflows_steps_inherit_its_context_and_each_advance_is_a_span(
         lease = await spans.one("lease wq", **{"queueflow.task.name": task})
         assert (lease.trace_id, lease.parent) == (CALLER_TRACE, create.span_id)
         assert lease.attributes["queueflow.workflow.id"] == wf_id
+
+
+async def test_the_sdk_reads_the_sampler_and_a_job_follows_its_decision(database_url, service, receiver):
+    """OTEL_TRACES_SAMPLER=always_off: nothing is exported, even at shutdown, and a job keeps the
+    caller's context, or without one an unsampled context of its own."""
+    spans, endpoint = receiver
+    api = await service(
+        database_url, mode="api", env={**_otel_env(endpoint), "OTEL_TRACES_SAMPLER": "always_off"}
+    )
+    async with aiohttp.ClientSession() as http:
+        await _post(
+            http,
+            f"{api.base_url}/api/v1/jobs",
+            {"task_name": "s", "config": {"queue": "sq"}},
+            {"traceparent": TRACEPARENT},
+        )
+        followed = await _lease(http, api.base_url, "sq")
+        await _post(http, f"{api.base_url}/api/v1/jobs", {"task_name": "s", "config": {"queue": "sq"}})
+        own = await _lease(http, api.base_url, "sq")
+        await _settle(http, api.base_url, own, "complete")
+    assert followed["traceparent"] == TRACEPARENT
+    trace_id, _, flags = _parts(own["traceparent"])
+    assert trace_id != CALLER_TRACE and not int(flags, 16) & 1  # the sampled flag is off
+    assert await api.terminate() == 0  # a graceful stop flushes whatever was buffered
+    assert spans.spans == [] and spans.requests == 0
+    assert "tracing_enabled" in api.log_text()
 
 
 async def test_in_process_workers_trace_their_leases_and_outcomes(database_url, service, receiver):
