@@ -317,7 +317,8 @@ async def test_a_workflows_steps_inherit_its_context_and_each_advance_is_a_span(
         "name": "traced-flow",
         "steps": [
             {"name": "a", "task_name": "first", "queue": "wq"},
-            {"name": "b", "task_name": "second", "queue": "wq", "depends_on": ["a"]},
+            {"name": "nap", "sleep_secs": 1, "depends_on": ["a"]},
+            {"name": "b", "task_name": "second", "queue": "wq", "depends_on": ["nap"]},
         ],
     }
     async with aiohttp.ClientSession() as http:
@@ -339,13 +340,14 @@ async def test_a_workflows_steps_inherit_its_context_and_each_advance_is_a_span(
     # Both steps' jobs carry the workflow's context: the span that created it.
     inherited = f"00-{CALLER_TRACE}-{create.span_id}-01"
     assert a["traceparent"] == inherited and b["traceparent"] == inherited
-    # The workflow process applied step a's outcome (scheduling b) and b's (settling the workflow).
-    for step in ("a", "b"):
+    # The workflow process applied step a's outcome (arming the sleep), the sleep's end (a timer
+    # lane's wake-up, scheduling b) and b's outcome (settling the workflow).
+    for step, event in (("a", "job"), ("nap", "timer"), ("b", "job")):
         advance = await spans.one("advance_workflow traced-flow", **{"queueflow.workflow.step": step})
         assert (advance.trace_id, advance.parent) == (CALLER_TRACE, create.span_id)
         assert advance.service == "queueflow-workflow"
         assert advance.attributes["queueflow.workflow.id"] == wf_id
-        assert advance.attributes["queueflow.workflow.event"] == "job"
+        assert advance.attributes["queueflow.workflow.event"] == event
     for task in ("first", "second"):
         lease = await spans.one("lease wq", **{"queueflow.task.name": task})
         assert (lease.trace_id, lease.parent) == (CALLER_TRACE, create.span_id)
