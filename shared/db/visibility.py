@@ -102,7 +102,7 @@ async def worker_seen(
         Q.worker_seen,
         worker_id,
         queue,
-        None if info is None else _encode(info).decode(),
+        info,
         sorted(set(tenants)),
     )
 
