@@ -475,3 +475,17 @@ async def test_bad_worker_shapes_are_a_400(api):
         await expect_error(resp, 400)
     resp = await client.post("/api/v1/queues/q-shapes/lease", json={"worker_id": "x" * 128}, headers=DEV)
     assert resp.status == 200
+
+
+async def test_cancelling_a_workflow_ends_its_running_steps_attempt(api):
+    client = await api()
+    resp = await client.post(
+        "/api/v1/workflows",
+        json={"name": "wf-att", "steps": [{"name": "a", "task_name": "t", "queue": "q-wfatt"}]},
+        headers=DEV,
+    )
+    assert resp.status == 201, await resp.text()
+    workflow_id = (await resp.json())["workflow_id"]
+    [item] = await lease(client, "q-wfatt", worker_id="wf-worker")
+    assert (await client.post(f"/api/v1/workflows/{workflow_id}/cancel", headers=DEV)).status == 204
+    assert _shape(await attempts(client, item["job"]["id"])) == [(1, "cancelled", "wf-worker")]
