@@ -9,7 +9,7 @@ import msgspec
 from aiohttp import web
 
 from services.api.context import act_on, db_of, lifecycle_of, settings_of, tenant_of
-from services.api.params import job_id_in_path, list_query, non_negative_int
+from services.api.params import clamped_int, job_id_in_path, list_query, non_negative_int
 from services.api.sse import Event, stream_events
 from shared import wire
 from shared.db import jobs as jobs_db
@@ -130,7 +130,7 @@ async def job_events(request: web.Request) -> web.StreamResponse:
 
 async def job_logs(request: web.Request) -> web.Response:
     after = non_negative_int(request, "after", 0)
-    limit = min(MAX_LOG_PAGE, max(1, non_negative_int(request, "limit", DEFAULT_LOG_PAGE)))
+    limit = clamped_int(request, "limit", DEFAULT_LOG_PAGE, 1, MAX_LOG_PAGE)
     return json_response(
         await visibility.job_logs(
             db_of(request).pool, tenant_of(request).id, job_id_in_path(request), after, limit

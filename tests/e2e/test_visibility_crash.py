@@ -37,12 +37,8 @@ async def _worker(base_url: str, mode: str, lease_secs: str, worker_id: str) -> 
 async def _attempt_metric(url: str, outcome: str) -> float:
     async with aiohttp.ClientSession() as http, http.get(f"{url}/metrics") as resp:
         text = await resp.text()
-    total = 0.0
-    for line in text.splitlines():
-        if line.startswith("queueflow_job_attempts_total{") and f'outcome="{outcome}"' in line:
-            if 'task="transcode"' in line:
-                total += float(line.split()[-1])
-    return total
+    wanted = ("queueflow_job_attempts_total{", f'outcome="{outcome}"', 'task="transcode"')
+    return sum(float(line.split()[-1]) for line in text.splitlines() if all(w in line for w in wanted))
 
 
 async def test_a_sigkilled_remote_worker_leaves_one_lease_expired_attempt_then_one_completed(
@@ -79,7 +75,9 @@ async def test_a_sigkilled_remote_worker_leaves_one_lease_expired_attempt_then_o
         assert attempts[0]["error_message"].startswith("lease expired")
         assert attempts[0]["ended_at"] <= attempts[1]["started_at"]
     # One history row: the completion wrote none; the reclaim wrote exactly one.
-    assert await db.fetchval("SELECT count(*) FROM queueflow.job_attempts WHERE job_id = $1::uuid", job_id) == 1
+    assert (
+        await db.fetchval("SELECT count(*) FROM queueflow.job_attempts WHERE job_id = $1::uuid", job_id) == 1
+    )
     # One process runs the API and the janitor: its /metrics saw both ends.
     await eventually(lambda: _attempt_metric(proc.metrics_url, "lease_expired"))
     assert await _attempt_metric(proc.metrics_url, "lease_expired") == 1
