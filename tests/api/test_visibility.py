@@ -489,3 +489,10 @@ async def test_cancelling_a_workflow_ends_its_running_steps_attempt(api):
     [item] = await lease(client, "q-wfatt", worker_id="wf-worker")
     assert (await client.post(f"/api/v1/workflows/{workflow_id}/cancel", headers=DEV)).status == 204
     assert _shape(await attempts(client, item["job"]["id"])) == [(1, "cancelled", "wf-worker")]
+
+
+async def test_a_nul_character_anywhere_in_the_worker_report_is_a_400(api):
+    client = await api()
+    for worker in ({"tasks": ["a\x00b"]}, {"hostname": "h\x00"}):
+        for body in ({"worker": worker}, {"worker_id": "w", "worker": worker}):
+            await expect_error(await client.post("/api/v1/queues/q-nul/lease", json=body, headers=DEV), 400)
