@@ -496,3 +496,13 @@ async def test_a_nul_character_anywhere_in_the_worker_report_is_a_400(api):
     for worker in ({"tasks": ["a\x00b"]}, {"hostname": "h\x00"}):
         for body in ({"worker": worker}, {"worker_id": "w", "worker": worker}):
             await expect_error(await client.post("/api/v1/queues/q-nul/lease", json=body, headers=DEV), 400)
+
+
+async def test_a_job_with_limit_keys_records_its_worker_too(api):
+    """Such a job is claimed by queueflow.claim_limited (migration 17 gave it the worker)."""
+    client = await api()
+    job_id = await create_job(client, config={"queue": "q-limited", "limits": ["customer:7"]})
+    [item] = await lease(client, "q-limited", worker_id="limited-worker")
+    assert item["job"]["id"] == job_id
+    await complete_job(client, job_id, item["lease_token"])
+    assert _shape(await attempts(client, job_id)) == [(1, "completed", "limited-worker")]

@@ -35,7 +35,9 @@ async def lease(client, queue: str, worker_id: str, **worker: str) -> tuple[str,
 
 
 async def test_job_page_shows_progress_a_live_log_tail_and_the_attempts(client, console):
-    job_id = await create_job(client, task_name="render", queue="renders", retry_delay_secs=0, jitter_factor=0)
+    job_id = await create_job(
+        client, task_name="render", queue="renders", retry_delay_secs=0, jitter_factor=0
+    )
     await console.sign_in("dev", f"#/jobs/{job_id}")
     status = console.page.locator(".page-head .badge")
     await expect(status).to_have_text("pending")
@@ -50,14 +52,21 @@ async def test_job_page_shows_progress_a_live_log_tail_and_the_attempts(client, 
     await expect(attempts.locator("tbody tr").first).to_contain_text("render-box-1")
 
     # Progress, from a heartbeat, arrives over the job's stream.
-    body = {"lease_token": token, "extend_secs": 30, "progress": {"percent": 40, "message": "frame 40 of 100"}}
+    body = {
+        "lease_token": token,
+        "extend_secs": 30,
+        "progress": {"percent": 40, "message": "frame 40 of 100"},
+    }
     await call(client, "POST", f"/api/v1/jobs/{job_id}/heartbeat", body)
     bar = console.page.get_by_role("progressbar", name="Job progress")
     await expect(bar).to_have_attribute("aria-valuenow", "40")
     await expect(console.page.locator(".progress-panel")).to_contain_text("frame 40 of 100")
 
     # Log lines, as they are posted.
-    lines = [{"message": "loading scene", "level": "info"}, {"message": "texture missing", "level": "warning"}]
+    lines = [
+        {"message": "loading scene", "level": "info"},
+        {"message": "texture missing", "level": "warning"},
+    ]
     await call(client, "POST", f"/api/v1/jobs/{job_id}/logs", {"lease_token": token, "lines": lines})
     log = console.page.locator(".log-lines li")
     await expect(log).to_have_count(2)
@@ -71,7 +80,9 @@ async def test_job_page_shows_progress_a_live_log_tail_and_the_attempts(client, 
     await expect(status).to_have_text("retrying")
     _, token = await lease(client, "renders", "render-box-2")
     await expect(status).to_have_text("running")
-    await call(client, "POST", f"/api/v1/jobs/{job_id}/logs", {"lease_token": token, "lines": [{"message": "again"}]})
+    await call(
+        client, "POST", f"/api/v1/jobs/{job_id}/logs", {"lease_token": token, "lines": [{"message": "again"}]}
+    )
     await expect(log).to_have_count(3)
     await call(client, "POST", f"/api/v1/jobs/{job_id}/complete", {"lease_token": token, "result": {}})
     await expect(status).to_have_text("completed")
