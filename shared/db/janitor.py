@@ -64,7 +64,8 @@ async def seconds_until_next_due(db: Executor) -> float | None:
 async def prune(pool: Pool, older_than_hours: float) -> int:
     """Delete terminal history older than the window, in bounded rounds: dead letters, then jobs
     (never one a remaining dead letter points to; their attempts and log lines with them), then
-    workflows, then outbox rows the advancer set aside, then workers not seen since. One janitor at a time: a round that cannot take the advisory lock ends the pruning."""
+    workflows, then outbox rows the advancer set aside, then workers not seen since. One janitor
+    at a time: a round that cannot take the advisory lock ends the pruning."""
     deleted = 0
     cutoff = await now(pool) - timedelta(hours=older_than_hours)
     rounds = [
