@@ -8,6 +8,7 @@ import pytest
 from playwright.async_api import expect
 
 from tests.console.helpers import call, create_job
+from tests.console.test_console_views import WIDER_THAN_THE_SCREEN
 
 pytestmark = [pytest.mark.xdist_group("console-browser"), pytest.mark.timeout(180)]
 
@@ -121,3 +122,29 @@ async def test_workers_page_lists_the_workers_that_leased_the_tenants_jobs(clien
     await console.page.keyboard.press("k")
     await console.heading("Workers")
     await console.screenshot("workers")
+
+
+async def test_narrow_screen_job_page_and_workers_page_have_no_sideways_scrolling(
+    client, server, open_console
+):
+    job_id = await create_job(client, queue="renders")
+    _, token = await lease(
+        client, "renders", "a-worker-with-a-rather-long-name-" + "x" * 60, hostname="h" * 80
+    )
+    body = {"lease_token": token, "extend_secs": 30, "progress": {"percent": 12.5, "message": "m" * 300}}
+    await call(client, "POST", f"/api/v1/jobs/{job_id}/heartbeat", body)
+    lines = [{"message": "unbroken" * 60, "level": "warning"}, {"message": "short"}]
+    await call(client, "POST", f"/api/v1/jobs/{job_id}/logs", {"lease_token": token, "lines": lines})
+    narrow = await open_console(server.base_url, viewport={"width": 390, "height": 844})
+    await narrow.sign_in("dev", f"#/jobs/{job_id}")
+    await expect(narrow.page.locator(".log-lines li")).to_have_count(2)
+    await expect(narrow.page.get_by_role("progressbar", name="Job progress")).to_have_attribute(
+        "aria-valuenow", "12.5"
+    )
+    for link in (f"#/jobs/{job_id}", "#/workers"):
+        await narrow.go(link)
+        await expect(narrow.page.locator("#view table, #view .empty").first).to_be_visible()
+        overflow = await narrow.page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+        wide = await narrow.page.evaluate(WIDER_THAN_THE_SCREEN) if overflow > 0 else []
+        assert overflow <= 0, f"{link} is {overflow}px wider than the screen: {wide}"
+    await narrow.screenshot("narrow-job-visibility")
