@@ -21,6 +21,7 @@ from typing import Any
 
 from shared.domain.errors import ValidationFailed
 from shared.domain.jobs import check_queue_name
+from shared.domain.visibility import DEFAULT_JOB_LOG_MAX_BYTES
 
 MODES = ("all", "api", "janitor", "workflow", "worker")
 
@@ -178,6 +179,13 @@ class Settings:
         "QUEUEFLOW_EVENT_RETENTION_SECS",
         86_400.0,
         "how long an event (POST /api/v1/events) is kept for workflow steps that start waiting later",
+    )
+    job_log_max_bytes: int = option(
+        "--job-log-max-bytes",
+        "QUEUEFLOW_JOB_LOG_MAX_BYTES",
+        DEFAULT_JOB_LOG_MAX_BYTES,
+        "log bytes kept per job (POST /jobs/{id}/logs); lines past it are dropped and counted",
+        at_least=0,
     )
     max_batch: int = option("--max-batch", "QUEUEFLOW_MAX_BATCH", 1000, "largest POST /jobs/batch")
     max_body_bytes: int = option(

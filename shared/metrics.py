@@ -57,6 +57,51 @@ QUEUE_WAIT = Histogram(
     registry=REGISTRY,
 )
 
+# Attempts by task and outcome (docs/visibility.md). Task names come from clients, so the label is
+# bounded: the first MAX_TASK_LABELS names this process sees are labelled as themselves, any later
+# one as OTHER_TASKS. The outcome is one of the seven AttemptOutcome values.
+ATTEMPTS = Counter(
+    "queueflow_job_attempts",
+    "Job attempts that ended through this process, by task and outcome.",
+    ["task", "outcome"],
+    registry=REGISTRY,
+)
+ATTEMPT_DURATION = Histogram(
+    "queueflow_job_attempt_duration_seconds",
+    "From an attempt's lease to its end, by task and outcome.",
+    ["task", "outcome"],
+    buckets=_BUCKETS,
+    registry=REGISTRY,
+)
+MAX_TASK_LABELS = 200
+OTHER_TASKS = "_other"
+_task_labels: set[str] = set()
+
+
+def task_label(task: str) -> str:
+    """`task` as a label value, within the bound."""
+    if task in _task_labels:
+        return task
+    if len(_task_labels) < MAX_TASK_LABELS:
+        _task_labels.add(task)
+        return task
+    return OTHER_TASKS
+
+
+def attempts_ended(outcome: str, ended: Sequence[tuple[str, float | None]]) -> None:
+    """Count attempts that ended with `outcome`, each given as (task, seconds since its lease began,
+    or None when unknown); one bulk observation per task."""
+    if not ended:
+        return
+    by_task: dict[str, list[float | None]] = {}
+    for task, secs in ended:
+        by_task.setdefault(task, []).append(secs)
+    for task, values in by_task.items():
+        label = task_label(task)
+        ATTEMPTS.labels(label, outcome).inc(len(values))
+        observe_many(ATTEMPT_DURATION.labels(label, outcome), [max(0.0, v) for v in values if v is not None])
+
+
 HTTP_REQUESTS = Counter(
     "queueflow_http_requests", "HTTP requests served.", ["method", "route", "status"], registry=REGISTRY
 )

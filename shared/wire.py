@@ -37,6 +37,9 @@ from shared.domain.jobs import (
     NewJob,
     Object,
     PartialJobConfig,
+    Percent,
+    Progress,
+    ProgressMessage,
     QueueControl,
     QueueStats,
     ReplayedDeadLetter,
@@ -48,6 +51,19 @@ from shared.domain.jobs import (
 from shared.domain.limits import Concurrency, LimitPolicy, Rate
 from shared.domain.paging import PageRequest
 from shared.domain.traces import MAX_TRACESTATE_CHARS
+from shared.domain.visibility import (
+    MAX_LOG_LINES,
+    MAX_LOG_MESSAGE,
+    Attempt,
+    JobLogs,
+    LogLevel,
+    LogsAppended,
+    NewLogLine,
+    Worker,
+    WorkerId,
+    WorkerInfo,
+    check_log_lines,
+)
 from shared.domain.worker_keys import MAX_KEY_QUEUES, NewWorkerKey, WorkerKey, new_worker_key
 from shared.domain.workflows import (
     MAX_EVENT_KEY_BYTES,
@@ -63,18 +79,23 @@ from shared.domain.workflows import (
 )
 
 __all__ = [
+    "Attempt",
     "CronSchedule",
     "DeadLetter",
     "FanOut",
     "Job",
     "JobConfig",
+    "JobLogs",
     "LimitPolicy",
+    "LogsAppended",
     "PartialJobConfig",
     "QueueControl",
     "QueueStats",
     "ReplayedDeadLetter",
     "StatsSnapshot",
     "StepCondition",
+    "Worker",
+    "WorkerInfo",
     "WorkerKey",
     "Workflow",
     "WorkflowStep",
@@ -246,6 +267,10 @@ class LeaseJobsRequest(Request):
     max_jobs: Annotated[int, Meta(ge=1, le=100)] | None = None
     lease_secs: Annotated[int, Meta(ge=1, le=3600)] | None = None
     wait_secs: Annotated[int, Meta(ge=0, le=30)] | None = None
+    # Extensions (docs/visibility.md): the worker's name, recorded on the jobs it leases and in the
+    # worker registry, and what it says of itself (kept from its last call when left out).
+    worker_id: WorkerId | None = None
+    worker: WorkerInfo | None = None
 
 
 Traceparent = Annotated[
@@ -291,9 +316,19 @@ class LeaseJobsResponse(Response):
     jobs: list[LeasedJob]
 
 
+class ProgressReport(Request):
+    percent: Percent
+    message: ProgressMessage | None = None
+
+    def to_progress(self) -> Progress:
+        return Progress(percent=self.percent, message=self.message)
+
+
 class HeartbeatRequest(Request):
     lease_token: str
     extend_secs: Annotated[int, Meta(ge=1, le=3600)]
+    # An extension (docs/visibility.md): how far the job got; shown on the job until its next claim.
+    progress: ProgressReport | None = None
 
 
 class HeartbeatResponse(Response):
@@ -344,6 +379,38 @@ class FailJobRequest(Request):
     lease_token: str
     error: str
     retryable: bool | None = None
+
+
+# --- visibility (docs/visibility.md) -------------------------------------------------------------
+
+
+class LogLineRequest(Request):
+    message: Annotated[str, Meta(max_length=MAX_LOG_MESSAGE)]
+    ts: datetime | None = None
+    level: LogLevel | None = None
+
+
+class PostJobLogsRequest(Request):
+    """`POST /api/v1/jobs/{id}/logs`: up to 100 lines, 64 KiB of message in all."""
+
+    lease_token: str
+    lines: Annotated[list[LogLineRequest], Meta(max_length=MAX_LOG_LINES)]
+
+    def to_lines(self) -> list[NewLogLine]:
+        lines = [
+            NewLogLine(message=line.message, ts=instant(f"lines[{n}].ts", line.ts), level=line.level)
+            for n, line in enumerate(self.lines)
+        ]
+        check_log_lines(lines)
+        return lines
+
+
+class JobAttemptsResponse(Response):
+    attempts: list[Attempt]
+
+
+class WorkersResponse(Response):
+    workers: list[Worker]
 
 
 # --- dead letters --------------------------------------------------------------------------------

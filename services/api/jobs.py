@@ -1,4 +1,5 @@
-"""Tenant job routes: create, batch, list, get, cancel (one or by filter), and the SSE stream."""
+"""Tenant job routes: create, batch, list, get, cancel (one or by filter), the SSE stream, and a
+job's logs and attempts (docs/visibility.md)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,14 @@ import msgspec
 from aiohttp import web
 
 from services.api.context import act_on, db_of, lifecycle_of, settings_of, tenant_of
-from services.api.params import job_id_in_path, list_query, trace_headers
-from services.api.sse import stream_status
+from services.api.params import clamped_int, job_id_in_path, list_query, non_negative_int, trace_headers
+from services.api.sse import Event, stream_events
 from shared import wire
 from shared.db import jobs as jobs_db
-from shared.db import watchers
+from shared.db import visibility, watchers
 from shared.domain.errors import NotFound, ValidationFailed
 from shared.domain.jobs import JobStatus
+from shared.domain.visibility import DEFAULT_LOG_PAGE, MAX_LOG_PAGE
 from shared.runtime.enqueue import enqueue_many, enqueue_one
 from shared.web.body import decode, is_utf8, json_response
 
@@ -96,19 +98,50 @@ async def cancel_jobs(request: web.Request) -> web.Response:
 
 
 async def job_events(request: web.Request) -> web.StreamResponse:
-    """`status` events carrying the whole job, one per change (a job's JSON changes only with its
-    status), until a terminal status."""
+    """`status` events carrying the job without its progress, one per change (a job's JSON changes
+    only with its status), until a terminal status; between them (extensions, docs/visibility.md)
+    a `progress` event whenever the worker reports progress and a `log` event per log line after
+    `?log_after=` (default 0: every line)."""
     db = db_of(request)
     tenant = tenant_of(request).id
     job_id = (await jobs_db.get_job(db.pool, tenant, job_id_in_path(request))).id
+    after = non_negative_int(request, "log_after", 0)
 
-    async def read() -> tuple[bytes, bool] | None:
+    async def read() -> tuple[list[Event], bool] | None:
+        nonlocal after
         try:
             job = await jobs_db.get_job(db.pool, tenant, job_id)
+            events: list[Event] = []
+            while True:  # every line stored so far (a job keeps at most its cap of them)
+                page = await visibility.job_logs(db.pool, tenant, job_id, after, MAX_LOG_PAGE)
+                events += [("log", msgspec.json.encode(line)) for line in page.lines]
+                after = page.lines[-1].seq if page.lines else after
+                if not page.has_more:
+                    break
         except NotFound:
             return None
-        return msgspec.json.encode(job), job.terminal
+        if job.progress is not None:
+            events.append(("progress", msgspec.json.encode(job.progress)))
+        events.append(("status", msgspec.json.encode(msgspec.structs.replace(job, progress=None))))
+        return events, job.terminal
 
     async with watchers.watching_job(db.pool, job_id, SSE_MAX_SECS + 60):
         subscribe = functools.partial(db.hub.watch_job, str(job_id))
-        return await stream_status(request, lifecycle_of(request), subscribe, read, SSE_MAX_SECS)
+        return await stream_events(request, lifecycle_of(request), subscribe, read, SSE_MAX_SECS)
+
+
+async def job_logs(request: web.Request) -> web.Response:
+    after = non_negative_int(request, "after", 0)
+    limit = clamped_int(request, "limit", DEFAULT_LOG_PAGE, 1, MAX_LOG_PAGE)
+    return json_response(
+        await visibility.job_logs(
+            db_of(request).pool, tenant_of(request).id, job_id_in_path(request), after, limit
+        )
+    )
+
+
+async def job_attempts(request: web.Request) -> web.Response:
+    attempts = await visibility.job_attempts(
+        db_of(request).pool, tenant_of(request).id, job_id_in_path(request)
+    )
+    return json_response(wire.JobAttemptsResponse(attempts=attempts))

@@ -40,6 +40,7 @@ from shared.domain.jobs import (
     SPACE_CHARS,
     JobStatus,
 )
+from shared.domain.visibility import DEFAULT_LOG_PAGE, MAX_LOG_PAGE
 from shared.domain.workflows import MAX_EVENT_KEY_BYTES, MAX_WORKFLOW_STEPS, WorkflowStatus
 from shared.runtime.keys import SETTINGS
 
@@ -116,6 +117,24 @@ _TRACE_HEADERS: list[dict[str, Any]] = [
         " malformed one is ignored.",
     },
 ]
+
+
+_SEQ = {"type": "integer", "format": "int64", "minimum": 0}
+_CLAMPED = {"type": "integer", "format": "int64"}
+# Query parameters of routes that are not listings (visibility's, docs/visibility.md).
+_QUERY_PARAMS: dict[str, list[tuple[str, dict[str, Any], str]]] = {
+    "getJobLogs": [
+        ("after", _SEQ, "Lines after this seq (default 0: from the first)."),
+        (
+            "limit",
+            _CLAMPED,
+            f"At most this many lines, clamped to 1..={MAX_LOG_PAGE} (default {DEFAULT_LOG_PAGE}).",
+        ),
+    ],
+    "streamJobEvents": [
+        ("log_after", _SEQ, "Send `log` events for the lines after this seq (default 0: every line)."),
+    ],
+}
 
 
 def _status(values: type[JobStatus] | type[WorkflowStatus] | None) -> dict[str, Any]:
@@ -337,6 +356,13 @@ def _refine(schemas: dict[str, Any], request_names: set[str], max_batch: int) ->
         for field in ("created_after", "created_before"):
             _narrow(props[owner][field], INSTANT_SCHEMA)
     _narrow(props["CreateJobRequest"]["run_at"], INSTANT_SCHEMA)
+    _narrow(props["LogLineRequest"]["ts"], INSTANT_SCHEMA)
+    _narrow(
+        props["PostJobLogsRequest"]["lines"],
+        {
+            "description": "At most 100 lines, whose messages take at most 64 KiB (65,536 bytes of UTF-8) in all."
+        },
+    )
     _narrow(props["WorkflowStep"]["sleep_until"], INSTANT_SCHEMA)
     _narrow(
         props["WaitForEvent"]["key"],
@@ -405,27 +431,45 @@ def _refine(schemas: dict[str, Any], request_names: set[str], max_batch: int) ->
     schemas["StepCondition"] = _condition_schema()
 
 
-def _event_stream(event_type: Any) -> dict[str, Any]:
+# Events a stream sends beside `status`, by operation: (event, its data's schema, what it says).
+_EXTRA_EVENTS: dict[str, list[tuple[str, str, str]]] = {
+    "streamJobEvents": [
+        ("progress", "Progress", "the job's progress, whenever its worker reports one"),
+        ("log", "LogLine", "one log line, for every line after `?log_after=`"),
+    ],
+}
+
+
+def _event_stream(event_type: Any, operation_id: str) -> dict[str, Any]:
     """A text/event-stream answer: the schema describes one event (OpenAPI 3.1 has no itemSchema).
     Each `status` event's data is the JSON of `event_type`; `: keep-alive` comments come between."""
-    return {
-        "schema": {
+
+    def event(name: str, schema: str) -> dict[str, Any]:
+        return {
             "type": "object",
-            "description": (
-                f"One server-sent event: `event: status`, `data:` the {event_type.__name__} as JSON,"
-                " one per change until it is terminal."
-            ),
             "properties": {
-                "event": {"const": "status"},
+                "event": {"const": name},
                 "data": {
                     "type": "string",
                     "contentMediaType": "application/json",
-                    "contentSchema": {"$ref": REF.format(name=event_type.__name__)},
+                    "contentSchema": {"$ref": REF.format(name=schema)},
                 },
             },
             "required": ["event", "data"],
         }
-    }
+
+    extra = _EXTRA_EVENTS.get(operation_id, [])
+    text = (
+        f"One server-sent event: `event: status`, `data:` the {event_type.__name__} as JSON,"
+        " one per change until it is terminal."
+    )
+    if not extra:
+        return {"schema": {**event("status", event_type.__name__), "description": text}}
+    text += " Between them: " + "; ".join(f"`event: {name}`, {what}" for name, _, what in extra) + "."
+    if operation_id == "streamJobEvents":
+        text += " The `status` event's job leaves `progress` out (the `progress` event carries it)."
+    variants = [event("status", event_type.__name__), *(event(name, schema) for name, schema, _ in extra)]
+    return {"schema": {"description": text, "oneOf": variants}}
 
 
 def _reachable(schemas: dict[str, Any], roots: list[str]) -> set[str]:
@@ -501,6 +545,11 @@ def build_spec(max_batch: int = _DEFAULT_MAX_BATCH) -> dict[str, Any]:
                     "description": "At most this many, clamped to 1..=100 (default 50).",
                 },
             ]
+        if route.operation_id in _QUERY_PARAMS:
+            op["parameters"] += [
+                {"name": n, "in": "query", "required": False, "schema": s, "description": d}
+                for n, s, d in _QUERY_PARAMS[route.operation_id]
+            ]
         if route.operation_id == "createJob":
             op["parameters"].append(
                 {
@@ -520,7 +569,7 @@ def build_spec(max_batch: int = _DEFAULT_MAX_BATCH) -> dict[str, Any]:
             }
         ok: dict[str, Any] = {"description": "OK"}
         if route.events is not None:
-            ok["content"] = {"text/event-stream": _event_stream(route.events)}
+            ok["content"] = {"text/event-stream": _event_stream(route.events, route.operation_id)}
         elif route.response is not None:
             ok["content"] = {"application/json": {"schema": by_type[route.response]}}
         op["responses"][str(route.status)] = ok

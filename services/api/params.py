@@ -95,6 +95,23 @@ def _int(name: str, raw: str) -> int:
     return value
 
 
+def non_negative_int(request: web.Request, name: str, default: int) -> int:
+    """An integer query parameter that cannot be negative (absent or empty: `default`)."""
+    raw = request.query.get(name, "")
+    if not raw:
+        return default
+    value = _int(name, raw)
+    if value < 0:
+        raise ValidationFailed(f"{name} cannot be negative, not {raw!r}")
+    return value
+
+
+def clamped_int(request: web.Request, name: str, default: int, lowest: int, highest: int) -> int:
+    """An integer query parameter clamped to [lowest, highest] (absent or empty: `default`)."""
+    raw = request.query.get(name, "")
+    return min(highest, max(lowest, _int(name, raw))) if raw else default
+
+
 def _bool(name: str, raw: str) -> bool:
     value = raw.strip().lower()
     if value in ("true", "1"):

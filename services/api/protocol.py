@@ -1,11 +1,13 @@
 """The remote worker protocol (shared/seed/remote-workers.md): lease with long-poll, heartbeat,
-complete, fail. Worker routes: the worker token acts for every tenant; a worker key for its own
+complete, fail, and (docs/visibility.md) progress on the heartbeat, log lines, and the worker's
+name on lease. Worker routes: the worker token acts for every tenant; a worker key for its own
 tenant only, on its own queues (another queue is a 403 on lease), and another tenant's job is
 answered as an unknown job (404). Only a key holder pays for the ownership check: the worker
 token's path is as it was."""
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 
 from aiohttp import web
@@ -14,8 +16,9 @@ from services.api.context import db_of, lifecycle_of, settings_of, worker_key_of
 from services.api.params import job_id, job_id_in_path, lease_token, queue_in_path
 from shared import wire
 from shared.db import jobs as jobs_db
-from shared.db import worker_keys
+from shared.db import visibility, worker_keys
 from shared.domain.errors import DomainError, NotFound
+from shared.domain.jobs import Lease
 from shared.runtime.leasing import lease_jobs
 from shared.web.body import decode, json_response
 from shared.web.errors import client_gone, status_of
@@ -45,14 +48,38 @@ async def lease(request: web.Request) -> web.Response:
         body.wait_secs or 0,
         settings_of(request).worker_poll_secs,
         tenant=None if grant is None else grant.tenant,
+        worker_id=body.worker_id,
     )
+    if body.worker_id is not None:
+        await _worker_seen(request, body, queue, leases)
     if leases and client_gone(request):
         # The worker hung up while its long-poll waited: nobody will read this answer, so the jobs
         # go back at once (no retry spent) rather than sit leased to no one until the janitor.
-        for gone in leases:
-            await jobs_db.release(db_of(request).pool, gone.job.id, gone.token)
+        await _give_back(request, leases)
         leases = []
     return json_response(wire.LeaseJobsResponse(jobs=[wire.LeasedJob.of(lease) for lease in leases]))
+
+
+async def _give_back(request: web.Request, leases: list[Lease]) -> None:
+    for gone in leases:
+        await jobs_db.release(db_of(request).pool, gone.job.id, gone.token)
+
+
+async def _worker_seen(
+    request: web.Request, body: wire.LeaseJobsRequest, queue: str, leases: list[Lease]
+) -> None:
+    """The registry's one upsert for this lease call: under the worker key's tenant, or for the
+    worker token under the fleet-wide row and each tenant whose jobs it leased. Should it fail, the
+    jobs just leased go back (the worker will not hear of them)."""
+    assert body.worker_id is not None
+    grant = worker_key_of(request)
+    tenants = [grant.tenant] if grant is not None else ["", *(lease.job.tenant_id or "" for lease in leases)]
+    try:
+        await visibility.worker_seen(db_of(request).pool, body.worker_id, queue, body.worker, tenants)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            await _give_back(request, leases)
+        raise
 
 
 async def heartbeat(request: web.Request) -> web.Response:
@@ -65,8 +92,21 @@ async def heartbeat(request: web.Request) -> web.Response:
         lease_token(body.lease_token),
         body.extend_secs,
         HEARTBEAT_LEASE_LOST,
+        None if body.progress is None else body.progress.to_progress(),
     )
     return json_response(wire.HeartbeatResponse(status=status))
+
+
+async def post_logs(request: web.Request) -> web.Response:
+    """Log lines from the holder of the job's latest lease (docs/visibility.md)."""
+    body = await decode(request, wire.PostJobLogsRequest)
+    lines = body.to_lines()
+    job = job_id_in_path(request)
+    await _check_owned(request, job)
+    appended = await visibility.append_logs(
+        db_of(request).pool, job, lease_token(body.lease_token), lines, settings_of(request).job_log_max_bytes
+    )
+    return json_response(appended)
 
 
 async def complete(request: web.Request) -> web.Response:

@@ -1,4 +1,4 @@
-"""System routes: stats, tasks, whoami."""
+"""System routes: stats, tasks, whoami, and the workers that served the tenant (docs/visibility.md)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from aiohttp import web
 from services.api.context import db_of, tenant_of
 from shared import wire
 from shared.db import jobs as jobs_db
-from shared.db import workers
+from shared.db import visibility, workers
+from shared.domain.visibility import MAX_WORKERS_LISTED
 from shared.web.body import json_response
 
 # A worker process refreshes its task rows every 10 s; three missed beats and it is gone.
@@ -26,3 +27,8 @@ async def tasks(request: web.Request) -> web.Response:
 async def whoami(request: web.Request) -> web.Response:
     tenant = tenant_of(request)
     return json_response(wire.WhoAmIResponse(tenant=tenant.id, access=tenant.access))
+
+
+async def list_workers(request: web.Request) -> web.Response:
+    found = await visibility.tenant_workers(db_of(request).pool, tenant_of(request).id, MAX_WORKERS_LISTED)
+    return json_response(wire.WorkersResponse(workers=found))

@@ -125,6 +125,35 @@ async def watch_job(client: Client, args: argparse.Namespace, call: Call) -> Any
     return await watch(client, args.id, args.timeout_secs)
 
 
+async def job_logs(client: Client, args: argparse.Namespace, call: Call) -> Any:
+    """A page of the job's log lines; with --follow, every line as it arrives (one JSON object per
+    line on stdout) until the job finishes, then the job's final status and log totals."""
+    path = call.url(args)
+    if not args.follow:
+        return await client.call("GET", path, query={"after": args.after, "limit": args.limit})
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + args.timeout_secs
+    after = args.after or 0
+    while True:
+        # The job's status first: a line it logged before finishing is then read below.
+        job = await client.call("GET", f"/api/v1/jobs/{quote(args.id, safe='')}")
+        while True:
+            page = await client.call("GET", path, query={"after": after, "limit": 1000})
+            for line in page["lines"]:
+                print(json.dumps(line), flush=True)
+                after = line["seq"]
+            if not page["has_more"]:
+                break
+        if job["status"] in TERMINAL or loop.time() > deadline:
+            return {
+                "job_id": args.id,
+                "status": job["status"],
+                "last_seq": page["last_seq"],
+                "dropped": page["dropped"],
+            }
+        await asyncio.sleep(POLL_SECS)
+
+
 def workflow_definition(args: argparse.Namespace) -> Any:
     """The JSON workflow definition in `--file` (`-` is stdin)."""
     name = "stdin" if args.file == "-" else args.file
@@ -194,6 +223,25 @@ COMMANDS: dict[str, Call | Group] = {
                 "poll a job until it finishes",
                 (opt("--timeout-secs", type=float, default=600.0),),
                 run=watch_job,
+            ),
+            "logs": Call(
+                "GET",
+                JOBS + "/{id}/logs",
+                "a job's log lines (--follow: print them as they arrive until the job finishes)",
+                (
+                    opt("--after", type=int, help="lines after this seq"),
+                    opt("--limit", type=int, help="at most this many (without --follow; up to 1000)"),
+                    opt(
+                        "--follow", action="store_true", help="keep printing new lines until the job finishes"
+                    ),
+                    opt(
+                        "--timeout-secs", type=float, default=600.0, help="with --follow: give up after this"
+                    ),
+                ),
+                run=job_logs,
+            ),
+            "attempts": Call(
+                "GET", JOBS + "/{id}/attempts", "every attempt of a job: worker, lease start and end, outcome"
             ),
         },
     ),
@@ -287,6 +335,7 @@ COMMANDS: dict[str, Call | Group] = {
             "resume": Call("POST", "/api/v1/queues/{queue}/resume", "let claims of your jobs resume"),
         },
     ),
+    "workers": Call("GET", "/api/v1/workers", "the workers that leased your jobs, live or not"),
     "stats": Call("GET", "/api/v1/stats", "durable counts for your tenant"),
     "tasks": Call("GET", "/api/v1/tasks", "tasks the in-process workers handle"),
     "whoami": Call("GET", "/api/v1/whoami", "your tenant and access"),

@@ -75,6 +75,7 @@ class Janitor:
                     metrics.JOBS_FAILED.inc()
                     metrics.JOBS_DEAD_LETTERED.inc()
                 log.info("lease_reclaimed", job_id=str(job.id), queue=job.queue, status=job.status)
+            metrics.attempts_ended("lease_expired", [(job.task, job.attempt_secs) for job in reclaimed])
             total += len(reclaimed)
             if len(reclaimed) < batch:
                 break

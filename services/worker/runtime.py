@@ -219,6 +219,7 @@ class WorkerRuntime:
                     s.worker_poll_secs,
                     s.worker_poll_secs,
                     timeout_grace=s.lease_grace_secs,
+                    worker_id=self.process_id,  # the attempts' worker (docs/visibility.md)
                 )
             except Exception as err:
                 # A claim that failed must never end the queue's loop: an unreachable database is

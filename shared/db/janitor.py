@@ -23,6 +23,8 @@ class Reclaimed(Struct, frozen=True):
     id: uuid.UUID
     queue: str
     status: JobStatus
+    task: str = ""
+    attempt_secs: float | None = None  # from the attempt's lease to its reclaim
 
 
 async def now(db: Executor) -> datetime:
@@ -34,7 +36,7 @@ async def now(db: Executor) -> datetime:
 async def reclaim_expired(db: Executor, batch: int) -> list[Reclaimed]:
     """Up to `batch` expired leases, through the retry policy; their lease tokens are cleared."""
     return [
-        Reclaimed(r["id"], r["queue_name"], JobStatus(r["status"]))
+        Reclaimed(r["id"], r["queue_name"], JobStatus(r["status"]), r["task_name"], r["secs"])
         for r in await db.fetch(Q.reclaim_expired, batch)
     ]
 
@@ -61,8 +63,9 @@ async def seconds_until_next_due(db: Executor) -> float | None:
 
 async def prune(pool: Pool, older_than_hours: float) -> int:
     """Delete terminal history older than the window, in bounded rounds: dead letters, then jobs
-    (never one a remaining dead letter points to), then workflows, then outbox rows the advancer
-    set aside. One janitor at a time: a round that cannot take the advisory lock ends the pruning."""
+    (never one a remaining dead letter points to; their attempts and log lines with them), then
+    workflows, then outbox rows the advancer set aside, then workers not seen since. One janitor
+    at a time: a round that cannot take the advisory lock ends the pruning."""
     deleted = 0
     cutoff = await now(pool) - timedelta(hours=older_than_hours)
     rounds = [
@@ -70,14 +73,17 @@ async def prune(pool: Pool, older_than_hours: float) -> int:
         (Q.prune_jobs, ()),
         (Q.prune_workflows, ()),
         (Q.prune_abandoned_outbox, (OUTBOX_ATTEMPTS,)),
+        (Q.prune_workers, ()),
     ]
     for query, extra in rounds:
         while True:
             async with pool.acquire() as conn, conn.transaction():
                 if not await conn.fetchval(Q.retention_lock):
                     return deleted  # another janitor is pruning
-                status = await conn.execute(query, cutoff, RETENTION_ROUND, *extra)
-            n = int(status.split()[-1])
+                if query is Q.prune_jobs:  # it answers a count (its jobs' log lines go with them)
+                    n = int(await conn.fetchval(query, cutoff, RETENTION_ROUND, *extra))
+                else:
+                    n = int((await conn.execute(query, cutoff, RETENTION_ROUND, *extra)).split()[-1])
             deleted += n
             if n < RETENTION_ROUND:
                 break

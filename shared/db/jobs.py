@@ -32,6 +32,7 @@ from shared.domain.jobs import (
     Lease,
     NewJob,
     Object,
+    Progress,
     QueueGauge,
     ReplayedDeadLetter,
     StatsSnapshot,
@@ -179,10 +180,16 @@ async def list_jobs(db: Executor, tenant: str, query: ListQuery) -> Page[Job]:
     return await fetch_page(db, "jobs", "uuid", tenant, query.page, to_job, equal)
 
 
+def _cancelled(rows: Sequence[asyncpg.Record]) -> None:
+    metrics.JOBS_CANCELLED.inc(len(rows))
+    metrics.attempts_ended("cancelled", [(r["task_name"], r["secs"]) for r in rows if r["ended_attempt"]])
+
+
 async def cancel_job(db: Executor, tenant: str, job_id: uuid.UUID) -> None:
-    """Cancel a live job; a finished one is a Conflict naming its status."""
-    if await db.fetchval(Q.cancel_job, job_id, tenant) is not None:
-        metrics.JOBS_CANCELLED.inc()
+    """Cancel a live job (a running one's attempt ends, in the history as cancelled); a finished
+    one is a Conflict naming its status."""
+    if (row := await db.fetchrow(Q.cancel_job, job_id, tenant)) is not None:
+        _cancelled([row])
         return
     status = await db.fetchval(Q.job_owner_state, job_id, tenant)
     if status is None:
@@ -206,7 +213,7 @@ def _filter_args(tenant: str, which: JobFilter) -> tuple[object, ...]:
 
 async def cancel_matching(db: Executor, tenant: str, which: JobFilter) -> int:
     rows = await db.fetch(Q.cancel_jobs_matching, *_filter_args(tenant, which))
-    metrics.JOBS_CANCELLED.inc(len(rows))
+    _cancelled(rows)
     return len(rows)
 
 
@@ -299,13 +306,23 @@ async def claim(
     key: uuid.UUID | None = None,
     *,
     tenant: str | None = None,
+    worker_id: str | None = None,
 ) -> list[Lease]:
     """Lease up to `max_jobs` due jobs, shared fairly between the queue's tenants (`rotation`
     changes which tenant leads); returned in priority, scheduled_at, created_at order. `key` (a
     new random one when None) lets `release_unanswered_claim` give the jobs back should the
-    answer be lost. `tenant`, when given, claims only that tenant's jobs (a worker key's)."""
+    answer be lost. `tenant`, when given, claims only that tenant's jobs (a worker key's); `worker_id`,
+    when given, is recorded as the attempts' worker."""
     rows = await db.fetch(
-        Q.claim_jobs, queue, max_jobs, lease_secs, timeout_grace, rotation, key or uuid.uuid4(), tenant
+        Q.claim_jobs,
+        queue,
+        max_jobs,
+        lease_secs,
+        timeout_grace,
+        rotation,
+        key or uuid.uuid4(),
+        tenant,
+        worker_id,
     )
     if len(rows) > 1:
         rows.sort(key=lambda r: (-r["priority"], r["scheduled_at"], r["created_at"]))
@@ -340,13 +357,33 @@ async def _explain(
     return out
 
 
+async def lease_refusal(db: Executor, job_id: uuid.UUID, token: uuid.UUID | None) -> DomainError:
+    """Why a write that needs the job's latest lease matched nothing: NotFound, or a Conflict (the
+    lease is lost)."""
+    [answer] = await _explain(db, [(job_id, token)], LEASE_LOST, terminal_only=False)
+    return answer if isinstance(answer, DomainError) else Conflict(LEASE_LOST)
+
+
 async def heartbeat(
-    db: Executor, job_id: uuid.UUID, token: uuid.UUID | None, extend_secs: int, lost: str
+    db: Executor,
+    job_id: uuid.UUID,
+    token: uuid.UUID | None,
+    extend_secs: int,
+    lost: str,
+    progress: Progress | None = None,
 ) -> JobStatus:
-    """Extend the lease: `running`. The holder of a job that left `running` learns its status (so it
-    stops); anyone else gets a Conflict, and an unknown job NotFound."""
-    if token is not None and await db.fetchval(Q.heartbeat, job_id, token, extend_secs) is not None:
-        return JobStatus.RUNNING
+    """Extend the lease (and record `progress` when given): `running`. The holder of a job that
+    left `running` learns its status (so it stops); anyone else gets a Conflict, and an unknown job
+    NotFound."""
+    if token is not None:
+        if progress is None:
+            beat = await db.fetchval(Q.heartbeat, job_id, token, extend_secs)
+        else:
+            beat = await db.fetchval(
+                Q.heartbeat_progress, job_id, token, extend_secs, progress.percent, progress.message
+            )
+        if beat is not None:
+            return JobStatus.RUNNING
     [answer] = await _explain(db, [(job_id, token)], lost, terminal_only=False)
     if isinstance(answer, DomainError):
         raise answer
@@ -375,6 +412,7 @@ async def complete_many(
         tracer.settled("complete", [_settled(r, JobStatus.COMPLETED) for r in done], started)
     finished = {(r["id"], r["token"]) for r in done}
     metrics.JOBS_COMPLETED.inc(len(finished))
+    metrics.attempts_ended("completed", [(r["task_name"], r["secs"]) for r in done])
     rest = [(i[0], i[1]) for i in items if (i[0], i[1]) not in finished]
     explained = iter(await _explain(db, rest, LEASE_LOST) if rest else [])
     # The same job and token twice in one batch: the first completed it, the second is a replay;
@@ -411,6 +449,8 @@ async def fail(
         else:
             metrics.JOBS_FAILED.inc()
             metrics.JOBS_DEAD_LETTERED.inc()
+        outcome = "retry" if status is JobStatus.RETRYING else "failed"
+        metrics.attempts_ended(outcome, [(row["task_name"], row["secs"])])
         return status
     [answer] = await _explain(db, [(job_id, token)], LEASE_LOST, terminal_only=False)
     if isinstance(answer, DomainError):
@@ -421,7 +461,8 @@ async def fail(
 
 
 async def release(db: Executor, job_id: uuid.UUID, token: uuid.UUID) -> bool:
-    """Give a job back unfinished (graceful shutdown): claimable again at once, no retry spent."""
+    """Give a job back unfinished (graceful shutdown): claimable again at once, no retry spent (the
+    attempt is in the history as released)."""
     return await db.fetchval(Q.release_job, job_id, token) is not None
 
 

@@ -321,6 +321,20 @@ class NewJob(Struct, frozen=True, kw_only=True):
         check_queue_name(self.queue)
 
 
+MAX_PROGRESS_MESSAGE = 1024  # characters
+Percent = Annotated[float, Meta(ge=0, le=100)]
+ProgressMessage = Annotated[str, Meta(max_length=MAX_PROGRESS_MESSAGE)]
+
+
+class Progress(Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """How far a running job got, as its worker last reported it (a heartbeat's `progress`, an
+    extension: docs/visibility.md). Cleared when the job is claimed again."""
+
+    percent: Percent
+    message: ProgressMessage | None = None
+    updated_at: datetime | None = None
+
+
 class Job(Struct, frozen=True, kw_only=True, omit_defaults=True):
     """A job as stored; its JSON is the API's `Job`."""
 
@@ -344,6 +358,8 @@ class Job(Struct, frozen=True, kw_only=True, omit_defaults=True):
     tenant_id: str | None = None
     workflow_id: str | None = None
     workflow_step_id: str | None = None
+    # An extension, left out when the job's worker never reported any.
+    progress: Progress | None = None
 
     @property
     def terminal(self) -> bool:

@@ -24,12 +24,14 @@ async def lease_jobs(
     timeout_grace: int | None = None,
     *,
     tenant: str | None = None,
+    worker_id: str | None = None,
 ) -> list[Lease]:
     """Claim up to `max_jobs`; when none is due, park on the queue's signal (no connection held)
     until a job arrives, the wait ends, or the safety poll (`poll_secs`) re-checks. Idle waiters of
     one queue share one safety claim per poll interval instead of each asking the database.
 
-    `tenant` (a worker key's) claims only that tenant's jobs. Such a claim finding nothing says
+    `tenant` (a worker key's) claims only that tenant's jobs; `worker_id` is recorded on the jobs
+    claimed (their attempts' worker). Such a claim finding nothing says
     nothing of the queue's other jobs, so it is not recorded as the queue being empty, and its
     waiter observes the queue's wake-ups rather than spending one meant for another tenant's job.
 
@@ -58,6 +60,7 @@ async def lease_jobs(
                         next(db.claim_turns),
                         key,
                         tenant=tenant,
+                        worker_id=worker_id,
                     )
                 except Exception as err:
                     if is_unavailable(err):  # it may have committed: its jobs must not sit leased

@@ -120,7 +120,7 @@ def _has_nul(value: Any) -> bool:
         return "\x00" in value
     if isinstance(value, dict):
         return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
-    if isinstance(value, list):
+    if isinstance(value, list | tuple):  # (to_builtins keeps a Struct's tuple fields as tuples)
         return any(_has_nul(v) for v in value)
     return False
 

@@ -255,15 +255,21 @@ async def test_only_the_dead_letter_listing_documents_replayed(spec):
 )
 async def test_event_streams_describe_their_events(spec, path, event_type):
     """Each event of a text/event-stream answer is `event: status` with the JSON of a Job or a
-    WorkflowEvent as its data (OpenAPI 3.1: the media type's schema describes one event)."""
+    WorkflowEvent as its data (OpenAPI 3.1: the media type's schema describes one event); a job's
+    stream also has `progress` and `log` events (docs/visibility.md)."""
     _, body = spec
-    event = body["paths"][path]["get"]["responses"]["200"]["content"]["text/event-stream"]["schema"]
-    assert event["required"] == ["event", "data"]
-    assert event["properties"]["event"] == {"const": "status"}
-    data = event["properties"]["data"]
-    assert data["contentMediaType"] == "application/json"
-    assert data["contentSchema"] == {"$ref": f"#/components/schemas/{event_type}"}
-    assert event_type in body["components"]["schemas"]
+    schema = body["paths"][path]["get"]["responses"]["200"]["content"]["text/event-stream"]["schema"]
+    variants = schema.get("oneOf", [schema])
+    events = {}
+    for event in variants:
+        assert event["required"] == ["event", "data"]
+        data = event["properties"]["data"]
+        assert data["contentMediaType"] == "application/json"
+        events[event["properties"]["event"]["const"]] = data["contentSchema"]["$ref"].rsplit("/", 1)[1]
+    extra = {"progress": "Progress", "log": "LogLine"} if event_type == "Job" else {}
+    assert events == {"status": event_type, **extra}
+    for name in events.values():
+        assert name in body["components"]["schemas"]
 
 
 async def test_the_batch_limits_follow_the_server_settings(api):

@@ -63,6 +63,18 @@ class Cli:
         ):
             return resp.status, await resp.json()
 
+    async def api_post(self, path: str, body: Any) -> tuple[int, Any]:
+        """POST as a tenant (job creation) or, on a worker route, as a worker (in --dev, a token
+        that is no tenant's key)."""
+        token = "dev" if path == "/api/v1/jobs" else "a-worker"
+        async with (
+            aiohttp.ClientSession(headers={"Authorization": f"Bearer {token}"}) as session,
+            session.post(self.base_url + path, json=body) as resp,
+        ):
+            return resp.status, (
+                await resp.json() if resp.content_length != 0 and resp.status != 204 else None
+            )
+
     async def get(self, path: str) -> Any:
         status, body = await self.api("GET", path)
         assert status == 200, body
@@ -234,6 +246,45 @@ async def test_job_retry_runs_a_cancelled_job_again_in_place(cli):
     assert retried["id"] == job_id
     job = await cli.until(f"/api/v1/jobs/{job_id}", "completed")
     assert job["result"] == {"n": 3, "echoed": True}
+
+
+async def test_job_logs_follow_and_attempts_through_the_cli(cli):
+    """`job logs --follow` prints the lines as they arrive until the job finishes; `job attempts`
+    shows each attempt with its worker; `workers` the worker that leased it."""
+    status, created = await cli.api_post("/api/v1/jobs", {"task_name": "t", "config": {"queue": "cli-logs"}})
+    assert status == 201
+    job_id = created["job_id"]
+    status, leased = await cli.api_post(
+        "/api/v1/queues/cli-logs/lease", {"worker_id": "cli-worker", "worker": {"sdk": "test"}}
+    )
+    token = leased["jobs"][0]["lease_token"]
+    lines = {"lease_token": token, "lines": [{"message": "one"}, {"message": "two", "level": "warn"}]}
+    assert (await cli.api_post(f"/api/v1/jobs/{job_id}/logs", lines))[0] == 200
+
+    page = await cli.ok("job", "logs", job_id, "--after", "1")
+    assert [line["message"] for line in page["lines"]] == ["two"] and page["last_seq"] == 2
+
+    follow = asyncio.create_task(cli.run("job", "logs", job_id, "--follow"))
+    more = {"lease_token": token, "lines": [{"message": "three"}]}
+    assert (await cli.api_post(f"/api/v1/jobs/{job_id}/logs", more))[0] == 200
+    assert (await cli.api_post(f"/api/v1/jobs/{job_id}/complete", {"lease_token": token}))[0] == 204
+    out = await follow
+    assert out.returncode == 0, out.stderr
+    printed = out.stdout.splitlines()
+    assert [json.loads(line)["message"] for line in printed[:3]] == ["one", "two", "three"]
+    assert json.loads("\n".join(printed[3:])) == {
+        "job_id": job_id,
+        "status": "completed",
+        "last_seq": 3,
+        "dropped": 0,
+    }
+
+    attempts = (await cli.ok("job", "attempts", job_id))["attempts"]
+    assert [(a["attempt"], a["outcome"], a["worker_id"]) for a in attempts] == [
+        (1, "completed", "cli-worker")
+    ]
+    [worker] = (await cli.ok("workers"))["workers"]
+    assert (worker["worker_id"], worker["info"]) == ("cli-worker", {"sdk": "test"})
 
 
 async def test_cron_create_get_list_pause_resume_and_delete(cli):

@@ -19,7 +19,18 @@ async def test_every_named_query_prepares_against_the_schema(db):
     assert failures == {}
 
 
-BY_ID = ("get_job", "heartbeat", "complete_jobs", "fail_job", "release_job", "lease_states", "cancel_job")
+BY_ID = (
+    "get_job",
+    "heartbeat",
+    "heartbeat_progress",
+    "complete_jobs",
+    "complete_jobs_traced",
+    "fail_job",
+    "release_job",
+    "lease_states",
+    "cancel_job",
+    "append_job_logs",
+)
 
 
 async def _generic_plan(db: asyncpg.Connection, sql: str) -> str:

@@ -42,10 +42,10 @@ async def test_claim_query_uses_the_partial_claim_index(db):
         FROM generate_series(1, 5000) AS i""")
     await db.execute("ANALYZE queueflow.jobs")
     await db.execute("SET plan_cache_mode = force_generic_plan")
-    await db.execute(f"PREPARE claim(text, int, int, int, bigint, uuid, text) AS {Q.claim_jobs}")
+    await db.execute(f"PREPARE claim(text, int, int, int, bigint, uuid, text, text) AS {Q.claim_jobs}")
     plan = json.loads(
         await db.fetchval(
-            "EXPLAIN (FORMAT JSON) EXECUTE claim('q0', 10, 30, NULL, 0, gen_random_uuid(), NULL)"
+            "EXPLAIN (FORMAT JSON) EXECUTE claim('q0', 10, 30, NULL, 0, gen_random_uuid(), NULL, NULL)"
         )
     )
 

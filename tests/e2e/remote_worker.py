@@ -3,6 +3,8 @@
     python remote_worker.py BASE QUEUE hold LEASE_SECS   lease one job, print it, never report
     python remote_worker.py BASE QUEUE work LEASE_SECS   lease one job (long-poll), complete it
 
+An optional fifth argument names the worker (the lease's `worker_id`, docs/visibility.md).
+
 Prints one JSON line: {"job_id", "lease_token", "delivery_count", "retry_count"} and, in `work`
 mode, the HTTP status of the complete call.
 """
@@ -29,10 +31,11 @@ def call(base: str, path: str, body: dict) -> tuple[int, dict | None]:
 
 def main() -> None:
     base, queue, mode, lease_secs = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    body = {"max_jobs": 1, "lease_secs": lease_secs, "wait_secs": 10}
+    if len(sys.argv) > 5:
+        body["worker_id"] = sys.argv[5]
     while True:
-        _, leased = call(
-            base, f"/api/v1/queues/{queue}/lease", {"max_jobs": 1, "lease_secs": lease_secs, "wait_secs": 10}
-        )
+        _, leased = call(base, f"/api/v1/queues/{queue}/lease", body)
         if leased and leased["jobs"]:
             break
     item = leased["jobs"][0]

@@ -57,15 +57,31 @@ SELECT * FROM queueflow.jobs WHERE id = $1 AND tenant_id = $2;
 SELECT status FROM queueflow.jobs WHERE id = $1 AND tenant_id = $2;
 
 -- name: cancel_job
-UPDATE queueflow.jobs
-SET status = 'cancelled', completed_at = now(), locked_until = NULL
-WHERE id = $1 AND tenant_id = $2 AND status IN ('pending', 'retrying', 'running')
-RETURNING id;
+-- A running job's attempt ends here, and its history row is written here: the status is read under
+-- the row lock, so a claim that committed meanwhile is seen.
+WITH target AS (
+    SELECT id, status FROM queueflow.jobs
+    WHERE id = $1 AND tenant_id = $2 AND status IN ('pending', 'retrying', 'running')
+    FOR UPDATE
+), cancelled AS (
+    UPDATE queueflow.jobs j
+    SET status = 'cancelled', completed_at = now(), locked_until = NULL
+    FROM target t WHERE j.id = t.id
+    RETURNING j.id, t.status AS was, j.task_name, j.delivery_count, j.worker_id,
+              COALESCE(j.attempt_started_at, j.started_at) AS attempt_started_at
+), attempt AS (
+    INSERT INTO queueflow.job_attempts (job_id, attempt, worker_id, started_at, outcome)
+    SELECT id, delivery_count, worker_id, attempt_started_at, 'cancelled' FROM cancelled WHERE was = 'running'
+)
+SELECT id, task_name, was = 'running' AS ended_attempt,
+       EXTRACT(EPOCH FROM now() - attempt_started_at)::float8 AS secs
+FROM cancelled;
 
 -- name: cancel_jobs_matching
--- Cancel by filter, oldest first, at most $8 rows; rows finishing concurrently are skipped.
+-- Cancel by filter, oldest first, at most $7 rows; rows finishing concurrently are skipped. A running
+-- job's attempt gets its history row here.
 WITH picked AS (
-    SELECT id FROM queueflow.jobs
+    SELECT id, status FROM queueflow.jobs
     WHERE tenant_id = $1
       AND status = ANY($2::text[])
       AND ($3::text IS NULL OR queue_name = $3)
@@ -75,17 +91,26 @@ WITH picked AS (
     ORDER BY created_at, id
     LIMIT $7
     FOR UPDATE SKIP LOCKED
+), cancelled AS (
+    UPDATE queueflow.jobs j
+    SET status = 'cancelled', completed_at = now(), locked_until = NULL
+    FROM picked WHERE j.id = picked.id
+    RETURNING j.id, picked.status AS was, j.task_name, j.delivery_count, j.worker_id,
+              COALESCE(j.attempt_started_at, j.started_at) AS attempt_started_at
+), attempt AS (
+    INSERT INTO queueflow.job_attempts (job_id, attempt, worker_id, started_at, outcome)
+    SELECT id, delivery_count, worker_id, attempt_started_at, 'cancelled' FROM cancelled WHERE was = 'running'
 )
-UPDATE queueflow.jobs j
-SET status = 'cancelled', completed_at = now(), locked_until = NULL
-FROM picked WHERE j.id = picked.id
-RETURNING j.id;
+SELECT id, task_name, was = 'running' AS ended_attempt,
+       EXTRACT(EPOCH FROM now() - attempt_started_at)::float8 AS secs
+FROM cancelled;
 
 -- name: retry_jobs
 -- Failed or cancelled jobs run again in place (same id): pending and due now, the retry budget
 -- reset, the last run's outcome cleared. A workflow's job is never retried here (the workflow's
 -- retry does that). Its dead letter, if any, is marked replayed by the job itself, so the DLQ
--- cannot run it a second time. One job by id ($8), or by filter: oldest first, at most $7.
+-- cannot run it a second time. One job by id ($8), or by filter: oldest first, at most $7. The attempt
+-- that failed or was cancelled is already in the history (job_attempts): nothing of it is lost here.
 WITH picked AS (
     SELECT id FROM queueflow.jobs
     WHERE tenant_id = $1
@@ -102,7 +127,8 @@ WITH picked AS (
 ), retried AS (
     UPDATE queueflow.jobs j
     SET status = 'pending', retry_count = 0, scheduled_at = now(), started_at = NULL, completed_at = NULL,
-        next_retry_at = NULL, error_message = NULL, result = NULL, lease_token = NULL, locked_until = NULL
+        next_retry_at = NULL, error_message = NULL, result = NULL, lease_token = NULL, locked_until = NULL,
+        progress = NULL
     FROM picked WHERE j.id = picked.id
     RETURNING j.id
 ), replayed AS (
@@ -124,7 +150,7 @@ SELECT status, workflow_id FROM queueflow.jobs WHERE id = $1 AND tenant_id = $2;
 -- The batch is then cut in rounds (every tenant's first job, then every tenant's second ...), and
 -- $5 rotates which tenant leads a round, so one tenant's backlog can never starve another's job.
 -- $6: the claim's key (see claim_key below). $7, when not null, is the only tenant claimed from
--- (a worker key's).
+-- (a worker key's). $8: the worker id the lease request gave, or null.
 -- A queue with waiting jobs that carry limit keys (migration 12) is claimed by
 -- queueflow.claim_limited instead, which enforces them: one index probe tells which. The fair
 -- share below is written there too, on purpose: one function for both kinds of queue (tried) cost
@@ -194,7 +220,12 @@ WITH flags AS MATERIALIZED (
             COALESCE((j.config->>'timeout_secs')::int + $4::int, 0))),
         delivery_count = j.delivery_count + 1,
         started_at = COALESCE(j.started_at, now()),
-        next_retry_at = NULL
+        next_retry_at = NULL,
+        -- This attempt (its number is delivery_count): when its lease began and, when the lease
+        -- request named one, its worker ($8).
+        attempt_started_at = now(),
+        worker_id = $8,
+        progress = NULL
     FROM chosen WHERE j.id = chosen.id
     -- A job's fields (jobs.to_lease), with its config as text: most jobs share one, decoded once.
     RETURNING j.id, j.queue_name, j.task_name, j.payload, j.config::text AS config, j.status, j.retry_count,
@@ -207,7 +238,7 @@ UNION ALL
 -- (The trace context, which a claim never changes, is read beside claim_limited's rows: migration
 -- 18 added it to the jobs, not to that function's answer.)
 SELECT l.*, t.traceparent, t.tracestate
-FROM queueflow.claim_limited($1, $2::int, $3::int, $4::int, $5::bigint, $6::uuid, $7::text) l
+FROM queueflow.claim_limited($1, $2::int, $3::int, $4::int, $5::bigint, $6::uuid, $7::text, $8::text) l
 JOIN queueflow.jobs t ON t.id = l.id
 WHERE (SELECT limited FROM flags);
 
@@ -216,13 +247,31 @@ UPDATE queueflow.jobs SET locked_until = now() + make_interval(secs => $3::int)
 WHERE id = $1 AND status = 'running' AND lease_token = $2
 RETURNING status;
 
+-- name: heartbeat_progress
+-- A heartbeat that reports progress ($4 percent, $5 message or null): stored on the job and, for a
+-- job an SSE stream watches, announced (`<id>:progress`).
+WITH beat AS (
+    UPDATE queueflow.jobs
+    SET locked_until = now() + make_interval(secs => $3::int),
+        progress = jsonb_strip_nulls(jsonb_build_object('percent', $4::float8, 'message', $5::text,
+                                                        'updated_at', now()))
+    WHERE id = $1 AND status = 'running' AND lease_token = $2
+    RETURNING id, status, watched
+)
+SELECT status, (SELECT count(pg_notify('queueflow_job_events', id::text || ':progress'))
+                FROM beat WHERE watched) AS announced
+FROM beat;
+
 -- name: complete_jobs
 -- Group commit: many completions in one statement; rows not returned lost their lease or finished.
+-- The attempt stays described by the job row (no history row: this is the drain's path); its task
+-- and length are returned for /metrics.
 UPDATE queueflow.jobs j
 SET status = 'completed', result = u.result, completed_at = now(), locked_until = NULL
 FROM unnest($1::uuid[], $2::uuid[], $3::jsonb[]) AS u(id, token, result)
 WHERE j.id = u.id AND j.status = 'running' AND j.lease_token = u.token
-RETURNING j.id, u.token, j.workflow_id;
+RETURNING j.id, u.token, j.workflow_id, j.task_name,
+          EXTRACT(EPOCH FROM now() - COALESCE(j.attempt_started_at, j.started_at))::float8 AS secs;
 
 -- name: complete_jobs_traced
 -- complete_jobs in a process that exports traces: also what the completion's span names.
@@ -230,8 +279,9 @@ UPDATE queueflow.jobs j
 SET status = 'completed', result = u.result, completed_at = now(), locked_until = NULL
 FROM unnest($1::uuid[], $2::uuid[], $3::jsonb[]) AS u(id, token, result)
 WHERE j.id = u.id AND j.status = 'running' AND j.lease_token = u.token
-RETURNING j.id, u.token, j.workflow_id, j.queue_name, j.task_name, j.tenant_id, j.delivery_count,
-    j.traceparent, j.tracestate;
+RETURNING j.id, u.token, j.workflow_id, j.task_name,
+          EXTRACT(EPOCH FROM now() - COALESCE(j.attempt_started_at, j.started_at))::float8 AS secs,
+          j.queue_name, j.tenant_id, j.delivery_count, j.traceparent, j.tracestate;
 
 -- name: lease_states
 -- Why a guarded write matched nothing: the job's current status and lease token.
@@ -239,7 +289,8 @@ SELECT id, status, lease_token FROM queueflow.jobs WHERE id = ANY($1::uuid[]);
 
 -- name: fail_job
 -- One failure through the retry policy. $3 error, $4 retryable, $5 dead-letter reason override.
--- A terminal failure and its dead-letter row are written by this one statement.
+-- A terminal failure and its dead-letter row are written by this one statement, and so is the
+-- attempt's history row (outcome retry or failed).
 WITH target AS (
     SELECT id, retry_count, config FROM queueflow.jobs
     WHERE id = $1 AND status = 'running' AND lease_token = $2
@@ -260,7 +311,8 @@ WITH target AS (
         locked_until = NULL
     FROM decision d WHERE j.id = d.id
     RETURNING j.id, j.status, j.queue_name, j.task_name, j.error_message, j.tenant_id, j.workflow_id,
-        j.delivery_count, j.traceparent, j.tracestate
+              j.delivery_count, j.worker_id, COALESCE(j.attempt_started_at, j.started_at) AS attempt_started_at,
+              j.traceparent, j.tracestate
 ), dead AS (
     INSERT INTO queueflow.dead_letters (job_id, queue_name, task_name, reason, error_message, tenant_id)
     SELECT id, queue_name, task_name,
@@ -268,15 +320,22 @@ WITH target AS (
            error_message, tenant_id
     FROM updated WHERE status = 'failed'
     RETURNING id
+), attempt AS (
+    INSERT INTO queueflow.job_attempts (job_id, attempt, worker_id, started_at, outcome, error_message)
+    SELECT id, delivery_count, worker_id, attempt_started_at,
+           CASE WHEN status = 'retrying' THEN 'retry' ELSE 'failed' END, error_message
+    FROM updated
 )
--- (queue, task, tenant, attempt and trace context: what a failure's span names, when traced)
-SELECT u.id, u.status, u.workflow_id, u.queue_name, u.task_name, u.tenant_id, u.delivery_count,
-       u.traceparent, u.tracestate
+-- (queue, tenant, attempt and trace context: what a failure's span names, when traced)
+SELECT u.id, u.status, u.workflow_id, u.task_name,
+       EXTRACT(EPOCH FROM now() - u.attempt_started_at)::float8 AS secs,
+       u.queue_name, u.tenant_id, u.delivery_count, u.traceparent, u.tracestate
 FROM updated u;
 
 -- name: reclaim_expired
 -- The janitor: expired leases go through the retry policy as a retryable failure, so a crash
--- consumes retry budget. The lease token is cleared, so the old holder's writes get 409.
+-- consumes retry budget. The lease token is cleared, so the old holder's writes get 409. The
+-- attempt's history row (outcome lease_expired) is written by this statement.
 WITH target AS (
     SELECT id, retry_count, config FROM queueflow.jobs
     WHERE status = 'running' AND locked_until < now()
@@ -299,14 +358,20 @@ WITH target AS (
         locked_until = NULL,
         lease_token = NULL
     FROM decision d WHERE j.id = d.id
-    RETURNING j.id, j.status, j.queue_name, j.task_name, j.error_message, j.tenant_id, j.workflow_id
+    RETURNING j.id, j.status, j.queue_name, j.task_name, j.error_message, j.tenant_id, j.workflow_id,
+              j.delivery_count, j.worker_id, COALESCE(j.attempt_started_at, j.started_at) AS attempt_started_at
 ), dead AS (
     INSERT INTO queueflow.dead_letters (job_id, queue_name, task_name, reason, error_message, tenant_id)
     SELECT id, queue_name, task_name, 'max_attempts_exceeded', error_message, tenant_id
     FROM updated WHERE status = 'failed'
     RETURNING id
+), attempt AS (
+    INSERT INTO queueflow.job_attempts (job_id, attempt, worker_id, started_at, outcome, error_message)
+    SELECT id, delivery_count, worker_id, attempt_started_at, 'lease_expired', error_message FROM updated
 )
-SELECT u.id, u.status, u.queue_name, u.workflow_id FROM updated u;
+SELECT u.id, u.status, u.queue_name, u.workflow_id, u.task_name,
+       EXTRACT(EPOCH FROM now() - u.attempt_started_at)::float8 AS secs
+FROM updated u;
 
 -- name: next_due
 -- A job due when it was written never waits (migration 8): only the delayed index is probed.
@@ -382,12 +447,24 @@ DELETE FROM queueflow.dead_letters WHERE id IN (
     SELECT id FROM queueflow.dead_letters WHERE created_at < $1 LIMIT $2);
 
 -- name: prune_jobs
--- Terminal jobs older than the cutoff, except those a dead letter still points to.
-DELETE FROM queueflow.jobs WHERE id IN (
-    SELECT j.id FROM queueflow.jobs j
-    WHERE j.status IN ('completed', 'failed', 'cancelled') AND j.completed_at < $1
-      AND NOT EXISTS (SELECT 1 FROM queueflow.dead_letters d WHERE d.job_id = j.id)
-    LIMIT $2);
+-- Terminal jobs older than the cutoff, except those a dead letter still points to; their log lines
+-- go with them (their attempts and log state by their foreign keys). Answers how many jobs went.
+WITH gone AS (
+    DELETE FROM queueflow.jobs WHERE id IN (
+        SELECT j.id FROM queueflow.jobs j
+        WHERE j.status IN ('completed', 'failed', 'cancelled') AND j.completed_at < $1
+          AND NOT EXISTS (SELECT 1 FROM queueflow.dead_letters d WHERE d.job_id = j.id)
+        LIMIT $2)
+    RETURNING id
+), lines AS (
+    DELETE FROM queueflow.job_logs l USING gone WHERE l.job_id = gone.id
+)
+SELECT count(*) FROM gone;
+
+-- name: prune_workers
+-- Registry rows of workers not seen since the cutoff.
+DELETE FROM queueflow.workers WHERE (tenant_key, worker_id) IN (
+    SELECT tenant_key, worker_id FROM queueflow.workers WHERE last_seen_at < $1 LIMIT $2);
 
 -- name: prune_workflows
 DELETE FROM queueflow.workflows WHERE id IN (
@@ -441,17 +518,87 @@ DELETE FROM queueflow.job_watchers WHERE expires_at < now();
 
 -- name: release_unanswered_claim
 -- Give back the jobs of a claim of queue $1 whose answer never reached the claimer ($2 its key):
--- claimable again at once, no retry consumed. Nothing when that claim did not commit.
-UPDATE queueflow.jobs
-SET status = CASE WHEN retry_count > 0 THEN 'retrying' ELSE 'pending' END,
-    locked_until = NULL, lease_token = NULL, scheduled_at = now()
-WHERE queue_name = $1 AND status = 'running' AND locked_until IS NOT NULL AND claim_key = $2::uuid
-RETURNING id;
+-- claimable again at once, no retry consumed. Nothing when that claim did not commit. Each attempt
+-- so ended is in the history as released.
+WITH released AS (
+    UPDATE queueflow.jobs
+    SET status = CASE WHEN retry_count > 0 THEN 'retrying' ELSE 'pending' END,
+        locked_until = NULL, lease_token = NULL, scheduled_at = now()
+    WHERE queue_name = $1 AND status = 'running' AND locked_until IS NOT NULL AND claim_key = $2::uuid
+    RETURNING id, delivery_count, worker_id, COALESCE(attempt_started_at, started_at) AS attempt_started_at
+), attempt AS (
+    INSERT INTO queueflow.job_attempts (job_id, attempt, worker_id, started_at, outcome)
+    SELECT id, delivery_count, worker_id, attempt_started_at, 'released' FROM released
+)
+SELECT id FROM released;
 
 -- name: release_job
--- Give a job back unfinished (graceful shutdown): claimable again at once, no retry consumed.
-UPDATE queueflow.jobs
-SET status = CASE WHEN retry_count > 0 THEN 'retrying' ELSE 'pending' END,
-    locked_until = NULL, lease_token = NULL, scheduled_at = now()
-WHERE id = $1 AND status = 'running' AND lease_token = $2
-RETURNING id;
+-- Give a job back unfinished (graceful shutdown): claimable again at once, no retry consumed. The
+-- attempt is in the history as released.
+WITH released AS (
+    UPDATE queueflow.jobs
+    SET status = CASE WHEN retry_count > 0 THEN 'retrying' ELSE 'pending' END,
+        locked_until = NULL, lease_token = NULL, scheduled_at = now()
+    WHERE id = $1 AND status = 'running' AND lease_token = $2
+    RETURNING id, delivery_count, worker_id, COALESCE(attempt_started_at, started_at) AS attempt_started_at
+), attempt AS (
+    INSERT INTO queueflow.job_attempts (job_id, attempt, worker_id, started_at, outcome)
+    SELECT id, delivery_count, worker_id, attempt_started_at, 'released' FROM released
+)
+SELECT id FROM released;
+
+-- name: append_job_logs
+-- Log lines from the holder of the job's latest lease ($2; lines sent after that attempt ended, a
+-- last batch flushed after complete, are kept too): $3 a JSON array of {ts, level, message}, $4 the
+-- job's cap in bytes of message. The state row is upserted first (its lock orders two appends to one
+-- job); the lines kept are the call's first ones that fit under the cap, and once a line has not
+-- fitted every later one is dropped and counted. A watched job's stream is told (`<id>:log`).
+WITH job AS (
+    SELECT id, delivery_count, watched FROM queueflow.jobs WHERE id = $1 AND lease_token = $2
+), given AS (
+    SELECT u.n, u.ts, u.level, u.message, sum(octet_length(u.message)) OVER (ORDER BY u.n) AS upto
+    FROM ROWS FROM (json_to_recordset($3::json) AS (ts timestamptz, level text, message text))
+         WITH ORDINALITY AS u(ts, level, message, n)
+), state AS (
+    INSERT INTO queueflow.job_log_state AS s (job_id, last_seq, bytes, dropped)
+    SELECT job.id, (SELECT count(*) FROM given WHERE upto <= $4),
+           COALESCE((SELECT max(upto) FROM given WHERE upto <= $4), 0),
+           (SELECT count(*) FROM given WHERE upto > $4)
+    FROM job
+    ON CONFLICT (job_id) DO UPDATE
+    SET prev_seq = s.last_seq, prev_bytes = s.bytes, prev_dropped = s.dropped,
+        last_seq = s.last_seq + (SELECT count(*) FROM given WHERE s.dropped = 0 AND upto <= $4 - s.bytes),
+        bytes = s.bytes + COALESCE((SELECT max(upto) FROM given WHERE s.dropped = 0 AND upto <= $4 - s.bytes), 0),
+        dropped = s.dropped + (SELECT count(*) FROM given WHERE NOT (s.dropped = 0 AND upto <= $4 - s.bytes))
+    RETURNING s.prev_seq, s.prev_dropped, s.last_seq, s.dropped
+), kept AS (
+    INSERT INTO queueflow.job_logs (job_id, seq, attempt, ts, level, message)
+    SELECT job.id, st.prev_seq + g.n, job.delivery_count, COALESCE(g.ts, now()), g.level, g.message
+    FROM job CROSS JOIN state st JOIN given g ON g.n <= st.last_seq - st.prev_seq
+    RETURNING seq
+)
+SELECT (SELECT count(*) FROM job) AS found,
+       (SELECT count(*) FROM kept) AS stored,
+       COALESCE((SELECT dropped - prev_dropped FROM state), 0) AS dropped,
+       COALESCE((SELECT last_seq FROM state), 0) AS last_seq,
+       (SELECT count(pg_notify('queueflow_job_events', id::text || ':log'))
+        FROM job WHERE watched AND EXISTS (SELECT 1 FROM kept)) AS announced;
+
+-- name: job_logs
+-- A page of one job's lines after seq $2, oldest first, at most $3.
+SELECT seq, attempt, ts, level, message FROM queueflow.job_logs
+WHERE job_id = $1 AND seq > $2 ORDER BY seq LIMIT $3;
+
+-- name: job_log_totals
+SELECT last_seq, bytes, dropped FROM queueflow.job_log_state WHERE job_id = $1;
+
+-- name: job_attempts
+-- The attempts that ended without completing (job_attempts), then the job row's own attempt when
+-- it is running or completed (only those two leave an attempt on the row alone).
+SELECT a.attempt, a.worker_id, a.started_at, a.ended_at, a.outcome, a.error_message
+FROM queueflow.job_attempts a WHERE a.job_id = $1
+UNION ALL
+SELECT j.delivery_count, j.worker_id, COALESCE(j.attempt_started_at, j.started_at),
+       CASE WHEN j.status = 'completed' THEN j.completed_at END, j.status, NULL
+FROM queueflow.jobs j WHERE j.id = $1 AND j.status IN ('running', 'completed') AND j.delivery_count > 0
+ORDER BY 1;

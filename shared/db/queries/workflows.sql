@@ -125,9 +125,21 @@ WHERE workflow_id = $1 AND status IN ('pending', 'running')
 RETURNING name, child_workflow_id;
 
 -- name: cancel_workflow_jobs
-UPDATE queueflow.jobs SET status = 'cancelled', completed_at = now(), locked_until = NULL
-WHERE workflow_id = $1 AND status IN ('pending', 'retrying', 'running')
-RETURNING id;
+-- A running job's attempt ends here: its history row (outcome cancelled) is written by this statement.
+WITH target AS (
+    SELECT id, status FROM queueflow.jobs
+    WHERE workflow_id = $1 AND status IN ('pending', 'retrying', 'running')
+    FOR UPDATE
+), cancelled AS (
+    UPDATE queueflow.jobs j SET status = 'cancelled', completed_at = now(), locked_until = NULL
+    FROM target t WHERE j.id = t.id
+    RETURNING j.id, t.status AS was, j.delivery_count, j.worker_id,
+              COALESCE(j.attempt_started_at, j.started_at) AS attempt_started_at
+), attempt AS (
+    INSERT INTO queueflow.job_attempts (job_id, attempt, worker_id, started_at, outcome)
+    SELECT id, delivery_count, worker_id, attempt_started_at, 'cancelled' FROM cancelled WHERE was = 'running'
+)
+SELECT id FROM cancelled;
 
 -- name: cancel_descendants
 -- Every live workflow below $1 (sub-workflows of sub-workflows ...), their steps and their jobs.
@@ -144,10 +156,19 @@ WITH RECURSIVE tree AS (
     UPDATE queueflow.workflow_steps SET status = 'cancelled', error = $2, completed_at = now()
     WHERE workflow_id IN (SELECT id FROM tree) AND status IN ('pending', 'running')
     RETURNING workflow_id
-), jobs AS (
-    UPDATE queueflow.jobs SET status = 'cancelled', completed_at = now(), locked_until = NULL
+), job_targets AS (
+    SELECT id, status FROM queueflow.jobs
     WHERE workflow_id IN (SELECT id FROM tree) AND status IN ('pending', 'retrying', 'running')
-    RETURNING id
+    FOR UPDATE
+), jobs AS (
+    UPDATE queueflow.jobs j SET status = 'cancelled', completed_at = now(), locked_until = NULL
+    FROM job_targets t WHERE j.id = t.id
+    RETURNING j.id, t.status AS was, j.delivery_count, j.worker_id,
+              COALESCE(j.attempt_started_at, j.started_at) AS attempt_started_at
+), attempts AS (
+    -- a running job's attempt ends here: its history row (outcome cancelled)
+    INSERT INTO queueflow.job_attempts (job_id, attempt, worker_id, started_at, outcome)
+    SELECT id, delivery_count, worker_id, attempt_started_at, 'cancelled' FROM jobs WHERE was = 'running'
 )
 SELECT (SELECT count(*) FROM wfs) AS workflows, (SELECT count(*) FROM jobs) AS jobs;
 

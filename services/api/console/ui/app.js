@@ -384,6 +384,7 @@
     cron: { title: "Cron", list: cronView },
     limits: { title: "Limits", list: limitsView },
     tasks: { title: "Tasks", list: tasksView },
+    workers: { title: "Workers", list: workersView },
   };
 
   function route() {
@@ -1016,14 +1017,18 @@
   }
 
   // Follows a status stream until its resource is terminal, reconnecting when the server ends it
-  // early (its lifetime, a restart). `live` shows whether the page is following.
-  async function follow(ctx, path, onData, isTerminal, live) {
+  // early (its lifetime, a restart). `live` shows whether the page is following. Events other than
+  // `status` (a job's `progress` and `log`) go to `onOther(name, value)` when given.
+  async function follow(ctx, path, onData, isTerminal, live, onOther) {
     while (ctx.alive) {
       let finished = false;
       try {
         live.set(true, "Live");
         await readEvents(ctx, path, (name, data) => {
-          if (name !== "status") return;
+          if (name !== "status") {
+            if (onOther) onOther(name, JSON.parse(data));
+            return;
+          }
           const value = JSON.parse(data);
           onData(value);
           if (isTerminal(value)) finished = true;
@@ -1046,19 +1051,122 @@
     }
   }
 
+  // --- a job's progress, log and attempts (docs/visibility.md) --------------------------------
+
+  const LOG_TAIL_LINES = 500;
+
+  // The progress bar: hidden until the job's worker reports progress.
+  function progressPanel() {
+    const fill = h("span", { class: "progress-fill" });
+    const bar = h("div", { class: "progress-bar", role: "progressbar", "aria-valuemin": "0", "aria-valuemax": "100", "aria-label": "Job progress" }, fill);
+    const label = h("div", { class: "progress-label" });
+    const el = h("section", { class: "progress-panel", "aria-label": "Progress", hidden: true }, label, bar);
+    el.show = (progress) => {
+      if (!progress) return;
+      const percent = Math.max(0, Math.min(100, Number(progress.percent) || 0));
+      const shown = Number.isInteger(percent) ? String(percent) : percent.toFixed(1);
+      fill.style.width = `${percent}%`;
+      bar.setAttribute("aria-valuenow", String(percent));
+      label.replaceChildren(
+        h("strong", { class: "progress-percent" }, `${shown}%`),
+        progress.message ? h("span", { class: "progress-message" }, progress.message) : null,
+        progress.updated_at ? h("span", { class: "muted" }, "reported ", timeEl(progress.updated_at)) : null,
+      );
+      el.hidden = false;
+    };
+    return el;
+  }
+
+  // The log tail: the job's lines as they arrive (its SSE stream's `log` events), the last
+  // LOG_TAIL_LINES kept, following the bottom unless the operator has scrolled up.
+  function logPanel() {
+    const lines = h("ol", { class: "log-lines", tabindex: "0", "aria-label": "Log lines" });
+    const note = h("p", { class: "muted log-note" }, "No log lines yet.");
+    const el = h("section", { class: "block log-panel", "aria-labelledby": "log-title" }, h("h2", { id: "log-title" }, "Log"), note, lines);
+    let lastSeq = 0;
+    el.add = (line) => {
+      if (line.seq <= lastSeq) return; // a reconnected stream sends the log again
+      lastSeq = line.seq;
+      const atBottom = lines.scrollTop + lines.clientHeight >= lines.scrollHeight - 4;
+      lines.append(
+        h(
+          "li",
+          { class: `log-line ${line.level ? `level-${String(line.level).toLowerCase()}` : ""}`, "data-seq": String(line.seq) },
+          h("time", { datetime: line.ts, title: absTime(line.ts), class: "log-ts" }, new Date(line.ts).toLocaleTimeString()),
+          line.level ? h("span", { class: "log-level" }, line.level) : null,
+          h("span", { class: "log-message" }, line.message),
+        ),
+      );
+      while (lines.childElementCount > LOG_TAIL_LINES) lines.firstElementChild.remove();
+      note.textContent = `${lastSeq} line${lastSeq === 1 ? "" : "s"}${lastSeq > LOG_TAIL_LINES ? `, the last ${LOG_TAIL_LINES} shown` : ""}.`;
+      if (atBottom) lines.scrollTop = lines.scrollHeight;
+    };
+    return el;
+  }
+
+  function attemptsTable(attempts) {
+    return table(
+      [["#", "num"], ["Outcome"], ["Worker"], ["Lease start"], ["Ended"], ["Duration", "num"], ["Error"]],
+      attempts.map((a) =>
+        h(
+          "tr",
+          { "data-attempt": String(a.attempt) },
+          h("td", { class: "num" }, String(a.attempt)),
+          h("td", {}, badge(ATTEMPT_STATUS[a.outcome] || a.outcome, a.outcome.replace(/_/g, " "))),
+          h("td", {}, a.worker_id ? h("span", { class: "mono" }, a.worker_id) : h("span", { class: "muted" }, "—")),
+          h("td", {}, timeEl(a.started_at)),
+          h("td", {}, timeEl(a.ended_at)),
+          h("td", { class: "num" }, a.duration_secs != null ? `${a.duration_secs.toFixed(a.duration_secs < 10 ? 2 : 0)} s` : "—"),
+          h("td", { class: "error-cell" }, a.error_message || ""),
+        ),
+      ),
+      "No attempt yet: the job has not been leased.",
+    );
+  }
+
+  // An attempt's outcome drawn with the job status colour it resembles.
+  const ATTEMPT_STATUS = {
+    running: "running",
+    completed: "completed",
+    failed: "failed",
+    retry: "retrying",
+    lease_expired: "retrying",
+    cancelled: "cancelled",
+    released: "pending",
+  };
+
   async function jobView(ctx, root, id) {
     const live = liveIndicator();
     const head = h("div");
     const facts = h("dl", { class: "facts" });
     const blocks = h("div");
-    root.append(head, h("section", { "aria-label": "Job facts" }, facts), blocks);
+    const progress = progressPanel();
+    const attempts = h("div");
+    const log = logPanel();
+    root.append(
+      head,
+      h("section", { "aria-label": "Job facts" }, facts),
+      progress,
+      blocks,
+      h("section", { class: "block", "aria-labelledby": "attempts-title" }, h("h2", { id: "attempts-title" }, "Attempts"), attempts),
+      log,
+    );
     let following = false;
     let current = null;
+
+    const loadAttempts = async () => {
+      const answer = await ctx.api("GET", `jobs/${enc(id)}/attempts`);
+      renderIfChanged(attempts, answer.attempts, () => attemptsTable(answer.attempts));
+    };
+    const onOther = (name, value) => {
+      if (name === "progress") progress.show(value);
+      else if (name === "log") log.add(value);
+    };
 
     const startFollowing = () => {
       if (following) return;
       following = true;
-      follow(ctx, `jobs/${enc(id)}/events`, render, (job) => TERMINAL_JOB.has(job.status), live).finally(() => {
+      follow(ctx, `jobs/${enc(id)}/events`, render, (job) => TERMINAL_JOB.has(job.status), live, onOther).finally(() => {
         following = false;
       });
     };
@@ -1115,7 +1223,11 @@
       const statusChanged = !current || current.status !== job.status;
       current = job;
       const config = job.config || {};
+      progress.show(job.progress); // (a stream's status event leaves it out: its own event brings it)
       if (statusChanged) {
+        loadAttempts().catch((error) => {
+          if (!(error instanceof SignedOut) && !isAbort(error) && ctx.alive) reportError(error);
+        });
         head.replaceChildren(
           pageHead(["Job ", h("span", { class: "mono" }, job.id)], {
             badges: [badge(job.status)],
@@ -2067,9 +2179,55 @@
     }, SLOW_REFRESH_MS);
   }
 
+  // --- workers (docs/visibility.md) -----------------------------------------------------------
+
+  async function workersView(ctx, root) {
+    const updated = updatedNote();
+    const body = h("div");
+    root.append(
+      pageHead("Workers", { extra: [updated] }),
+      h(
+        "p",
+        { class: "subtitle" },
+        "Workers that named themselves when they leased this tenant's jobs (a lease's worker_id). A worker seen within two minutes is live.",
+      ),
+      body,
+    );
+    await ctx.poll(async () => {
+      const { workers } = await ctx.api("GET", "workers");
+      renderIfChanged(body, workers, () =>
+        table(
+          [["Worker"], ["State"], ["Queues"], ["Jobs held", "num"], ["Last seen"], ["First seen", "hide-narrow"], ["Host"], ["SDK"], ["Tasks", "hide-narrow"]],
+          workers.map((w) => {
+            const info = w.info || {};
+            return h(
+              "tr",
+              { "data-worker": w.worker_id },
+              h("td", {}, h("span", { class: "mono" }, w.worker_id)),
+              h("td", {}, w.live ? badge("completed", "live") : badge("cancelled", "gone")),
+              h(
+                "td",
+                {},
+                w.queues.map((q, i) => [i ? ", " : "", h("a", { href: hashFor("jobs", { queue: q }) }, q)]),
+              ),
+              h("td", { class: "num" }, String(w.in_flight)),
+              h("td", {}, timeEl(w.last_seen_at)),
+              h("td", { class: "hide-narrow" }, timeEl(w.first_seen_at)),
+              h("td", {}, info.hostname || h("span", { class: "muted" }, "—")),
+              h("td", {}, info.sdk ? `${info.sdk}${info.version ? ` ${info.version}` : ""}` : h("span", { class: "muted" }, "—")),
+              h("td", { class: "hide-narrow" }, (info.tasks || []).map((task, i) => [i ? " " : "", h("code", {}, task)])),
+            );
+          }),
+          "No worker has named itself yet: workers appear here once they lease with a worker_id.",
+        ),
+      );
+      updated.touch();
+    }, REFRESH_MS);
+  }
+
   // --- keyboard -------------------------------------------------------------------------------
 
-  const GO_KEYS = { o: "#/", q: "#/queues", j: "#/jobs", w: "#/workflows", d: "#/dlq", c: "#/cron", t: "#/tasks" };
+  const GO_KEYS = { o: "#/", q: "#/queues", j: "#/jobs", w: "#/workflows", d: "#/dlq", c: "#/cron", t: "#/tasks", k: "#/workers" };
 
   function setUpKeyboard() {
     let pendingG = 0;
