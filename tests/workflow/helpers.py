@@ -198,3 +198,16 @@ async def count_rows(client: TestClient, table: str) -> int:
 def statuses(states: dict) -> dict[str, str]:
     """{step name: status} from a steps mapping."""
     return {name: s["status"] for name, s in states.items()}
+
+
+async def poison_condition(client: TestClient, wf_id: str, step_name: str) -> None:
+    """Store a condition on the step nested far deeper than any request may be, so that reading
+    the step raises RecursionError: an outbox event of that workflow can never be applied."""
+    deep = '{"not": ' * 3000 + '{"path": "x", "op": "exists"}' + "}" * 3000
+    await database_of(client).pool.execute(
+        "UPDATE queueflow.workflow_steps SET definition = jsonb_set(definition, '{when}', $3::text::jsonb)"
+        " WHERE workflow_id = $1 AND name = $2",
+        wf_id,
+        step_name,
+        deep,
+    )

@@ -19,6 +19,7 @@ from tests.workflow.helpers import (
     create,
     lease,
     manual,
+    poison_condition,
     statuses,
     steps,
     wait_status,
@@ -89,13 +90,7 @@ async def test_a_row_that_cannot_be_applied_is_set_aside_alone_and_its_batch_goe
     poisoned = await create(
         client, [manual("a"), manual("b", after=["a"], when={"path": "x", "op": "exists"})], name="poisoned"
     )
-    deep = '{"not": ' * 3000 + '{"path": "x", "op": "exists"}' + "}" * 3000
-    await pool.execute(
-        "UPDATE queueflow.workflow_steps SET definition = jsonb_set(definition, '{when}', $2::text::jsonb)"
-        " WHERE workflow_id = $1 AND name = 'b'",
-        poisoned,
-        deep,
-    )
+    await poison_condition(client, poisoned, "b")
     healthy = [await create(client, [manual("a"), manual("b", after=["a"])], name=f"h{i}") for i in range(8)]
     for job, token in await lease(client, MANUAL, max_jobs=20):
         await complete(client, job["id"], token)
@@ -129,13 +124,7 @@ async def test_a_wake_up_that_cannot_be_applied_goes_through_the_outbox_and_the_
     poisoned = await create(
         client, [nap, manual("b", after=["nap"], when={"path": "x", "op": "exists"})], name="poisoned-nap"
     )
-    deep = '{"not": ' * 3000 + '{"path": "x", "op": "exists"}' + "}" * 3000
-    await pool.execute(
-        "UPDATE queueflow.workflow_steps SET definition = jsonb_set(definition, '{when}', $2::text::jsonb)"
-        " WHERE workflow_id = $1 AND name = 'b'",
-        poisoned,
-        deep,
-    )
+    await poison_condition(client, poisoned, "b")
     healthy = [await create(client, [nap, manual("b", after=["nap"])], name=f"n{i}") for i in range(6)]
     await pool.execute("UPDATE queueflow.workflow_steps SET wake_at = now() WHERE wake_at IS NOT NULL")
 

@@ -10,6 +10,7 @@ from tests.workflow.helpers import (
     lease,
     lease_step,
     manual,
+    poison_condition,
     post,
     step,
     step_jobs,
@@ -89,13 +90,7 @@ async def test_an_event_that_can_never_be_applied_fails_its_workflow_after_five_
     poisoned = await create(
         client, [manual("a"), step("b", after=["a"], when={"path": "x", "op": "exists"})], name="poisoned"
     )
-    deep = '{"not": ' * 3000 + '{"path": "x", "op": "exists"}' + "}" * 3000
-    await pool.execute(
-        "UPDATE queueflow.workflow_steps SET definition = jsonb_set(definition, '{when}', $2::text::jsonb)"
-        " WHERE workflow_id = $1 AND name = 'b'",
-        poisoned,
-        deep,
-    )
+    await poison_condition(client, poisoned, "b")
     healthy = await create(client, [step("a"), step("b", after=["a"])], name="healthy")
 
     await api(mode="all")
