@@ -452,7 +452,8 @@ def _count_settled(status: WorkflowStatus) -> None:
 class PendingWrites:
     """The two writes that end most advancements (a step completed with its result merged into the
     context; a workflow settled), held back during an advancer batch and written for the whole
-    batch by one statement each (`flush`), instead of two round trips per workflow.
+    batch by one statement (`flush`: each workflow's row once, with its context and settlement),
+    instead of two round trips per workflow.
 
     The holder must flush before any other read or write of the transaction, so nothing ever reads
     past a pending write; held back, these two commute with each other across workflows (each
