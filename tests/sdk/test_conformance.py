@@ -92,8 +92,10 @@ async def create_jobs(
     ids = []
     async with aiohttp.ClientSession() as http:
         for job in jobs:
+            job = dict(job)
+            sent = {**headers, **job.pop("headers", {})}
             body = {**job, "config": {**job.get("config", {}), "queue": queue}}
-            async with http.post(f"{base_url}/api/v1/jobs", json=body, headers=headers) as resp:
+            async with http.post(f"{base_url}/api/v1/jobs", json=body, headers=sent) as resp:
                 assert resp.status == 201, await resp.text()
                 ids.append((await resp.json())["job_id"])
     return ids
@@ -282,7 +284,10 @@ async def drive(
 
 def check_job(expected: dict[str, Any], job: dict[str, Any], dead: dict[str, Any] | None, where: str) -> None:
     for key, want in expected.items():
-        if key == "dead_letter_reason":
+        if key == "progress":  # the server adds the time of the report
+            got = {k: v for k, v in (job.get("progress") or {}).items() if k != "updated_at"}
+            assert got == want, f"{where}: progress {job.get('progress')!r}, expected {want!r}"
+        elif key == "dead_letter_reason":
             assert dead is not None and dead["reason"] == want, f"{where}: dead letter {dead} != {want}"
         elif want is None:
             assert job.get(key) is None, f"{where}: {key} = {job.get(key)!r}, expected absent"
@@ -351,13 +356,96 @@ async def test_sdk_conformance(language, built, path, cluster, db):
         status, job = await get_json(cluster.api.base_url, f"/api/v1/jobs/{job_id}", OTHER_TENANT)
         assert status == 200
         check_job(want, job, None, f"{where} other tenant's job {i}")
+    await check_visibility(expect, job_ids, run, cluster.api.base_url, queue, language, where)
     if calls := expect.get("calls"):
         served = await calls_served(cluster)
         for route, want in calls.items():
             count = served.get(route, 0.0)
-            assert (count > 0) if want == "some" else (count == 0), (
-                f"{where}: the api served {route} {count:g} times, expected {want}; served {served}"
-            )
+            if want == "some":
+                ok = count > 0
+            elif want == "none":
+                ok = count == 0
+            else:
+                ok = want["min"] <= count <= want["max"]
+            assert ok, f"{where}: the api served {route} {count:g} times, expected {want}; served {served}"
+
+
+def each(value: Any, count: int) -> list[Any]:
+    """An expectation given as a list, or as one value for each of `count` items."""
+    return list(value) if isinstance(value, list) else [value] * count
+
+
+async def check_visibility(
+    expect: dict[str, Any], job_ids: list[str], run: Run, base_url: str, queue: str, language: str, where: str
+) -> None:
+    """`expect.logs`, `expect.attempts`, `expect.workers` and `expect.spans` (the README's
+    Visibility section): what the worker loop reported, read back through the API, and the spans
+    the runner's in-memory exporter saw."""
+    for job_id, want in zip(job_ids, expect.get("logs", []), strict=False):
+        status, page = await get_json(base_url, f"/api/v1/jobs/{job_id}/logs?limit=1000")
+        assert status == 200, page
+        lines = page["lines"]
+        count = want["count"]
+        assert len(lines) == count, (
+            f"{where}: job {job_id} has {len(lines)} log lines, expected {count}: {lines}"
+        )
+        template = want["messages"]
+        messages = (
+            [template.format(n=n) for n in range(1, count + 1)] if isinstance(template, str) else template
+        )
+        assert [line["message"] for line in lines] == messages, f"{where}: log messages {lines}"
+        assert [line["seq"] for line in lines] == list(range(1, count + 1)), f"{where}: log seqs {lines}"
+        assert [line["level"] for line in lines] == each(want["levels"], count), f"{where}: levels {lines}"
+        assert [line["attempt"] for line in lines] == each(want["attempts"], count), (
+            f"{where}: attempts {lines}"
+        )
+    for job_id, want in zip(job_ids, expect.get("attempts", []), strict=False):
+        status, body = await get_json(base_url, f"/api/v1/jobs/{job_id}/attempts")
+        assert status == 200, body
+        got = body["attempts"]
+        assert len(got) == len(want), f"{where}: job {job_id} attempts {got}, expected {want}"
+        for attempt, fields in zip(got, want, strict=True):
+            for key, value in fields.items():
+                assert attempt.get(key) == value, f"{where}: attempt {attempt} has {key} != {value!r}"
+    if wanted := expect.get("workers"):
+        status, body = await get_json(base_url, "/api/v1/workers")
+        assert status == 200, body
+        listed = {w["worker_id"]: w for w in body["workers"]}
+        for want in wanted:
+            worker = listed.get(want["worker_id"])
+            assert worker is not None, f"{where}: worker {want['worker_id']} not listed: {body}"
+            info = worker.get("info", {})
+            assert worker["live"] is True and worker["queues"] == [queue], f"{where}: worker {worker}"
+            assert info.get("sdk") == language, f"{where}: worker info {info}"
+            assert set(want["tasks"]) <= set(info.get("tasks", [])), f"{where}: worker tasks {info}"
+            for field in ("version", "hostname"):
+                assert isinstance(info.get(field), str) and info[field], f"{where}: worker {field}: {info}"
+    for job_id, want in zip(job_ids, expect.get("spans", []), strict=False):
+        spans = [e for e in run.events if e.get("event") == "worker_span" and e.get("job_id") == job_id]
+        assert len(spans) == want["count"], f"{where}: job {job_id} worker spans {spans}"
+        status, job = await get_json(base_url, f"/api/v1/jobs/{job_id}")
+        for span, attempt in zip(spans, want["attempts"], strict=True):
+            assert span["name"] == f"process {queue}" and span["kind"] == "consumer", f"{where}: span {span}"
+            assert span["status"] == want["status"], f"{where}: span status {span}"
+            assert span["parent_span_id"] == want["parent_span_id"], f"{where}: span parent {span}"
+            if "trace_id" in want:
+                assert span["trace_id"] == want["trace_id"], f"{where}: span trace {span}"
+            assert span["attributes"] == {
+                **span["attributes"],
+                "messaging.system": "queueflow",
+                "messaging.operation": "process",
+                "messaging.destination.name": queue,
+                "messaging.message.id": job_id,
+                "queueflow.task.name": job["task_name"],
+                "queueflow.job.attempt": attempt,
+            }, f"{where}: span attributes {span}"
+            for key in ("trace_id", "span_id"):
+                assert len(span[key]) == (32 if key == "trace_id" else 16), f"{where}: span ids {span}"
+        if want.get("handler_span"):
+            seen = [e for e in run.events if e.get("event") == "handler_span" and e.get("job_id") == job_id]
+            assert [(e["trace_id"], e["span_id"]) for e in seen] == [
+                (s["trace_id"], s["span_id"]) for s in spans
+            ], f"{where}: the handler's current span {seen} is not the worker span {spans}"
 
 
 def test_every_language_has_a_runner_and_every_scenario_is_listed():
