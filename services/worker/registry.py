@@ -13,14 +13,25 @@ from __future__ import annotations
 import asyncio
 import importlib
 import inspect
+import re
 import threading
+import uuid
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from types import ModuleType
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from shared.config import ConfigError
 from shared.domain.jobs import MAX_TIMEOUT_SECS, Job
+from shared.domain.visibility import (
+    LOG_LEVEL_PATTERN,
+    MAX_LOG_LEVEL,
+    MAX_PROGRESS_MESSAGE,
+    NewLogLine,
+    Progress,
+    cut_message,
+)
 
 BUILTIN = "built-in"
 _SPEC_ATTR = "__queueflow_task__"
@@ -35,9 +46,20 @@ class PermanentError(Exception):
 _WAITERS = threading.Lock()  # guards the lazy creation of JobContext._waiter against abandon()
 
 
+class NoteSink(Protocol):
+    """Where a context's reports go (services/worker/notes.py's JobNotes)."""
+
+    def note_progress(self, job_id: uuid.UUID, token: uuid.UUID, progress: Progress) -> None: ...
+
+    def note_line(self, job_id: uuid.UUID, token: uuid.UUID, line: NewLogLine) -> None: ...
+
+
+_LEVEL = re.compile(LOG_LEVEL_PATTERN)
+
+
 @dataclass(eq=False)
 class JobContext:
-    """What a handler receives: the job, and cancellation.
+    """What a handler receives: the job, cancellation, and `progress`/`log` to report how it goes.
 
     `cancelled` (an asyncio.Event) and `is_cancelled` (thread-safe, for sync handlers) are set when
     the job's outcome stops mattering: it was cancelled through the API, it exceeded its timeout,
@@ -47,6 +69,8 @@ class JobContext:
     """
 
     job: Job
+    token: uuid.UUID | None = None  # the lease's, for the reports
+    notes: NoteSink | None = field(default=None, repr=False)
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)
     _abandoned: bool = field(default=False, repr=False)
     # Created only when a sync handler waits on it: a threading.Event per job costs more than
@@ -72,6 +96,35 @@ class JobContext:
                     self._waiter.set()
             waiter = self._waiter
         return waiter.wait(timeout)
+
+    def progress(self, percent: float, message: str | None = None) -> None:
+        """Report how far the job got (0 to 100, and a message of at most 1,024 characters); shown
+        on the job (`progress`) and its SSE stream. Written within a second, and before the job's
+        outcome; a later report replaces an earlier one. Safe from any thread."""
+        given: object = percent  # handlers are not type-checked: say what is wrong
+        if isinstance(given, bool) or not isinstance(given, int | float) or not 0 <= given <= 100:
+            raise ValueError(f"progress percent must be a number from 0 to 100, not {percent!r}")
+        text: object = message
+        if text is not None and (not isinstance(text, str) or len(text) > MAX_PROGRESS_MESSAGE):
+            raise ValueError(f"a progress message is a string of at most {MAX_PROGRESS_MESSAGE} characters")
+        if self.notes is not None and self.token is not None:
+            self.notes.note_progress(
+                self.job.id, self.token, Progress(percent=float(percent), message=message)
+            )
+
+    def log(self, message: str, level: str = "info") -> None:
+        """Add a line to the job's log (`GET /api/v1/jobs/{id}/logs`), stamped now. Lines are
+        written in batches, at most once a second and before the job's outcome; a message past
+        64 KiB is cut. Safe from any thread."""
+        given: object = message  # handlers are not type-checked: say what is wrong
+        if not isinstance(given, str):
+            raise ValueError(f"a log message is a string, not {type(given).__name__}")
+        named: object = level
+        if not isinstance(named, str) or len(named) > MAX_LOG_LEVEL or not _LEVEL.match(named):
+            raise ValueError(f"a log level is 1 to {MAX_LOG_LEVEL} letters, not {level!r}")
+        if self.notes is not None and self.token is not None:
+            line = NewLogLine(message=cut_message(message), level=level, ts=datetime.now(UTC))
+            self.notes.note_line(self.job.id, self.token, line)
 
     def abandon(self) -> None:
         """Set both cancellation signals. Called by the runtime, on the event loop's thread."""

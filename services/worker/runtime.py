@@ -40,6 +40,7 @@ import msgspec
 import structlog
 
 from services.worker.builtins import register_builtins
+from services.worker.notes import JobNotes
 from services.worker.registry import JobContext, Registry, Task, import_handler_modules
 from shared import logs, metrics
 from shared.config import Settings
@@ -85,6 +86,7 @@ class WorkerRuntime:
         self._renewals: set[asyncio.Task[bool]] = set()  # buffered jobs' lease renewals
         self._unwatch: Callable[[], None] | None = None
         self._stopping = False
+        self._notes = JobNotes(db, settings.job_log_max_bytes)  # the handlers' progress and log lines
 
     async def start(self) -> None:
         s = self.settings
@@ -93,6 +95,7 @@ class WorkerRuntime:
                 max_workers=s.workers * len(s.worker_queues), thread_name_prefix="queueflow-task"
             )
         await self._register_tasks()
+        self._notes.start()
         self._unwatch = self.db.hub.watch_all_jobs(self._on_job_event)
         self._loops = [
             asyncio.create_task(self._queue_loop(q), name=f"queueflow-worker-{q.name}")
@@ -169,6 +172,8 @@ class WorkerRuntime:
                     self._writes_done.clear()
                     await self._writes_done.wait()
         self._writes_abandoned = True
+        with contextlib.suppress(Exception):
+            await self._notes.stop()
         if self._unwatch is not None:
             self._unwatch()
         with contextlib.suppress(Exception):
@@ -230,7 +235,7 @@ class WorkerRuntime:
             claimed_at = loop.time()
             for lease in leases:
                 task = self.registry.get(lease.job.task_name)
-                item = _Claimed(lease, task, claimed_at, q.budget, s.lease_grace_secs)
+                item = _Claimed(lease, task, claimed_at, q.budget, s.lease_grace_secs, self._notes)
                 q.budget.take()
                 self._claimed[lease.job.id] = item
                 q.ready.append(item)
@@ -371,7 +376,18 @@ class WorkerRuntime:
     # -- outcomes -----------------------------------------------------------------------------------
 
     def _report(self, item: _Claimed, handler: asyncio.Future[Any] | _Finished) -> None:
-        """Write the outcome of a finished handler (or nothing, when the server owns it)."""
+        """Write the outcome of a finished handler (or nothing, when the server owns it). What the
+        handler reported (progress, log lines) and is not yet written goes first."""
+        if self._notes.has_notes(item.job.id):
+            self._writes += 1
+            settling = asyncio.create_task(self._notes.settle(item.job.id))
+
+            def settled(_: asyncio.Task[None]) -> None:
+                self._report(item, handler)
+                self._write_answered()
+
+            settling.add_done_callback(settled)
+            return
         if item.expired:
             self._fail_later(item, f"job exceeded its timeout of {item.timeout}s", True)
             return
@@ -742,11 +758,12 @@ class _Claimed:
         claimed_at: float,
         budget: _Budget,
         grace: int,
+        notes: JobNotes,
     ) -> None:
         self.job = lease.job
         self.token = lease.token
         self.task = task
-        self.ctx = JobContext(lease.job)
+        self.ctx = JobContext(lease.job, lease.token, notes)
         self.claimed_at = claimed_at
         self.renewed_at = claimed_at  # when its lease was last set: by the claim or a renewal
         self.timeout = max(

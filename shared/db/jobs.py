@@ -390,6 +390,13 @@ async def heartbeat(
     return answer
 
 
+async def report_progress(db: Executor, job_id: uuid.UUID, token: uuid.UUID, progress: Progress) -> None:
+    """Record an in-process handler's progress without touching its lease; a job no longer running
+    under `token` is a Conflict (or NotFound)."""
+    if not await db.fetchval(Q.report_progress, job_id, token, progress.percent, progress.message):
+        raise await lease_refusal(db, job_id, token)
+
+
 # The result is an object, or one already encoded as JSON (msgspec.Raw: written as it is).
 Completion = tuple[uuid.UUID, uuid.UUID | None, Object | msgspec.Raw]
 

@@ -50,6 +50,22 @@ class NewLogLine(Struct, frozen=True, kw_only=True, omit_defaults=True):
     level: str | None = None
 
 
+def cut_message(message: str) -> str:
+    """A message as an in-process handler's `ctx.log` stores it: a NUL (which PostgreSQL text cannot
+    hold) becomes U+FFFD and a lone surrogate `?`, and past MAX_LOG_CALL_BYTES of UTF-8 it is cut at
+    a character boundary, so that one line always fits a call."""
+    if "\x00" in message:
+        message = message.replace("\x00", "\ufffd")
+    try:
+        encoded = message.encode()
+    except UnicodeEncodeError:
+        encoded = message.encode(errors="replace")
+        message = encoded.decode()
+    if len(encoded) <= MAX_LOG_CALL_BYTES:
+        return message
+    return encoded[:MAX_LOG_CALL_BYTES].decode(errors="ignore")
+
+
 def check_log_lines(lines: tuple[NewLogLine, ...] | list[NewLogLine]) -> None:
     """A call's lines: at most MAX_LOG_LINES, and MAX_LOG_CALL_BYTES of message in all."""
     if len(lines) > MAX_LOG_LINES:

@@ -262,6 +262,21 @@ SELECT status, (SELECT count(pg_notify('queueflow_job_events', id::text || ':pro
                 FROM beat WHERE watched) AS announced
 FROM beat;
 
+-- name: report_progress
+-- Progress an in-process handler reported ($3 percent, $4 message or null), for the holder of the
+-- job's lease ($2); the lease stays as it is (the runtime's own lease covers the handler's
+-- time-out). A watched job's stream is told (`<id>:progress`).
+WITH noted AS (
+    UPDATE queueflow.jobs
+    SET progress = jsonb_strip_nulls(jsonb_build_object('percent', $3::float8, 'message', $4::text,
+                                                        'updated_at', now()))
+    WHERE id = $1 AND status = 'running' AND lease_token = $2
+    RETURNING id, watched
+)
+SELECT (SELECT count(*) FROM noted) AS found,
+       (SELECT count(pg_notify('queueflow_job_events', id::text || ':progress')) FROM noted WHERE watched)
+       AS announced;
+
 -- name: complete_jobs
 -- Group commit: many completions in one statement; rows not returned lost their lease or finished.
 -- The attempt stays described by the job row (no history row: this is the drain's path); its task
