@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,8 +35,10 @@ class Context:
     def n(self, full: int, quick: int) -> int:
         return quick if self.quick else full
 
-    def server(self, dsn: str, mode: str, *extra: str) -> ServiceProcess:
-        return harness.server(dsn, mode, self.log_dir, extra, self.profile_dir)
+    def server(
+        self, dsn: str, mode: str, *extra: str, env: Mapping[str, str] | None = None
+    ) -> ServiceProcess:
+        return harness.server(dsn, mode, self.log_dir, extra, self.profile_dir, env)
 
     def database(self, tag: str) -> AbstractAsyncContextManager[str]:
         """A brand-new database for one run (see harness.database); yields its DSN."""

@@ -70,14 +70,19 @@ def cluster(prefix: str) -> Iterator[PgServer]:
 
 
 def server(
-    dsn: str, mode: str, log_dir: Path, extra: Sequence[str] = (), profile_dir: Path | None = None
+    dsn: str,
+    mode: str,
+    log_dir: Path,
+    extra: Sequence[str] = (),
+    profile_dir: Path | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> ServiceProcess:
     """`queueflow serve --mode MODE --dev` on free ports, logging under `log_dir`.
 
     With `profile_dir` set, the process runs under cProfile and writes `<mode>-<port>.prof` there
     when it exits (only the event-loop thread is profiled).
     """
-    proc = ServiceProcess(dsn, mode, extra_args=extra, log_dir=log_dir, own_session=True)
+    proc = ServiceProcess(dsn, mode, extra_args=extra, env=env, log_dir=log_dir, own_session=True)
     if profile_dir is not None:
         profile_dir.mkdir(parents=True, exist_ok=True)
         profile = profile_dir / f"{mode}-{proc.api_port}.prof"

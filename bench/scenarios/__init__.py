@@ -11,6 +11,7 @@ from bench.scenarios import (
     l_pgbench,
     m_idle,
     t_time,
+    v_visibility,
     w1_drain,
     w2_latency,
     w3_workflows,
@@ -30,6 +31,7 @@ SCENARIOS: dict[str, Scenario] = {
         h_history.SCENARIO,
         k_limits.SCENARIO,
         t_time.SCENARIO,
+        v_visibility.SCENARIO,
     )
 }
 # Names that select several scenarios.
