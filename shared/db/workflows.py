@@ -305,7 +305,7 @@ async def load_runs(conn: Connection, wf_ids: Sequence[str]) -> dict[str, Workfl
 
 
 def _head(row: asyncpg.Record) -> WorkflowRun:
-    # The row's `steps` column holds the definitions; the run's `steps` are the step rows.
+    # A `SELECT *` row's `steps` column holds the definitions; the run's `steps` are the step rows.
     return record(WorkflowRun, row, without=("steps",))
 
 
@@ -361,11 +361,13 @@ async def arm_step(
 
 
 async def apply_due_wake_ups(pool: Pool, apply_many: ApplyMany, limit: int) -> int:
-    """Take up to `limit` due wake-ups with their workflows (`take_due_wake_ups`) and `apply_many`
-    them as `timer` events in the same transaction: no outbox row written, taken and deleted for
-    each. Returns how many were taken. When applying raises, the transaction rolls back and the
-    error propagates; the wake-ups are still due, for `fire_due_timers` (the outbox, with its
-    counted attempts) to take."""
+    """Take up to `limit` due wake-ups with their workflows (`take_due_wake_ups`: locked, not
+    written) and `apply_many` them as `timer` events in the same transaction: no outbox row written,
+    taken and deleted for each, and each step row written once, by its own completion or failure.
+    What applying left in place is then cleared (`clear_taken_wake_ups`), so it is not taken again.
+    Returns how many were taken. When applying raises, the transaction rolls back and the error
+    propagates; the wake-ups are still due, for `fire_due_timers` (the outbox, with its counted
+    attempts) to take."""
     async with pool.acquire() as conn, conn.transaction():
         rows = await conn.fetch(Q.take_due_wake_ups, limit)
         if not rows:
@@ -383,6 +385,12 @@ async def apply_due_wake_ups(pool: Pool, apply_many: ApplyMany, limit: int) -> i
         ]
         runs = await load_runs(conn, sorted({e.workflow_id for e in events}))
         await apply_many(conn, events, runs)
+        await conn.execute(
+            Q.clear_taken_wake_ups,
+            [r["workflow_id"] for r in rows],
+            [r["name"] for r in rows],
+            [r["wake_at"] for r in rows],
+        )
     return len(rows)
 
 

@@ -383,7 +383,9 @@ class Advancement:
         elif not await workflows_db.finish_workflow(self._conn, self.run, status, error):
             return
         self.run.status = status
-        log.info("workflow_settled", workflow_id=self.run.id, status=status)
+        # A mass of completions (sleeps falling due together) must not be a mass of log lines.
+        settled = log.debug if status is WorkflowStatus.COMPLETED else log.info
+        settled("workflow_settled", workflow_id=self.run.id, status=status)
 
 
 def _instant(value: object) -> str:

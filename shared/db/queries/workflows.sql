@@ -20,7 +20,10 @@ VALUES ($1, $2, $3, $4, $5);
 SELECT * FROM queueflow.workflows WHERE id = $1 AND tenant_id = $2;
 
 -- name: lock_workflow
-SELECT * FROM queueflow.workflows WHERE id = $1 FOR UPDATE;
+-- A live workflow's head (the columns of a WorkflowRun: not the definitions, which its step rows
+-- carry), locked.
+SELECT id, tenant_id, status, context, halted, depth, parent_workflow_id, parent_step_name, name, traceparent, tracestate
+FROM queueflow.workflows WHERE id = $1 FOR UPDATE;
 
 -- name: lock_tenant_workflow
 SELECT * FROM queueflow.workflows WHERE id = $1 AND tenant_id = $2 FOR UPDATE;
@@ -43,10 +46,13 @@ SELECT * FROM queueflow.workflow_outbox WHERE attempts < $1 ORDER BY id LIMIT $2
 -- name: lock_workflows
 -- Several workflows locked at once, in id order (two batches that share workflows lock them in the
 -- same order, so they queue rather than deadlock).
-SELECT * FROM queueflow.workflows WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE;
+SELECT id, tenant_id, status, context, halted, depth, parent_workflow_id, parent_step_name, name, traceparent, tracestate
+FROM queueflow.workflows WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE;
 
 -- name: workflows_steps
-SELECT * FROM queueflow.workflow_steps WHERE workflow_id = ANY($1::text[]) ORDER BY workflow_id, idx;
+-- The step rows of several workflows, as StepRuns (shared/domain/workflows.py) take them.
+SELECT workflow_id, name, definition, depends_on, on_failure, status, skip_kind, attempt, job_id, child_workflow_id, fan_total, fan_completed, fan_failed
+FROM queueflow.workflow_steps WHERE workflow_id = ANY($1::text[]) ORDER BY workflow_id, idx;
 
 -- name: outbox_failed
 -- Counts the attempt that took the row at `attempts` = $3. Another consumer may have taken the row
@@ -283,21 +289,25 @@ RETURNING workflow_id;
 
 -- name: take_due_wake_ups
 -- Up to $1 due wake-ups whose step and workflow no other transaction holds (SKIP LOCKED on both:
--- this takes the step before the workflow, so it must not wait for either), cleared as
--- `fire_due_timers` clears them; the caller applies them at once, as `timer` rows, under the
--- workflow locks taken here. Due wake-ups left out (their workflow was busy) go through the outbox.
-WITH due AS (
-    SELECT s.workflow_id, s.name, s.attempt, s.wake_at
-    FROM queueflow.workflow_steps s JOIN queueflow.workflows w ON w.id = s.workflow_id
-    WHERE s.status = 'running' AND s.wake_at <= now()
-    ORDER BY s.wake_at
-    LIMIT $1
-    FOR UPDATE OF s, w SKIP LOCKED
-), cleared AS (
-    UPDATE queueflow.workflow_steps s SET wake_at = NULL, event_key = NULL
-    FROM due WHERE s.workflow_id = due.workflow_id AND s.name = due.name
-)
-SELECT * FROM due;
+-- this takes the step before the workflow, so it must not wait for either), locked, not written:
+-- the caller applies them at once, as `timer` rows, under these locks, and the step's own write
+-- (completed, failed) is the only write of its row; `clear_taken_wake_ups` then clears what applying
+-- left in place. Due wake-ups left out (their workflow was busy) go through the outbox.
+SELECT s.workflow_id, s.name, s.attempt, s.wake_at
+FROM queueflow.workflow_steps s JOIN queueflow.workflows w ON w.id = s.workflow_id
+WHERE s.status = 'running' AND s.wake_at <= now()
+ORDER BY s.wake_at
+LIMIT $1
+FOR UPDATE OF s, w SKIP LOCKED;
+
+-- name: clear_taken_wake_ups
+-- The wake-ups a lane took ($1 workflows, $2 steps, $3 their wake_at) that applying them left in
+-- place (a workflow that let its timer pass: it is not taken again), cleared as `fire_due_timers`
+-- clears them. A step that applying completed or failed is no longer running and is left alone;
+-- one applying armed again has another wake_at and keeps it.
+UPDATE queueflow.workflow_steps s SET wake_at = NULL, event_key = NULL
+FROM unnest($1::text[], $2::text[], $3::timestamptz[]) AS t(w, n, at)
+WHERE s.workflow_id = t.w AND s.name = t.n AND s.status = 'running' AND s.wake_at = t.at;
 
 -- name: next_wake_up
 -- When the next wake-up is due (one probe of workflow_steps_wake_idx), and the database's clock.
