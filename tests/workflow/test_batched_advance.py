@@ -137,3 +137,38 @@ async def test_a_wake_up_that_cannot_be_applied_goes_through_the_outbox_and_the_
         assert statuses(await steps(client, wf_id)) == {"nap": "completed", "b": "running"}
     left = await pool.fetch("SELECT workflow_id, kind, attempts FROM queueflow.workflow_outbox")
     assert [(r["workflow_id"], r["kind"], r["attempts"]) for r in left] == [(poisoned, "timer", 5)]
+
+
+async def test_a_taken_wake_up_that_applying_lets_pass_is_cleared_not_taken_again(api):
+    """A lane locks due steps without writing them and applies them; a wake-up its workflow lets
+    pass (here: a workflow already ended, whose step was left running) is cleared after applying,
+    so the timers neither take it again nor spin on it, and the other wake-ups of the batch apply."""
+    client = await api()
+    pool = database_of(client).pool
+    nap = {"name": "nap", "sleep_secs": 3600}
+    orphan = await create(client, [nap], name="ended-with-a-sleeper")
+    await pool.execute(
+        "UPDATE queueflow.workflows SET status = 'completed', completed_at = now() WHERE id = $1", orphan
+    )
+    others = [await create(client, [nap, manual("b", after=["nap"])], name=f"o{i}") for i in range(3)]
+    await pool.execute("UPDATE queueflow.workflow_steps SET wake_at = now() WHERE wake_at IS NOT NULL")
+    outbox_rows = "SELECT last_value + is_called::int FROM queueflow.workflow_outbox_id_seq"
+    before = await pool.fetchval(outbox_rows)
+
+    await api(mode="workflow")
+
+    for wf_id in others:
+        await _wait_scheduled(client, wf_id, "b")
+
+    async def cleared() -> bool:
+        return await pool.fetchval(
+            "SELECT wake_at IS NULL FROM queueflow.workflow_steps WHERE workflow_id = $1", orphan
+        )
+
+    await eventually(cleared, message="the orphan's wake-up was cleared")
+    row = await pool.fetchrow(
+        "SELECT status, attempt FROM queueflow.workflow_steps WHERE workflow_id = $1", orphan
+    )
+    assert (row["status"], row["attempt"]) == ("running", 1)  # nothing else was written to it
+    # Applied where it was taken: never handed to the outbox (as a wake-up left due would be).
+    assert await pool.fetchval(outbox_rows) == before
