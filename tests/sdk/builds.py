@@ -37,8 +37,8 @@ _SPECS: dict[str, tuple[Path, list[list[str]], list[str], dict[str, str]]] = {
     ),
     "rust": (
         SDKS / "rust",
-        [["cargo", "build", "--quiet", "--bin", "conformance"]],
-        [str(SDKS / "rust" / "target" / "debug" / "conformance")],
+        [["cargo", "build", "--quiet", "--example", "conformance"]],
+        [str(SDKS / "rust" / "target" / "debug" / "examples" / "conformance")],
         {},
     ),
 }

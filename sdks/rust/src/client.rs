@@ -207,8 +207,9 @@ impl Client {
         serde_json::from_slice(&body).map_err(|e| Error::Decode { status, message: e.to_string() })
     }
 
-    /// `POST /api/v1/jobs/{id}/heartbeat` (worker token): extend the lease; the answer is the
-    /// job's status (anything but `running` means stop). 409 when the lease was lost.
+    /// `POST /api/v1/jobs/{id}/heartbeat` (worker token): extend the lease, and (an extension)
+    /// report the job's `progress`; the answer is the job's status (anything but `running` means
+    /// stop). 409 when the lease was lost.
     pub async fn heartbeat(&self, id: &str, req: &HeartbeatRequest) -> Result<HeartbeatResponse> {
         self.json(self.request(Method::POST, &format!("/api/v1/jobs/{}/heartbeat", seg(id)), Auth::Worker).json(req))
             .await
@@ -239,6 +240,46 @@ impl Client {
     /// dead-letters at once.
     pub async fn fail(&self, id: &str, req: &FailJobRequest) -> Result<()> {
         self.empty(self.request(Method::POST, &format!("/api/v1/jobs/{}/fail", seg(id)), Auth::Worker).json(req)).await
+    }
+
+    /// `POST /api/v1/jobs/{id}/logs` (worker token, an extension): append log lines to the job
+    /// this lease holds. Each line gets the job's next `seq` and the running attempt. 409 when
+    /// the token is not the job's latest lease, 404 for an unknown job (or a server without the
+    /// route). Refused with [`Error::InvalidArgument`] before any call: no lines, more than
+    /// [`MAX_LOG_LINES`], or messages of more than [`MAX_LOG_CALL_BYTES`] bytes in all.
+    pub async fn post_job_logs(&self, id: &str, req: &PostJobLogsRequest) -> Result<PostJobLogsResponse> {
+        if req.lines.is_empty() || req.lines.len() > MAX_LOG_LINES {
+            return Err(Error::InvalidArgument(format!(
+                "a log post takes 1 to {MAX_LOG_LINES} lines, not {}",
+                req.lines.len()
+            )));
+        }
+        let bytes: usize = req.lines.iter().map(|line| line.message.len()).sum();
+        if bytes > MAX_LOG_CALL_BYTES {
+            return Err(Error::InvalidArgument(format!(
+                "a log post's messages take at most {MAX_LOG_CALL_BYTES} bytes, not {bytes}"
+            )));
+        }
+        self.json(self.request(Method::POST, &format!("/api/v1/jobs/{}/logs", seg(id)), Auth::Worker).json(req)).await
+    }
+
+    // --- visibility (tenant routes) ---------------------------------------------------------------
+
+    /// `GET /api/v1/jobs/{id}/logs` (an extension): the job's log lines after `params.after`,
+    /// oldest first; page on with `after` = the last `seq` while `has_more`.
+    pub async fn job_logs(&self, id: &str, params: &JobLogsParams) -> Result<JobLogsResponse> {
+        self.json(self.get(&format!("/api/v1/jobs/{}/logs", seg(id))).query(&params.to_query())).await
+    }
+
+    /// `GET /api/v1/jobs/{id}/attempts` (an extension): every attempt (lease) of the job, in order.
+    pub async fn job_attempts(&self, id: &str) -> Result<JobAttemptsResponse> {
+        self.json(self.get(&format!("/api/v1/jobs/{}/attempts", seg(id)))).await
+    }
+
+    /// `GET /api/v1/workers` (an extension): the workers that leased this tenant's jobs, most
+    /// recently seen first.
+    pub async fn list_workers(&self) -> Result<ListWorkersResponse> {
+        self.json(self.get("/api/v1/workers")).await
     }
 
     // --- workflows ------------------------------------------------------------------------------

@@ -8,6 +8,9 @@
 //! * [`Worker`]: the remote worker loop: long-poll leasing, concurrent handlers, heartbeats for
 //!   every held job at half the lease, cancellation, jittered backoff, graceful shutdown, and
 //!   successes acknowledged in batches (`POST /api/v1/jobs/complete`) when the server offers it.
+//!   Each lease names the worker; each handler reports progress and log lines through its
+//!   [`JobContext`] and runs inside an OpenTelemetry span (the `opentelemetry` API crate only:
+//!   the application installs the SDK and exporter it wants).
 //!
 //! ```no_run
 //! use queueflow_sdk::{Client, Map, Worker, WorkerOptions};
@@ -24,7 +27,9 @@
 pub mod backoff;
 pub mod client;
 pub mod error;
+pub mod reports;
 pub mod sse;
+pub mod trace;
 pub mod types;
 pub mod worker;
 
@@ -33,4 +38,7 @@ pub use error::{Error, ErrorBody, Result};
 pub use serde_json::{json, Map, Value};
 pub use sse::{EventStream, SseEvent, SseParser};
 pub use types::*;
-pub use worker::{CancellationToken, HandlerError, HandlerResult, JobContext, Worker, WorkerOptions};
+pub use worker::{
+    default_worker_id, CancellationToken, HandlerError, HandlerResult, JobContext, Worker, WorkerOptions, SDK_NAME,
+    SDK_VERSION,
+};

@@ -205,6 +205,10 @@ pub struct Job {
     pub workflow_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workflow_step_id: Option<String>,
+    /// How far the job got, as its worker last reported it (an extension: absent when no
+    /// progress was reported, and from an upstream server).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<Progress>,
 }
 
 impl Job {
@@ -314,12 +318,28 @@ pub struct LeaseJobsRequest {
     /// Long-poll: 0 to 30 (server default 0).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub wait_secs: Option<u32>,
+    /// The worker's name (an extension): 1 to 128 visible ASCII characters, no space. Recorded
+    /// on the jobs the call leases (their attempts' worker) and in the worker registry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker_id: Option<String>,
+    /// What the worker says of itself (an extension; with `worker_id`). Left out, the server
+    /// keeps what the worker reported last.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker: Option<WorkerInfo>,
 }
 
+/// One leased job and its lease token.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LeasedJob {
     pub job: Job,
     pub lease_token: String,
+    /// The W3C `traceparent` the job was created in (an extension, absent when it has none): the
+    /// worker's span continues this trace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
+    /// The W3C `tracestate` that came with `traceparent`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracestate: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -328,11 +348,15 @@ pub struct LeaseJobsResponse {
 }
 
 /// `POST /api/v1/jobs/{id}/heartbeat`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct HeartbeatRequest {
     pub lease_token: String,
     /// 1 to 3600.
     pub extend_secs: u32,
+    /// How far the job got (an extension): shown on the job until its next claim. Left out, the
+    /// last report stays.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<ProgressReport>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -407,6 +431,204 @@ pub struct FailJobRequest {
     /// `false` dead-letters at once; the server's default is `true`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retryable: Option<bool>,
+}
+
+// --- visibility: progress, job logs, attempts, workers (docs/visibility.md) ---------------------
+
+/// The most characters of a progress message.
+pub const MAX_PROGRESS_MESSAGE: usize = 1024;
+/// The most lines one `POST /api/v1/jobs/{id}/logs` call takes.
+pub const MAX_LOG_LINES: usize = 100;
+/// The most bytes (UTF-8) of messages one `POST /api/v1/jobs/{id}/logs` call takes, in all.
+pub const MAX_LOG_CALL_BYTES: usize = 64 * 1024;
+/// The most characters of a log level (letters only).
+pub const MAX_LOG_LEVEL: usize = 16;
+/// The most characters of a worker id (visible ASCII, no space).
+pub const MAX_WORKER_ID: usize = 128;
+/// The most task names a worker's [`WorkerInfo`] may list.
+pub const MAX_WORKER_TASKS: usize = 256;
+/// The most characters of a [`WorkerInfo`]'s `hostname`, `sdk` and `version`.
+pub const MAX_WORKER_TEXT: usize = 255;
+
+/// A heartbeat's `progress`: `percent` 0 to 100, `message` at most [`MAX_PROGRESS_MESSAGE`]
+/// characters.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProgressReport {
+    pub percent: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// A job's progress as the server shows it: the last report and when it arrived.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Progress {
+    pub percent: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// RFC 3339: the server's time of the report.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_at: Option<String>,
+}
+
+/// One line a worker posts.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogLineRequest {
+    pub message: String,
+    /// 1 to [`MAX_LOG_LEVEL`] letters (`info`, `warning`, `error`, ...); the server stores none
+    /// when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub level: Option<String>,
+    /// RFC 3339: when it was logged; the server's time of storing it when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ts: Option<String>,
+}
+
+/// `POST /api/v1/jobs/{id}/logs` (worker routes): 1 to [`MAX_LOG_LINES`] lines whose messages take
+/// at most [`MAX_LOG_CALL_BYTES`] bytes in all, with the lease token of the job's latest lease.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PostJobLogsRequest {
+    pub lease_token: String,
+    pub lines: Vec<LogLineRequest>,
+}
+
+/// The answer to a log post: lines stored, lines of this call dropped past the job's cap, and the
+/// job's newest `seq`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PostJobLogsResponse {
+    pub stored: i64,
+    pub dropped: i64,
+    pub last_seq: i64,
+}
+
+/// A stored line: `seq` counts from 1 per job across its attempts; `attempt` is the attempt that
+/// was running.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogLine {
+    pub seq: i64,
+    pub attempt: i64,
+    /// RFC 3339.
+    pub ts: String,
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub level: Option<String>,
+}
+
+/// The query of `GET /api/v1/jobs/{id}/logs`: lines after `after` (a `seq`; default 0, from the
+/// first), at most `limit` (1 to 1000, the server's default 100).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JobLogsParams {
+    pub after: Option<i64>,
+    pub limit: Option<i64>,
+}
+
+impl JobLogsParams {
+    /// The query string pairs for the parameters that are set.
+    pub fn to_query(&self) -> Vec<(&'static str, String)> {
+        let mut q = Vec::new();
+        if let Some(after) = self.after {
+            q.push(("after", after.to_string()));
+        }
+        if let Some(limit) = self.limit {
+            q.push(("limit", limit.to_string()));
+        }
+        q
+    }
+}
+
+/// A page of a job's lines, oldest first. `dropped` counts the job's lines refused past its cap;
+/// while `has_more`, ask again with `after` set to the page's last `seq`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobLogsResponse {
+    pub lines: Vec<LogLine>,
+    pub last_seq: i64,
+    #[serde(default)]
+    pub dropped: i64,
+    #[serde(default)]
+    pub has_more: bool,
+}
+
+/// How an attempt (one lease of a job) ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttemptOutcome {
+    /// The current attempt: it has not ended.
+    Running,
+    Completed,
+    /// A retryable failure with retry budget left: the job was scheduled again.
+    Retry,
+    /// A failure that failed the job (non-retryable, or the budget spent).
+    Failed,
+    /// The janitor reclaimed the expired lease.
+    LeaseExpired,
+    /// The job was cancelled while it ran.
+    Cancelled,
+    /// The worker gave the job back unfinished (no retry spent).
+    Released,
+    /// An outcome this SDK does not know.
+    #[serde(other)]
+    Other,
+}
+
+/// One attempt of a job: its number (the job's `delivery_count` when it began), its worker when
+/// the lease named one, when its lease began and ended, and how it ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobAttempt {
+    pub attempt: i64,
+    pub outcome: AttemptOutcome,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_secs: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_message: Option<String>,
+}
+
+/// `GET /api/v1/jobs/{id}/attempts`: every attempt, in order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobAttemptsResponse {
+    pub attempts: Vec<JobAttempt>,
+}
+
+/// What a worker says of itself on lease; every field optional.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerInfo {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<String>,
+    /// `python`, `typescript`, `go`, `rust`, ...
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sdk: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// The task names it handles (at most [`MAX_WORKER_TASKS`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tasks: Option<Vec<String>>,
+}
+
+/// A worker as a tenant sees it: the queues it leased the tenant's jobs from, how many of them it
+/// holds, when it was first and last seen, whether it is live (seen within the last 2 minutes) and
+/// what it reported of itself.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RegisteredWorker {
+    pub worker_id: String,
+    #[serde(default)]
+    pub queues: Vec<String>,
+    #[serde(default)]
+    pub in_flight: i64,
+    pub first_seen_at: String,
+    pub last_seen_at: String,
+    pub live: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub info: Option<WorkerInfo>,
+}
+
+/// `GET /api/v1/workers`: most recently seen first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ListWorkersResponse {
+    pub workers: Vec<RegisteredWorker>,
 }
 
 // --- dead letters -------------------------------------------------------------------------------

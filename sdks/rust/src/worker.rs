@@ -1,7 +1,9 @@
 //! The remote worker runtime: lease with long-poll, run handlers concurrently, heartbeat every
 //! held job at half the lease, obey the heartbeat's answer, report the outcome (successes in
 //! batches through `POST /api/v1/jobs/complete` when the server offers it, one call per job
-//! otherwise; failures one call per job).
+//! otherwise; failures one call per job). Beside the outcome: the worker's name on every lease,
+//! each handler's progress and log lines (see [`crate::reports`]), and its OpenTelemetry span
+//! (see [`crate::trace`]).
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
@@ -11,6 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use opentelemetry::context::FutureExt as _;
 use serde_json::{Map, Value};
 use tokio::sync::{mpsc, oneshot, Notify, Semaphore};
 use tokio::task::JoinSet;
@@ -19,10 +22,17 @@ use tokio::time::Instant;
 use crate::backoff::{backoff_delay, XorShift};
 use crate::client::Client;
 use crate::error::{Error, Result};
+use crate::reports::{JobReports, DEFAULT_LOG_LEVEL, REPORT_INTERVAL};
+use crate::trace::HandlerSpan;
 use crate::types::{
     CompleteJobRequest, CompleteJobsRequest, CompletionAnswer, CompletionItem, FailJobRequest, HeartbeatRequest, Job,
-    LeaseJobsRequest, LeasedJob, MAX_COMPLETIONS,
+    LeaseJobsRequest, LeasedJob, WorkerInfo, MAX_COMPLETIONS, MAX_WORKER_ID, MAX_WORKER_TASKS, MAX_WORKER_TEXT,
 };
+
+/// The name this SDK gives itself in a lease's [`WorkerInfo`].
+pub const SDK_NAME: &str = "rust";
+/// This SDK's version, as a lease's [`WorkerInfo`] says it.
+pub const SDK_VERSION: &str = env!("CARGO_PKG_VERSION");
 
 // --- cancellation -------------------------------------------------------------------------------
 
@@ -125,15 +135,32 @@ impl<E: std::error::Error + Send + Sync + 'static> From<E> for HandlerError {
 /// What a handler returns: the job's result object, or a failure.
 pub type HandlerResult = std::result::Result<Map<String, Value>, HandlerError>;
 
-/// Per-job context handed to a handler: ids, and the cancellation signal that fires when the
-/// server says the job is no longer this worker's (cancelled, finished elsewhere, lease lost).
-/// After it fires the runtime reports nothing for the job; a handler that ignores it is dropped
-/// after [`WorkerOptions::cancel_grace`].
-#[derive(Clone, Debug)]
+/// Per-job context handed to a handler: ids, the cancellation signal that fires when the server
+/// says the job is no longer this worker's (cancelled, finished elsewhere, lease lost), and the
+/// job's progress and log lines. After the signal fires the runtime reports nothing for the job;
+/// a handler that ignores it is dropped after [`WorkerOptions::cancel_grace`].
+///
+/// [`progress`](Self::progress) and [`log`](Self::log) only record: the loop sends the latest
+/// progress on the job's next heartbeat (early, at most once a second, when there is a newer
+/// report) and posts the log lines at most once a second in batches; what is left when the
+/// handler ends is sent before its outcome. A failure to send them is written to stderr and never
+/// fails the job. Calls made after the handler ended (from a task it left behind) are ignored.
+#[derive(Clone)]
 pub struct JobContext {
     job_id: String,
     lease_token: String,
     cancel: CancellationToken,
+    reports: Arc<JobReports>,
+    otel: opentelemetry::Context,
+}
+
+impl fmt::Debug for JobContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("JobContext")
+            .field("job_id", &self.job_id)
+            .field("cancelled", &self.is_cancelled())
+            .finish_non_exhaustive()
+    }
 }
 
 impl JobContext {
@@ -158,6 +185,40 @@ impl JobContext {
     pub async fn cancelled(&self) {
         self.cancel.cancelled().await
     }
+
+    /// Reports how far the job got: `percent` 0 to 100, an optional `message` of at most 1,024
+    /// characters (no NUL). The latest report is shown on the job (`Job::progress`). Out of range
+    /// is an [`Error::InvalidArgument`] and records nothing.
+    ///
+    /// ```no_run
+    /// # fn demo(ctx: &queueflow_sdk::JobContext) -> Result<(), queueflow_sdk::Error> {
+    /// ctx.progress(42.5, Some("frames 425/1000"))?;
+    /// ctx.progress(100.0, None)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn progress(&self, percent: f64, message: Option<&str>) -> Result<()> {
+        self.reports.progress(percent, message)
+    }
+
+    /// Logs `message` at level `info` to the job's log (`GET /api/v1/jobs/{id}/logs`). A message
+    /// longer than 64 KiB is cut to 64 KiB at a character boundary; a NUL becomes U+FFFD.
+    pub fn log(&self, message: impl Into<String>) {
+        // The default level is valid, so this cannot fail.
+        let _ = self.reports.log(DEFAULT_LOG_LEVEL, message.into());
+    }
+
+    /// Logs `message` at `level`: 1 to 16 ASCII letters (`debug`, `info`, `warning`, `error`,
+    /// any name), else an [`Error::InvalidArgument`] and nothing is recorded.
+    pub fn log_at(&self, level: &str, message: impl Into<String>) -> Result<()> {
+        self.reports.log(level, message.into())
+    }
+
+    /// The OpenTelemetry context the handler runs in: its active span is the handler's
+    /// `process <queue>` span. It is current while the handler's future is polled; pass it to
+    /// tasks the handler spawns (`FutureExt::with_context`) to keep their spans in the job's trace.
+    pub fn otel_context(&self) -> &opentelemetry::Context {
+        &self.otel
+    }
 }
 
 type HandlerFuture = Pin<Box<dyn Future<Output = HandlerResult> + Send + 'static>>;
@@ -180,6 +241,10 @@ pub struct WorkerOptions {
     /// How long a handler may run on after its cancellation fired before it is dropped
     /// (default 5 s).
     pub cancel_grace: Duration,
+    /// The worker's name on every lease call, recorded on the jobs it leases (their attempts)
+    /// and in the server's worker registry: 1 to 128 visible ASCII characters, no space.
+    /// Default ([`None`]): [`default_worker_id`], `<hostname>:<process id>`.
+    pub worker_id: Option<String>,
 }
 
 impl Default for WorkerOptions {
@@ -190,7 +255,62 @@ impl Default for WorkerOptions {
             concurrency: 1,
             batch_size: None,
             cancel_grace: Duration::from_secs(5),
+            worker_id: None,
         }
+    }
+}
+
+/// The default worker id: `<hostname>:<process id>`, the host name's characters outside visible
+/// ASCII replaced with `-` and cut so that the id keeps to 128 characters.
+pub fn default_worker_id() -> String {
+    let pid = format!(":{}", std::process::id());
+    let host: String = hostname()
+        .chars()
+        .map(|c| if c.is_ascii_graphic() { c } else { '-' })
+        .take(MAX_WORKER_ID.saturating_sub(pid.len()))
+        .collect();
+    format!("{host}{pid}")
+}
+
+/// This machine's host name (`localhost` when it cannot be read).
+pub fn hostname() -> String {
+    system_hostname().filter(|name| !name.is_empty()).unwrap_or_else(|| "localhost".to_string())
+}
+
+#[cfg(unix)]
+fn system_hostname() -> Option<String> {
+    let mut buf = [0u8; 256];
+    // SAFETY: `buf` is valid for writes of `buf.len()` bytes, which is the length passed.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return None;
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    Some(String::from_utf8_lossy(&buf[..end]).trim().to_string())
+}
+
+#[cfg(not(unix))]
+fn system_hostname() -> Option<String> {
+    std::env::var("COMPUTERNAME").ok().map(|name| name.trim().to_string())
+}
+
+/// A worker id the server takes: 1 to [`MAX_WORKER_ID`] visible ASCII characters.
+fn valid_worker_id(id: &str) -> bool {
+    !id.is_empty() && id.len() <= MAX_WORKER_ID && id.bytes().all(|b| b.is_ascii_graphic())
+}
+
+/// What the loop says of itself on its first lease calls: the host, this SDK and its version, and
+/// the task names it handles (sorted; those the server could not take are left out).
+fn worker_info<'a>(tasks: impl Iterator<Item = &'a String>) -> WorkerInfo {
+    let mut tasks: Vec<String> =
+        tasks.filter(|task| !task.is_empty() && task.chars().count() <= MAX_WORKER_TEXT).cloned().collect();
+    tasks.sort();
+    tasks.truncate(MAX_WORKER_TASKS);
+    WorkerInfo {
+        hostname: Some(hostname().chars().take(MAX_WORKER_TEXT).collect()),
+        sdk: Some(SDK_NAME.to_string()),
+        version: Some(SDK_VERSION.to_string()),
+        tasks: Some(tasks),
     }
 }
 
@@ -264,6 +384,13 @@ impl Worker {
                 return Err(Error::InvalidArgument(format!("batch_size must be 1 to 100, not {b}")));
             }
         }
+        if let Some(id) = &o.worker_id {
+            if !valid_worker_id(id) {
+                return Err(Error::InvalidArgument(format!(
+                    "worker_id must be 1 to {MAX_WORKER_ID} visible ASCII characters (no space), not {id:?}"
+                )));
+            }
+        }
         Ok(())
     }
 
@@ -271,9 +398,15 @@ impl Worker {
     /// lease call fails for good: 401/403 (a wrong or tenant credential) and other 4xx answers
     /// end the loop with that error instead of retrying. Transport errors and 5xx back off with
     /// jitter (capped at 5 s) and the loop carries on.
+    ///
+    /// Every lease call names the worker (`worker_id`); until one has succeeded it also says what
+    /// the worker is (`worker`: host name, SDK, version, task names).
     pub async fn run(self) -> Result<()> {
         self.check_options()?;
         let opts = self.options.clone();
+        let worker_id = opts.worker_id.clone().unwrap_or_else(default_worker_id);
+        let mut info = Some(worker_info(self.handlers.keys()));
+        let queue: Arc<str> = Arc::from(self.queue.as_str());
         let batch = opts.batch_size.unwrap_or(opts.concurrency).clamp(1, 100);
         let max_held = batch.max(opts.concurrency);
         // Lease once there is room for half a batch (at least one job): with acknowledgements
@@ -306,14 +439,24 @@ impl Worker {
                 max_jobs: Some(want as u32),
                 lease_secs: Some(opts.lease_secs),
                 wait_secs: Some(opts.wait_secs),
+                worker_id: Some(worker_id.clone()),
+                worker: info.clone(),
             };
             match self.client.lease(&self.queue, &request).await {
                 Ok(leased) => {
                     failures = 0;
+                    info = None; // the server keeps what the worker said last
                     for item in leased.jobs {
                         let handler = handlers.get(&item.job.task_name).cloned();
-                        let job =
-                            hold_job(self.client.clone(), item, handler, slots.clone(), acks.clone(), opts.clone());
+                        let job = hold_job(
+                            self.client.clone(),
+                            item,
+                            handler,
+                            slots.clone(),
+                            acks.clone(),
+                            opts.clone(),
+                            queue.clone(),
+                        );
                         held.spawn(job);
                     }
                 }
@@ -342,27 +485,67 @@ impl Worker {
     }
 }
 
-/// Why a held job is no longer this worker's.
-async fn heartbeat_until_lost(client: &Client, job_id: &str, lease_token: &str, lease_secs: u32) -> String {
+/// Heartbeats a held job every `lease_secs / 2` until it is no longer this worker's, and returns
+/// why. Each heartbeat carries the handler's progress when its latest report was not sent yet; a
+/// newer report brings the next heartbeat forward, to at most one such per [`REPORT_INTERVAL`].
+async fn heartbeat_until_lost(
+    client: &Client,
+    job_id: &str,
+    lease_token: &str,
+    lease_secs: u32,
+    reports: &JobReports,
+) -> String {
     let interval = Duration::from_millis(u64::from(lease_secs) * 500).max(Duration::from_millis(200));
-    let mut wait = interval;
+    let mut due = Instant::now() + interval;
+    let mut last_with_progress: Option<Instant> = None;
     loop {
-        tokio::time::sleep(wait).await;
-        let request = HeartbeatRequest { lease_token: lease_token.to_string(), extend_secs: lease_secs };
+        let wake = if reports.progress_untried() {
+            due.min(last_with_progress.map_or_else(Instant::now, |at| at + REPORT_INTERVAL))
+        } else {
+            due
+        };
+        tokio::select! {
+            () = tokio::time::sleep_until(wake) => {}
+            () = reports.progress_reported() => continue,
+        }
+        let progress = reports.take_progress();
+        if progress.is_some() {
+            last_with_progress = Some(Instant::now());
+        }
+        let number = progress.as_ref().map(|(number, _)| *number);
+        let request = HeartbeatRequest {
+            lease_token: lease_token.to_string(),
+            extend_secs: lease_secs,
+            progress: progress.map(|(_, report)| report),
+        };
         match client.heartbeat(job_id, &request).await {
-            Ok(answer) if answer.status == "running" => wait = interval,
+            Ok(answer) if answer.status == "running" => {
+                if let Some(number) = number {
+                    reports.progress_sent(number);
+                }
+                due = Instant::now() + interval;
+            }
             Ok(answer) => return format!("the job is {}", answer.status),
             Err(err) if matches!(err.status(), Some(404) | Some(409)) => return err.to_string(),
+            Err(err) if number.is_some() && !err.is_transient() && !err.is_auth() => {
+                eprintln!(
+                    "queueflow worker: a heartbeat of job {job_id} with progress was refused ({err}); sending no more progress for it"
+                );
+                reports.refuse_progress();
+                due = Instant::now();
+            }
             Err(err) => {
                 eprintln!("queueflow worker: heartbeat of job {job_id} failed ({err}); retrying");
-                wait = (interval / 2).max(Duration::from_millis(100));
+                due = Instant::now() + (interval / 2).max(Duration::from_millis(100));
             }
         }
     }
 }
 
 /// One leased job, from the lease to the report: heartbeated from the start (while it waits for
-/// a slot too), run when a slot frees, abandoned without a report when the server takes it back.
+/// a slot too), run when a slot frees (inside its span, its log lines posted as it goes), its
+/// last log lines and progress sent when it ends, then its outcome; abandoned without a report
+/// when the server takes it back.
 async fn hold_job(
     client: Client,
     leased: LeasedJob,
@@ -370,10 +553,12 @@ async fn hold_job(
     slots: Arc<Semaphore>,
     acks: Acks,
     opts: WorkerOptions,
+    queue: Arc<str>,
 ) {
-    let LeasedJob { job, lease_token } = leased;
+    let LeasedJob { job, lease_token, traceparent, tracestate } = leased;
     let job_id = job.id.clone();
-    let heartbeat = heartbeat_until_lost(&client, &job_id, &lease_token, opts.lease_secs);
+    let reports = Arc::new(JobReports::new(&job_id));
+    let heartbeat = heartbeat_until_lost(&client, &job_id, &lease_token, opts.lease_secs, &reports);
     tokio::pin!(heartbeat);
 
     let slot = tokio::select! {
@@ -403,26 +588,74 @@ async fn hold_job(
     };
 
     let cancel = CancellationToken::new();
-    let ctx = JobContext { job_id: job_id.clone(), lease_token: lease_token.clone(), cancel: cancel.clone() };
-    // The handler runs as its own task so that a panic is caught; the guard aborts it if this
-    // future is dropped (the run() future dropped by its caller), so no handler outlives its worker.
-    let mut task = AbortOnDrop(tokio::spawn(handler(job, ctx)));
-    let finished = tokio::select! {
-        finished = &mut task.0 => finished,
-        why = &mut heartbeat => {
-            cancel.cancel();
-            eprintln!("queueflow worker: job {job_id} taken back by the server ({why}); cancelling its handler, reporting nothing");
-            // Past the grace period the guard aborts the handler.
-            let _ = tokio::time::timeout(opts.cancel_grace, &mut task.0).await;
-            return;
+    let span = HandlerSpan::start(&queue, &job, traceparent.as_deref(), tracestate.as_deref());
+    let otel = span.context().clone();
+    let ctx = JobContext {
+        job_id: job_id.clone(),
+        lease_token: lease_token.clone(),
+        cancel: cancel.clone(),
+        reports: reports.clone(),
+        otel: otel.clone(),
+    };
+    // The span is current while the handler runs: when it is called, and at every poll of its
+    // future. The handler runs as its own task so that a panic is caught; the guard aborts it if
+    // this future is dropped (the run() future dropped by its caller), so no handler outlives its
+    // worker.
+    let running = {
+        let _current = otel.clone().attach();
+        handler(job, ctx)
+    };
+    let mut task = AbortOnDrop(tokio::spawn(running.with_context(otel)));
+    let pump = reports.pump_logs(&client, &lease_token);
+    tokio::pin!(pump);
+    let mut pumped = false;
+    let finished = loop {
+        tokio::select! {
+            finished = &mut task.0 => break finished,
+            why = &mut heartbeat => {
+                cancel.cancel();
+                reports.abandon();
+                eprintln!("queueflow worker: job {job_id} taken back by the server ({why}); cancelling its handler, reporting nothing");
+                // Past the grace period the guard aborts the handler.
+                let ended = tokio::time::timeout(opts.cancel_grace, &mut task.0).await;
+                span.end(match &ended {
+                    Ok(Ok(Err(err))) => Some(err.message.as_str()),
+                    _ => None,
+                });
+                return;
+            }
+            // The pump returns only once the handler ended; this keeps it posting meanwhile.
+            () = &mut pump, if !pumped => pumped = true,
         }
     };
     drop(slot);
     let outcome = match finished {
         Ok(result) => result,
         Err(err) if err.is_panic() => Err(HandlerError::new(format!("handler panicked: {}", panic_message(err)))),
-        Err(_) => return,
+        Err(_) => {
+            span.end(None);
+            return;
+        }
     };
+    span.end(outcome.as_ref().err().map(|err| err.message.as_str()));
+
+    // What the handler left: its log lines, then its progress, before its outcome.
+    reports.end();
+    let flushed = tokio::select! {
+        () = async {
+            if !pumped {
+                (&mut pump).await;
+            }
+            reports.flush_progress(&client, &lease_token, opts.lease_secs).await;
+        } => true,
+        why = &mut heartbeat => {
+            eprintln!("queueflow worker: job {job_id} taken back by the server ({why}) as it ended; reporting nothing");
+            false
+        }
+    };
+    if !flushed {
+        return;
+    }
     match outcome {
         Ok(result) => {
             acknowledge(&client, &acks, &job_id, result, &lease_token, opts.lease_secs, heartbeat.as_mut()).await

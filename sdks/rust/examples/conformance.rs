@@ -1,13 +1,16 @@
 //! The conformance runner (sdks/conformance/README.md): `conformance <scenario.json>`.
 //!
 //! Events go to stdout as JSON lines; commands (`continue`) come from stdin. Everything here uses
-//! the SDK's public API only.
+//! the SDK's public API only, and for `tracing` the OpenTelemetry SDK (a dev-dependency) with an
+//! in-memory exporter. Built with `cargo build --example conformance`.
 
 use std::io::Write;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use opentelemetry::trace::{SpanKind, Status, TraceContextExt};
+use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
 use queueflow_sdk::backoff::XorShift;
 use queueflow_sdk::*;
 use tokio::io::AsyncBufReadExt;
@@ -79,8 +82,16 @@ async fn run_loop(env: &Env, spec: &Value) -> Result<(), String> {
         wait_secs: 1,
         concurrency,
         batch_size: spec["batch_size"].as_u64().map(|n| n as usize),
+        worker_id: spec["worker_id"].as_str().map(str::to_string),
         ..WorkerOptions::default()
     };
+    // The OpenTelemetry SDK as the global tracer provider, spans exported on end to memory.
+    let tracing = spec["tracing"].as_bool().unwrap_or(false).then(|| {
+        let exporter = InMemorySpanExporter::default();
+        let provider = SdkTracerProvider::builder().with_simple_exporter(exporter.clone()).build();
+        opentelemetry::global::set_tracer_provider(provider.clone());
+        (provider, exporter)
+    });
     let stop_after = spec["stop_after_jobs"].as_u64().unwrap_or(1) as usize;
     let mut worker = Worker::new(client, &env.queue, options);
     let stop = worker.shutdown_token();
@@ -106,7 +117,58 @@ async fn run_loop(env: &Env, spec: &Value) -> Result<(), String> {
             }
         });
     }
-    worker.run().await.map_err(|e| format!("worker loop failed: {e}"))
+    worker.run().await.map_err(|e| format!("worker loop failed: {e}"))?;
+    if let Some((provider, exporter)) = tracing {
+        let _ = provider.force_flush();
+        let spans = exporter.get_finished_spans().map_err(|e| format!("finished spans: {e}"))?;
+        for span in spans.iter().filter(|span| span.name.starts_with("process ")) {
+            emit(worker_span(span));
+        }
+    }
+    Ok(())
+}
+
+/// The `worker_span` event of a finished span.
+fn worker_span(span: &SpanData) -> Value {
+    let attributes: Map<String, Value> =
+        span.attributes.iter().map(|kv| (kv.key.as_str().to_string(), otel_value(&kv.value))).collect();
+    let parent = span.parent_span_id;
+    json!({
+        "event": "worker_span",
+        "job_id": attributes.get("messaging.message.id").cloned().unwrap_or(Value::Null),
+        "name": span.name,
+        "trace_id": span.span_context.trace_id().to_string(),
+        "span_id": span.span_context.span_id().to_string(),
+        "parent_span_id": if parent == opentelemetry::trace::SpanId::INVALID { String::new() } else { parent.to_string() },
+        "kind": match span.span_kind {
+            SpanKind::Client => "client",
+            SpanKind::Server => "server",
+            SpanKind::Producer => "producer",
+            SpanKind::Consumer => "consumer",
+            SpanKind::Internal => "internal",
+        },
+        "status": match span.status {
+            Status::Unset => "unset",
+            Status::Ok => "ok",
+            Status::Error { .. } => "error",
+        },
+        "attributes": attributes,
+    })
+}
+
+fn otel_value(value: &opentelemetry::Value) -> Value {
+    use opentelemetry::{Array, Value as V};
+    match value {
+        V::Bool(b) => json!(b),
+        V::I64(n) => json!(n),
+        V::F64(x) => json!(x),
+        V::String(s) => json!(s.as_str()),
+        V::Array(Array::Bool(items)) => json!(items),
+        V::Array(Array::I64(items)) => json!(items),
+        V::Array(Array::F64(items)) => json!(items),
+        V::Array(Array::String(items)) => json!(items.iter().map(|s| s.as_str()).collect::<Vec<_>>()),
+        other => json!(other.to_string()),
+    }
 }
 
 async fn behave(behaviour: &str, job: &Job, ctx: &JobContext) -> (&'static str, HandlerResult) {
@@ -121,6 +183,34 @@ async fn behave(behaviour: &str, job: &Job, ctx: &JobContext) -> (&'static str, 
             ("ok", Ok(job.payload.clone()))
         }
         "fail_retryable" => ("error", Err(HandlerError::new("boom"))),
+        "report_progress_and_logs" => {
+            if let Err(e) = ctx.progress(40.0, Some("loading")) {
+                return ("error", Err(e.into()));
+            }
+            for n in 1..=120 {
+                ctx.log(format!("line {n}"));
+            }
+            // The span current in the handler, read from the OpenTelemetry API.
+            let current = opentelemetry::Context::current();
+            let span = current.span();
+            let span_context = span.span_context();
+            emit(json!({
+                "event": "handler_span",
+                "job_id": job.id,
+                "trace_id": span_context.trace_id().to_string(),
+                "span_id": span_context.span_id().to_string(),
+            }));
+            if let Err(e) = ctx.progress(100.0, Some("done")) {
+                return ("error", Err(e.into()));
+            }
+            ("ok", Ok(job.payload.clone()))
+        }
+        "log_then_fail_retryable" => {
+            if let Err(e) = ctx.log_at("error", "failing on purpose") {
+                return ("error", Err(e.into()));
+            }
+            ("error", Err(HandlerError::new("boom")))
+        }
         "fail_permanent" => ("error", Err(HandlerError::permanent("invalid input"))),
         "wait_for_cancel" => {
             tokio::select! {
@@ -141,8 +231,12 @@ async fn behave(behaviour: &str, job: &Job, ctx: &JobContext) -> (&'static str, 
 
 async fn raw_stale_lease(env: &Env, spec: &Value) -> Result<(), String> {
     let client = Client::builder(&env.base, &env.tenant).worker_token(&env.worker).build();
-    let request =
-        LeaseJobsRequest { max_jobs: Some(1), lease_secs: Some(u32_of(&spec["lease_secs"], 30)), wait_secs: Some(5) };
+    let request = LeaseJobsRequest {
+        max_jobs: Some(1),
+        lease_secs: Some(u32_of(&spec["lease_secs"], 30)),
+        wait_secs: Some(5),
+        ..Default::default()
+    };
     let mut leased = None;
     for _ in 0..6 {
         let answer = client.lease(&env.queue, &request).await.map_err(|e| format!("lease: {e}"))?;
@@ -165,8 +259,8 @@ async fn raw_stale_lease(env: &Env, spec: &Value) -> Result<(), String> {
         }
     }
 
-    let heartbeat =
-        client.heartbeat(&job_id, &HeartbeatRequest { lease_token: leased.lease_token.clone(), extend_secs: 30 }).await;
+    let beat = HeartbeatRequest { lease_token: leased.lease_token.clone(), extend_secs: 30, progress: None };
+    let heartbeat = client.heartbeat(&job_id, &beat).await;
     let mut late = Map::new();
     late.insert("late".into(), Value::Bool(true));
     let complete = client
