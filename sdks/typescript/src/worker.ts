@@ -453,7 +453,7 @@ class WorkerLoop {
     this.heartbeatMs = Math.max(250, (this.leaseSecs * 1000) / 2);
     this.workerId = options.workerId === undefined ? defaultWorkerId() : checkWorkerId(options.workerId);
     this.workerInfo = {
-      hostname: hostname().slice(0, MAX_WORKER_TEXT),
+      hostname: hostname().slice(0, MAX_WORKER_TEXT) || undefined, // left out when the system has none
       sdk: "typescript",
       version: SDK_VERSION,
       tasks: Object.keys(handlers).sort().slice(0, MAX_WORKER_TASKS),
