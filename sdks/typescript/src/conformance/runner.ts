@@ -10,7 +10,7 @@ import { randomUUID } from "node:crypto";
 import { createInterface } from "node:readline";
 
 import { SpanKind, SpanStatusCode, trace } from "@opentelemetry/api";
-import { InMemorySpanExporter, NodeTracerProvider, SimpleSpanProcessor } from "@opentelemetry/sdk-trace-node";
+import type { InMemorySpanExporter, NodeTracerProvider } from "@opentelemetry/sdk-trace-node";
 
 import {
   ApiError,
@@ -173,8 +173,12 @@ const BEHAVIOURS: Record<string, Behaviour> = {
   },
 };
 
-/** `tracing`: the OpenTelemetry SDK as the global tracer provider, its spans kept in memory. */
-function installTracing(): { provider: NodeTracerProvider; exporter: InMemorySpanExporter } {
+/**
+ * `tracing`: the OpenTelemetry SDK as the global tracer provider, its spans kept in memory. Loaded
+ * only for the scenarios that ask (the SDK library itself uses the API only).
+ */
+async function installTracing(): Promise<{ provider: NodeTracerProvider; exporter: InMemorySpanExporter }> {
+  const { InMemorySpanExporter, NodeTracerProvider, SimpleSpanProcessor } = await import("@opentelemetry/sdk-trace-node");
   const exporter = new InMemorySpanExporter();
   const provider = new NodeTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] });
   provider.register(); // also the AsyncLocalStorage context manager and the W3C propagator
@@ -208,7 +212,7 @@ async function emitWorkerSpans(provider: NodeTracerProvider, exporter: InMemoryS
 
 async function loopMode(scenario: Scenario, e: Env): Promise<void> {
   const w = scenario.worker;
-  const tracing = w.tracing ? installTracing() : undefined;
+  const tracing = w.tracing ? await installTracing() : undefined;
   const stopAfter = w.stop_after_jobs ?? 1;
   const concurrency = w.concurrency ?? 1;
   const stop = new AbortController();
