@@ -5,9 +5,10 @@ import { sleep } from "./backoff.js";
 import { Transport, seg, type CallOptions, type FetchLike, type RequestSpec } from "./http.js";
 import type { SseEvent } from "./sse.js";
 import type * as T from "./types.js";
+import { SDK_VERSION } from "./version.js";
 import { Worker } from "./worker.js";
 
-export const SDK_VERSION = "0.3.0";
+export { SDK_VERSION };
 
 export interface QueueFlowOptions {
   /** The server, e.g. `http://localhost:8000`. */
@@ -159,6 +160,32 @@ export class Jobs extends Group {
   /** Polls the job until it is completed, failed or cancelled. */
   waitFor(id: string, options?: WaitOptions): Promise<T.Job> {
     return poll((o) => this.get(id, o), (job) => TERMINAL_JOB.has(job.status), `job ${id}`, options);
+  }
+
+  /**
+   * `GET /api/v1/jobs/{id}/logs` (an extension): one page of the lines its workers posted, oldest
+   * first, after `seq` `after` (default 0). Follow `has_more` with `after` set to the page's last
+   * `seq`, or use {@link Jobs.iterateLogs}.
+   */
+  logs(id: string, params: T.JobLogsParams = {}, options?: CallOptions): Promise<T.JobLogsResponse> {
+    return this.getJson<T.JobLogsResponse>(`/api/v1/jobs/${seg(id)}/logs`, params, options);
+  }
+
+  /** Every line of the job's log after `after`, page after page (`limit` lines a call). */
+  async *iterateLogs(id: string, params: T.JobLogsParams = {}, options?: CallOptions): AsyncGenerator<T.LogLine> {
+    let after = params.after ?? 0;
+    for (;;) {
+      const page = await this.logs(id, { ...params, after }, options);
+      yield* page.lines;
+      const last = page.lines.at(-1);
+      if (!page.has_more || last === undefined) return;
+      after = last.seq;
+    }
+  }
+
+  /** `GET /api/v1/jobs/{id}/attempts` (an extension): every attempt (lease) of the job, in order. */
+  attempts(id: string, options?: CallOptions): Promise<T.JobAttemptsResponse> {
+    return this.getJson<T.JobAttemptsResponse>(`/api/v1/jobs/${seg(id)}/attempts`, undefined, options);
   }
 }
 
@@ -351,6 +378,14 @@ export class System extends Group {
   /** `GET /api/v1/tasks`: tasks that live in-process workers handle. */
   tasks(options?: CallOptions): Promise<T.TasksResponse> {
     return this.getJson<T.TasksResponse>("/api/v1/tasks", undefined, options);
+  }
+
+  /**
+   * `GET /api/v1/workers` (an extension): the workers that leased this tenant's jobs (or hold its
+   * worker keys), most recently seen first.
+   */
+  workers(options?: CallOptions): Promise<T.WorkersResponse> {
+    return this.getJson<T.WorkersResponse>("/api/v1/workers", undefined, options);
   }
 
   /** `GET /api/v1/whoami`: the caller's tenant and access. */

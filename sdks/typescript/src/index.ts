@@ -2,7 +2,8 @@
 
 export { QueueFlow, SDK_VERSION, Jobs, Workflows, Events, Cron, DeadLetters, Queues, System, WorkerKeys, Limits } from "./client.js";
 export type { QueueFlowOptions, WaitOptions } from "./client.js";
-export { Worker, toResult, MAX_COMPLETIONS } from "./worker.js";
+export { Worker, toResult, defaultWorkerId, MAX_COMPLETIONS } from "./worker.js";
+export { TRACER_NAME } from "./tracing.js";
 export { wf, WorkflowBuilder, validateWorkflow } from "./builder.js";
 export type { StepOptions, SleepStepOptions, WaitStepOptions } from "./builder.js";
 export type {
@@ -10,6 +11,7 @@ export type {
   Handler,
   HandlerResult,
   Handlers,
+  HeartbeatOptions,
   JobContext,
   LeaseOptions,
   LeaseRef,

@@ -114,6 +114,8 @@ export interface Job {
   tenant_id?: string;
   workflow_id?: string;
   workflow_step_id?: string;
+  /** How far the job got, as its worker last reported it (an extension); absent when it never did. */
+  progress?: Progress;
 }
 
 /** Parameters every list route shares. */
@@ -172,11 +174,25 @@ export interface LeaseJobsRequest {
   lease_secs?: number;
   /** 0 to 30 (long-poll); default 0. */
   wait_secs?: number;
+  /**
+   * An extension: the worker's id (1 to 128 visible ASCII characters, no space), recorded on the
+   * jobs this call leases (their attempts' `worker_id`) and in the worker registry.
+   */
+  worker_id?: string;
+  /** An extension: what the worker says of itself; left out, the server keeps what it said last. */
+  worker?: WorkerInfo;
 }
 
 export interface LeasedJob {
   job: Job;
   lease_token: string;
+  /**
+   * An extension: the W3C `traceparent` the job was created in (`00-<trace id>-<span id>-<flags>`);
+   * absent when the job has none. The worker loop's span for the job is its child.
+   */
+  traceparent?: string;
+  /** An extension: the W3C `tracestate` that came with `traceparent`, when there was one. */
+  tracestate?: string;
 }
 
 export interface LeaseJobsResponse {
@@ -186,6 +202,8 @@ export interface LeaseJobsResponse {
 export interface HeartbeatRequest {
   lease_token: string;
   extend_secs: number;
+  /** An extension: how far the job got; shown on the job (with the server's time) until its next claim. */
+  progress?: ProgressReport;
 }
 
 export interface HeartbeatResponse {
@@ -231,6 +249,129 @@ export interface FailJobRequest {
   lease_token: string;
   error: string;
   retryable?: boolean;
+}
+
+// --- visibility: progress, job logs, attempts, workers (extensions, docs/visibility.md) -------
+
+/** The most characters of a progress message. */
+export const MAX_PROGRESS_MESSAGE = 1024;
+/** The most lines of one `POST /api/v1/jobs/{id}/logs` call. */
+export const MAX_LOG_LINES = 100;
+/** The most bytes (UTF-8) of the messages of one `POST /api/v1/jobs/{id}/logs` call, and of one message. */
+export const MAX_LOG_CALL_BYTES = 64 * 1024;
+/** The most characters of a log level (letters only). */
+export const MAX_LOG_LEVEL = 16;
+/** The most characters of a worker id (visible ASCII, no space). */
+export const MAX_WORKER_ID = 128;
+
+/** A heartbeat's progress report: `percent` 0 to 100, `message` at most 1,024 characters. */
+export interface ProgressReport {
+  percent: number;
+  message?: string;
+}
+
+/** A job's progress as the server shows it: the last report, with the server's time of it. */
+export interface Progress extends ProgressReport {
+  updated_at?: string;
+}
+
+/**
+ * One line of `POST /api/v1/jobs/{id}/logs`: `level` 1 to 16 letters (any name; the worker loop's
+ * default is `info`), `ts` an RFC 3339 instant (default: when the server stores the line).
+ */
+export interface LogLineRequest {
+  message: string;
+  level?: string;
+  ts?: string;
+}
+
+/** The body of `POST /api/v1/jobs/{id}/logs` (worker routes): at most 100 lines and 64 KiB of messages. */
+export interface PostJobLogsRequest {
+  lease_token: string;
+  lines: LogLineRequest[];
+}
+
+/** Lines stored, lines of this call dropped past the job's cap, and the job's last `seq`. */
+export interface PostJobLogsResponse {
+  stored: number;
+  dropped: number;
+  last_seq: number;
+}
+
+/** A stored line: `seq` counts from 1 per job across its attempts; `attempt` is the attempt that was running. */
+export interface LogLine {
+  seq: number;
+  attempt: number;
+  ts: string;
+  message: string;
+  level?: string;
+}
+
+export interface JobLogsParams {
+  /** Lines after this `seq` (default 0: from the first). */
+  after?: number;
+  /** 1 to 1000 (the server clamps); default 100. */
+  limit?: number;
+}
+
+/**
+ * A page of a job's lines, oldest first. `has_more`: ask again with `after` set to the page's last
+ * `seq`; `dropped` counts the job's lines refused past its cap; `last_seq` is its newest line.
+ */
+export interface JobLogsResponse {
+  lines: LogLine[];
+  last_seq: number;
+  dropped: number;
+  has_more: boolean;
+}
+
+/** How an attempt ended (`running`: it has not). */
+export type AttemptOutcome = "running" | "completed" | "failed" | "retry" | "lease_expired" | "cancelled" | "released";
+
+/**
+ * One lease of a job: `attempt` is the job's `delivery_count` when it began, `worker_id` the lease
+ * request's (absent when it named none).
+ */
+export interface JobAttempt {
+  attempt: number;
+  outcome: AttemptOutcome;
+  worker_id?: string;
+  started_at?: string;
+  ended_at?: string;
+  duration_secs?: number;
+  error_message?: string;
+}
+
+export interface JobAttemptsResponse {
+  attempts: JobAttempt[];
+}
+
+/** What a worker says of itself on lease (every field optional; text at most 255 characters, at most 256 tasks). */
+export interface WorkerInfo {
+  hostname?: string;
+  sdk?: string;
+  version?: string;
+  tasks?: string[];
+}
+
+/**
+ * A worker as `GET /api/v1/workers` lists it (the server's `Worker`): the queues it leased this
+ * tenant's jobs from, how many of them it holds, when it was first and last seen, whether it is
+ * live (seen within the last 2 minutes) and what it reported.
+ */
+export interface RegisteredWorker {
+  worker_id: string;
+  queues: string[];
+  in_flight: number;
+  first_seen_at: string;
+  last_seen_at: string;
+  live: boolean;
+  info?: WorkerInfo;
+}
+
+export interface WorkersResponse {
+  /** Most recently seen first. */
+  workers: RegisteredWorker[];
 }
 
 // --- dead letters ----------------------------------------------------------------------------

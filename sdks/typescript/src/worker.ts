@@ -3,9 +3,14 @@
  * See the protocol description in the QueueFlow docs ("Remote workers").
  */
 
+import { hostname } from "node:os";
+
+import { context } from "@opentelemetry/api";
+
 import {
   AbortError,
   ApiError,
+  BadRequestError,
   ConflictError,
   ConnectionError,
   NotFoundError,
@@ -16,7 +21,11 @@ import {
 } from "./errors.js";
 import { backoffDelay, sleep } from "./backoff.js";
 import { seg, type CallOptions, type Transport } from "./http.js";
+import { failSpan, startProcessSpan } from "./tracing.js";
+import { MAX_WORKER_ID } from "./types.js";
 import type * as T from "./types.js";
+import { SDK_VERSION } from "./version.js";
+import { LogBatcher, ProgressTracker } from "./visibility.js";
 
 /** What a handler receives besides the job. */
 export interface JobContext {
@@ -33,6 +42,20 @@ export interface JobContext {
   leaseToken: string;
   /** Which delivery this is (1 for the first). */
   attempt: number;
+  /**
+   * Reports how far the job got: `percent` 0 to 100, `message` at most 1,024 characters (anything
+   * else throws a `RangeError` and sends nothing). The latest report travels on the job's next
+   * heartbeat; a new one makes the loop send that heartbeat early, at most once a second. What is
+   * still unsent when the handler ends is sent before its outcome.
+   */
+  progress(percent: number, message?: string): void;
+  /**
+   * Appends a line to the job's log (`level` 1 to 16 letters, default `info`; a message longer than
+   * 64 KiB of UTF-8 is cut). Nothing is sent from the call: the loop posts the buffered lines at
+   * most once a second (up to 100 lines a call), and the rest when the handler ends, before its
+   * outcome. A failure to post is passed to `onError` and never changes the job's outcome.
+   */
+  log(message: string, level?: string): void;
 }
 
 /** A handler's value becomes the job's result: an object as is, `undefined`/`null` as `{}`, anything else as `{value}`. */
@@ -45,7 +68,7 @@ export type Handlers = Record<string, Handler>;
 
 /** Where a worker-loop error happened, for `onError`. */
 export interface WorkerErrorInfo {
-  phase: "lease" | "heartbeat" | "report";
+  phase: "lease" | "heartbeat" | "report" | "logs";
   queue: string;
   jobId?: string;
 }
@@ -62,8 +85,15 @@ export interface RunOptions {
   /** Aborting it stops the loop gracefully: no new leases, held jobs run and report, then `run` resolves. */
   signal?: AbortSignal;
   /**
+   * The worker's id on every lease call (1 to 128 visible ASCII characters, no space): the server
+   * records it on the jobs it leases (their attempts) and lists the worker under it. Default
+   * `<hostname>:<process id>`.
+   */
+  workerId?: string;
+  /**
    * Called for errors the loop survives: transient lease failures (it then backs off), heartbeat
-   * failures, and failed reports. Default: a throttled `console.warn`.
+   * failures, failed reports, and failed logs calls (and log lines that were not sent). Default: a
+   * throttled `console.warn`.
    */
   onError?: (error: unknown, info: WorkerErrorInfo) => void;
 }
@@ -81,6 +111,16 @@ export interface LeaseOptions {
   maxJobs?: number;
   leaseSecs?: number;
   waitSecs?: number;
+  /** The worker's id (an extension): recorded on the leased jobs and in the worker registry. */
+  workerId?: string;
+  /** What the worker says of itself (an extension); left out, the server keeps what it said last. */
+  worker?: T.WorkerInfo;
+}
+
+/** Options of a raw heartbeat. */
+export interface HeartbeatOptions extends CallOptions {
+  /** How far the job got (an extension): shown on the job until its next claim. */
+  progress?: T.ProgressReport;
 }
 
 /** Anything that names a held lease: a {@link T.LeasedJob}, or a job id and token. */
@@ -97,6 +137,26 @@ export interface Completion {
 export const MAX_COMPLETIONS = 100;
 
 const COMPLETE_MANY_PATH = "/api/v1/jobs/complete";
+
+const WORKER_ID = /^[!-~]+$/;
+const MAX_WORKER_TEXT = 255;
+const MAX_WORKER_TASKS = 256;
+
+/** The default worker id: `<hostname>:<process id>`, kept to what the server takes. */
+export function defaultWorkerId(): string {
+  const suffix = `:${process.pid}`;
+  const host = hostname().replace(/[^!-~]/g, "-").slice(0, MAX_WORKER_ID - suffix.length) || "localhost";
+  return host + suffix;
+}
+
+function checkWorkerId(id: unknown): string {
+  if (typeof id !== "string" || id.length > MAX_WORKER_ID || !WORKER_ID.test(id)) {
+    throw new RangeError(
+      `worker option workerId must be 1 to ${MAX_WORKER_ID} visible ASCII characters without spaces, not ${JSON.stringify(id)}`,
+    );
+  }
+  return id;
+}
 
 function refOf(lease: LeaseRef): { id: string; token: string } {
   return "job" in lease ? { id: lease.job.id, token: lease.lease_token } : { id: lease.jobId, token: lease.leaseToken };
@@ -159,6 +219,8 @@ export class Worker {
     if (options.maxJobs !== undefined) body.max_jobs = options.maxJobs;
     if (options.leaseSecs !== undefined) body.lease_secs = options.leaseSecs;
     if (options.waitSecs !== undefined) body.wait_secs = options.waitSecs;
+    if (options.workerId !== undefined) body.worker_id = options.workerId;
+    if (options.worker !== undefined) body.worker = options.worker;
     const floor = (options.waitSecs ?? 0) * 1000 + 10_000;
     const timeoutMs = Math.max(call.timeoutMs ?? this.transport.options.timeoutMs, floor);
     return this.transport.json<T.LeaseJobsResponse>({
@@ -173,16 +235,36 @@ export class Worker {
   }
 
   /**
-   * `POST /api/v1/jobs/{id}/heartbeat`: extend the lease by `extendSecs` from now. Anything but
-   * `{status: "running"}` means the server owns the job now: stop and report nothing. A lost
-   * lease is a {@link ConflictError} (409).
+   * `POST /api/v1/jobs/{id}/heartbeat`: extend the lease by `extendSecs` from now, and (an
+   * extension) report the job's `progress`. Anything but `{status: "running"}` means the server
+   * owns the job now: stop and report nothing. A lost lease is a {@link ConflictError} (409).
    */
-  heartbeat(lease: LeaseRef, extendSecs: number, call: CallOptions = {}): Promise<T.HeartbeatResponse> {
+  heartbeat(lease: LeaseRef, extendSecs: number, options: HeartbeatOptions = {}): Promise<T.HeartbeatResponse> {
+    const { progress, ...call } = options;
     const { id, token } = refOf(lease);
     const body: T.HeartbeatRequest = { lease_token: token, extend_secs: extendSecs };
+    if (progress !== undefined) body.progress = progress;
     return this.transport.json<T.HeartbeatResponse>({
       method: "POST",
       path: `/api/v1/jobs/${seg(id)}/heartbeat`,
+      token: this.token,
+      body,
+      ...call,
+    });
+  }
+
+  /**
+   * `POST /api/v1/jobs/{id}/logs` (an extension): append 1 to {@link T.MAX_LOG_LINES} lines whose
+   * messages take at most {@link T.MAX_LOG_CALL_BYTES} bytes of UTF-8 to the job's log, as the
+   * holder of its latest lease. 409 when another lease holds the job, 404 for no such job (or a
+   * server without the route). Not retried: a resent call would store its lines twice.
+   */
+  postLogs(lease: LeaseRef, lines: T.LogLineRequest[], call: CallOptions = {}): Promise<T.PostJobLogsResponse> {
+    const { id, token } = refOf(lease);
+    const body: T.PostJobLogsRequest = { lease_token: token, lines };
+    return this.transport.json<T.PostJobLogsResponse>({
+      method: "POST",
+      path: `/api/v1/jobs/${seg(id)}/logs`,
       token: this.token,
       body,
       ...call,
@@ -293,7 +375,12 @@ interface Held {
   controller: AbortController;
   lost: boolean;
   timer: ReturnType<typeof setInterval> | undefined;
-  beating: boolean;
+  /** The heartbeat in flight, if any: one at a time per job. */
+  beating: Promise<void> | undefined;
+  /** The handler's progress reports (they travel on heartbeats). */
+  progress: ProgressTracker;
+  /** The handler's log lines. */
+  logs: LogBatcher;
 }
 
 /** A success waiting for its acknowledgement (batch route) to be answered. */
@@ -342,6 +429,15 @@ class WorkerLoop {
   /** Whether the server offers the batch route: `undefined` until an answer to the probe settles it. */
   private batchAcks: boolean | undefined = undefined;
   private ackFailures = 0;
+  private readonly heartbeatMs: number;
+  private readonly workerId: string;
+  private readonly workerInfo: T.WorkerInfo;
+  /** Whether lease calls carry `worker_id` and `worker`: until a server refuses them (400). */
+  private identify = true;
+  /** Whether a lease call has succeeded (later calls leave `worker` out). */
+  private introduced = false;
+  /** Whether heartbeats carry progress: until a server refuses it (400). */
+  private sendProgress = true;
 
   constructor(
     private readonly worker: Worker,
@@ -354,6 +450,14 @@ class WorkerLoop {
     this.concurrency = positiveInt("concurrency", options.concurrency, 1, 1, 10_000);
     this.batchSize = positiveInt("batchSize", options.batchSize, Math.min(this.concurrency, 100), 1, 100);
     this.settlingCap = Math.max(this.batchSize, this.concurrency);
+    this.heartbeatMs = Math.max(250, (this.leaseSecs * 1000) / 2);
+    this.workerId = options.workerId === undefined ? defaultWorkerId() : checkWorkerId(options.workerId);
+    this.workerInfo = {
+      hostname: hostname().slice(0, MAX_WORKER_TEXT) || undefined, // left out when the system has none
+      sdk: "typescript",
+      version: SDK_VERSION,
+      tasks: Object.keys(handlers).sort().slice(0, MAX_WORKER_TASKS),
+    };
     this.onError = options.onError ?? throttledWarn();
     const external = options.signal;
     if (external) {
@@ -404,15 +508,22 @@ class WorkerLoop {
         continue;
       }
       let leased: T.LeaseJobsResponse;
+      const identified = this.identify;
       try {
-        leased = await this.worker.lease(
-          this.queue,
-          { maxJobs: this.batchSize, leaseSecs: this.leaseSecs, waitSecs: this.waitSecs },
-          { signal: this.stopController.signal, maxRetries: 0 },
-        );
+        leased = await this.worker.lease(this.queue, this.leaseOptions(), {
+          signal: this.stopController.signal,
+          maxRetries: 0,
+        });
         failures = 0;
+        if (identified) this.introduced = true;
       } catch (err) {
         if (this.stopping && err instanceof AbortError) break;
+        if (identified && err instanceof BadRequestError) {
+          // A server that does not know the worker fields (an upstream one): lease without them.
+          this.identify = false;
+          this.report(err, { phase: "lease" });
+          continue;
+        }
         if (err instanceof ApiError && !isTransient(err)) {
           fatal = err; // 401, 403, 400, 404...: retrying cannot help, so surface it
           break;
@@ -430,31 +541,78 @@ class WorkerLoop {
     if (fatal !== undefined) throw fatal;
   }
 
+  /** What the next lease call sends: always the batch and lease, and the worker's id and description. */
+  private leaseOptions(): LeaseOptions {
+    const options: LeaseOptions = { maxJobs: this.batchSize, leaseSecs: this.leaseSecs, waitSecs: this.waitSecs };
+    if (!this.identify) return options;
+    options.workerId = this.workerId;
+    if (!this.introduced) options.worker = this.workerInfo;
+    return options;
+  }
+
   /** Starts heartbeating a leased job at half the lease, from the moment it is held. */
   private hold(leased: T.LeasedJob): Held {
-    const held: Held = { leased, controller: new AbortController(), lost: false, timer: undefined, beating: false };
-    const intervalMs = Math.max(250, (this.leaseSecs * 1000) / 2);
-    held.timer = setInterval(() => void this.beat(held, intervalMs), intervalMs);
+    const jobId = leased.job.id;
+    const held: Held = {
+      leased,
+      controller: new AbortController(),
+      lost: false,
+      timer: undefined,
+      beating: undefined,
+      progress: new ProgressTracker(() => void this.beat(held)),
+      logs: new LogBatcher({
+        post: (lines) => this.worker.postLogs(leased, lines, { maxRetries: 0 }),
+        onError: (err) => {
+          // A job the server took back refuses its lines (409): expected, not worth a warning.
+          if (!(held.lost && err instanceof ApiError)) this.report(err, { phase: "logs", jobId });
+        },
+      }),
+    };
+    held.timer = setInterval(() => void this.beat(held), this.heartbeatMs);
     return held;
   }
 
-  private async beat(held: Held, intervalMs: number): Promise<void> {
-    if (held.beating || held.lost) return;
-    held.beating = true;
+  /** A heartbeat, carrying the job's progress when the server does not have its latest report. One at a time. */
+  private beat(held: Held): Promise<void> {
+    if (held.lost) return Promise.resolve();
+    if (held.beating) return held.beating;
+    const beating = this.beatOnce(held).finally(() => {
+      held.beating = undefined;
+    });
+    held.beating = beating;
+    return beating;
+  }
+
+  private async beatOnce(held: Held): Promise<void> {
+    const carried = this.sendProgress ? held.progress.take() : undefined;
+    let ok = false;
     try {
-      const answer = await this.worker.heartbeat(held.leased, this.leaseSecs, { timeoutMs: Math.max(1000, intervalMs) });
+      const answer = await this.worker.heartbeat(held.leased, this.leaseSecs, {
+        timeoutMs: Math.max(1000, this.heartbeatMs),
+        ...(carried ? { progress: carried.report } : {}),
+      });
+      ok = true;
       if (answer.status !== "running") this.lose(held, `job is ${answer.status}`);
     } catch (err) {
       if (err instanceof ConflictError || err instanceof NotFoundError) this.lose(held, "lease lost");
-      else this.report(err, { phase: "heartbeat", jobId: held.leased.job.id });
+      else {
+        if (carried && err instanceof BadRequestError) {
+          // A server that does not know `progress` (an upstream one): heartbeats go without it.
+          this.sendProgress = false;
+        }
+        this.report(err, { phase: "heartbeat", jobId: held.leased.job.id });
+      }
     } finally {
-      held.beating = false;
+      // A report newer than what this heartbeat carried (or one it could not carry) asks for the next.
+      if (this.sendProgress) held.progress.settled(carried?.version ?? 0, ok);
+      else held.progress.close();
     }
   }
 
   private lose(held: Held, why: string): void {
     if (held.lost) return;
     held.lost = true;
+    held.progress.close();
     this.release(held);
     held.controller.abort(new AbortError(`job ${held.leased.job.id}: ${why}; the server owns its outcome`));
   }
@@ -506,14 +664,27 @@ class WorkerLoop {
       );
       return;
     }
-    const ctx: JobContext = { signal: held.controller.signal, job, leaseToken: lease_token, attempt: job.delivery_count };
+    const ctx: JobContext = {
+      signal: held.controller.signal,
+      job,
+      leaseToken: lease_token,
+      attempt: job.delivery_count,
+      progress: (percent, message) => held.progress.report(percent, message),
+      log: (message, level) => held.logs.append(message, level),
+    };
+    // The handler runs inside its span (current, so spans it starts are children), which ends with it.
+    const { span, context: spanContext } = startProcessSpan(this.queue, held.leased);
     let outcome: { ok: true; result: T.JsonObject } | { ok: false; error: unknown };
     try {
-      outcome = { ok: true, result: toResult(await handler(job, ctx)) };
+      outcome = { ok: true, result: toResult(await context.with(spanContext, () => handler(job, ctx))) };
     } catch (error) {
       outcome = { ok: false, error };
+      failSpan(span, messageOf(error));
+    } finally {
+      span.end();
     }
     finishHandler();
+    await this.flushReports(held);
     if (held.lost) return; // cancelled or lease lost: report nothing
     if (outcome.ok) {
       await this.acknowledge(held, outcome.result);
@@ -522,6 +693,17 @@ class WorkerLoop {
       const retryable = !isNonRetryable(outcome.error);
       await this.send(held, () => this.worker.fail(held.leased, message, { retryable }));
     }
+  }
+
+  /**
+   * The handler ended: before its outcome, what it reported and is not sent yet: the buffered log
+   * lines, then the latest progress (one heartbeat). Failures are passed to `onError` only.
+   */
+  private async flushReports(held: Held): Promise<void> {
+    held.progress.close();
+    await held.logs.close();
+    if (held.beating) await held.beating;
+    if (held.progress.pending && this.sendProgress && !held.lost) await this.beat(held);
   }
 
   /** When a report that is sent (or buffered) now stops being retried. */

@@ -9,6 +9,9 @@ import { readFileSync } from "node:fs";
 import { randomUUID } from "node:crypto";
 import { createInterface } from "node:readline";
 
+import { SpanKind, SpanStatusCode, trace } from "@opentelemetry/api";
+import type { InMemorySpanExporter, NodeTracerProvider } from "@opentelemetry/sdk-trace-node";
+
 import {
   ApiError,
   NonRetryableError,
@@ -46,6 +49,8 @@ interface Scenario {
     payload?: JsonObject;
     name?: string;
     cron_expr?: string;
+    worker_id?: string;
+    tracing?: boolean;
   };
 }
 
@@ -147,6 +152,19 @@ const BEHAVIOURS: Record<string, Behaviour> = {
   },
   fail_retryable: async () => ({ outcome: "error", error: new Error("boom") }),
   fail_permanent: async () => ({ outcome: "error", error: new NonRetryableError("invalid input") }),
+  report_progress_and_logs: async (job, ctx) => {
+    ctx.progress(40, "loading");
+    for (let n = 1; n <= 120; n++) ctx.log(`line ${n}`, "info");
+    // The span current in the handler, read from the OpenTelemetry API (not from the SDK).
+    const current = trace.getActiveSpan()?.spanContext();
+    emit("handler_span", { job_id: job.id, trace_id: current?.traceId ?? "", span_id: current?.spanId ?? "" });
+    ctx.progress(100, "done");
+    return { value: job.payload, outcome: "ok" };
+  },
+  log_then_fail_retryable: async (_job, ctx) => {
+    ctx.log("failing on purpose", "error");
+    return { outcome: "error", error: new Error("boom") };
+  },
   wait_for_cancel: async (job, ctx) => {
     const cancelled = await delay(20_000, ctx.signal);
     if (!cancelled) return { value: job.payload, outcome: "ok" };
@@ -155,8 +173,46 @@ const BEHAVIOURS: Record<string, Behaviour> = {
   },
 };
 
+/**
+ * `tracing`: the OpenTelemetry SDK as the global tracer provider, its spans kept in memory. Loaded
+ * only for the scenarios that ask (the SDK library itself uses the API only).
+ */
+async function installTracing(): Promise<{ provider: NodeTracerProvider; exporter: InMemorySpanExporter }> {
+  const { InMemorySpanExporter, NodeTracerProvider, SimpleSpanProcessor } = await import("@opentelemetry/sdk-trace-node");
+  const exporter = new InMemorySpanExporter();
+  const provider = new NodeTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] });
+  provider.register(); // also the AsyncLocalStorage context manager and the W3C propagator
+  return { provider, exporter };
+}
+
+const STATUS_NAMES: Record<SpanStatusCode, string> = {
+  [SpanStatusCode.UNSET]: "unset",
+  [SpanStatusCode.OK]: "ok",
+  [SpanStatusCode.ERROR]: "error",
+};
+
+/** One `worker_span` event per finished `process ...` span. */
+async function emitWorkerSpans(provider: NodeTracerProvider, exporter: InMemorySpanExporter): Promise<void> {
+  await provider.forceFlush();
+  for (const span of exporter.getFinishedSpans()) {
+    if (!span.name.startsWith("process ")) continue;
+    const { traceId, spanId } = span.spanContext();
+    emit("worker_span", {
+      job_id: span.attributes["messaging.message.id"] ?? null,
+      name: span.name,
+      trace_id: traceId,
+      span_id: spanId,
+      parent_span_id: span.parentSpanContext?.spanId ?? "",
+      kind: SpanKind[span.kind].toLowerCase(),
+      status: STATUS_NAMES[span.status.code],
+      attributes: span.attributes,
+    });
+  }
+}
+
 async function loopMode(scenario: Scenario, e: Env): Promise<void> {
   const w = scenario.worker;
+  const tracing = w.tracing ? await installTracing() : undefined;
   const stopAfter = w.stop_after_jobs ?? 1;
   const concurrency = w.concurrency ?? 1;
   const stop = new AbortController();
@@ -187,12 +243,14 @@ async function loopMode(scenario: Scenario, e: Env): Promise<void> {
     waitSecs: 1,
     concurrency,
     batchSize: w.batch_size ?? concurrency,
+    ...(w.worker_id !== undefined ? { workerId: w.worker_id } : {}),
     signal: stop.signal,
     onError: (err, info) => {
       const job = info.jobId ? ` ${info.jobId}` : "";
       process.stderr.write(`runner: worker ${info.phase}${job}: ${err instanceof Error ? err.message : String(err)}\n`);
     },
   });
+  if (tracing) await emitWorkerSpans(tracing.provider, tracing.exporter);
 }
 
 // --- raw_stale_lease ------------------------------------------------------------------------------
