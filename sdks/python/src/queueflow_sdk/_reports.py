@@ -51,7 +51,7 @@ def check_level(level: str) -> str:
     """A log level as the server takes it: 1 to 16 ASCII letters, else `ValueError`."""
     if level in _checked_levels:
         return level
-    if not isinstance(level, str) or not _LEVEL.fullmatch(level):
+    if not _LEVEL.fullmatch(level):
         raise ValueError(f"a log level is 1 to 16 ASCII letters (info, warn, error ...), not {level!r}")
     if len(_checked_levels) < 64:
         _checked_levels.add(level)
@@ -71,8 +71,6 @@ def _clean(text: str) -> str:
 def cut_message(message: str) -> tuple[str, int]:
     """The message as it is sent, and its size in bytes of UTF-8: cleaned (see `_clean`), and cut to
     `MAX_LOG_CALL_BYTES` at a character boundary when longer."""
-    if not isinstance(message, str):
-        message = str(message)
     if "\x00" in message:
         message = message.replace("\x00", "\ufffd")
     try:

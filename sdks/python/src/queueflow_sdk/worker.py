@@ -115,7 +115,7 @@ class JobContext:
     _beating: asyncio.Task[None] | None = field(default=None, repr=False)
     _started_at: float = field(default=0.0, repr=False)  # when its handler started (monotonic)
     _reports: JobReports | None = field(default=None, repr=False)  # made at the first progress or log
-    _posting: asyncio.Task[None] | None = field(default=None, repr=False)  # its logs call in flight
+    _posting: asyncio.Task[bool] | None = field(default=None, repr=False)  # its logs call in flight
     _lease_lost: bool = field(default=False, repr=False)  # a heartbeat answered 409 or 404
     _on_report: Callable[[JobContext], None] | None = field(default=None, repr=False)  # wakes the sender
 
@@ -263,7 +263,7 @@ class Worker:
             raise ValueError("concurrency must be at least 1")
         if batch_size is not None and not 1 <= batch_size <= 100:
             raise ValueError("batch_size must be within 1..=100")
-        if worker_id is not None and not (isinstance(worker_id, str) and _WORKER_ID.fullmatch(worker_id)):
+        if worker_id is not None and not _WORKER_ID.fullmatch(worker_id):
             raise ValueError("worker_id must be 1 to 128 visible ASCII characters (no space)")
         self.client = client
         self.queue = queue
@@ -277,13 +277,13 @@ class Worker:
         self.backoff = backoff or Backoff()
         self.worker_id = worker_id if worker_id is not None else default_worker_id()
         tasks = sorted(name for name in self.handlers if 1 <= len(name.encode()) <= _MAX_TASK_NAME_BYTES)
-        self.info = WorkerInfo(
+        self.worker_info = WorkerInfo(
             hostname=socket.gethostname()[:_MAX_INFO_TEXT],
             sdk="python",
             version=__version__,
             tasks=tasks[:_MAX_INFO_TASKS],
         )
-        self._tracer = trace.get_tracer(__package__ or "queueflow_sdk", __version__, tracer_provider)
+        self._tracer = trace.get_tracer("queueflow_sdk", __version__, tracer_provider)
         self._introduced = False  # a lease with `info` succeeded: later ones leave it out
         self._stopping = False
         self._running = False
@@ -300,7 +300,7 @@ class Worker:
         self._reporting: set[JobContext] = set()
         self._reporter: asyncio.Task[None] | None = None
         self._report_wake = asyncio.Event()
-        self._posts: set[asyncio.Task[None]] = set()
+        self._posts: set[asyncio.Task[bool]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._beater: asyncio.Task[None] | None = None  # sends the held jobs' heartbeats when due
         self._beat_wake = asyncio.Event()
@@ -384,7 +384,7 @@ class Worker:
                     lease_secs=self.lease_secs,
                     wait_secs=self.wait_secs,
                     worker_id=self.worker_id,
-                    worker=None if self._introduced else self.info,
+                    worker=None if self._introduced else self.worker_info,
                 )
             except ApiError as err:
                 if not err.retryable:
@@ -685,11 +685,11 @@ class Worker:
         self._posts.add(posting)
         posting.add_done_callback(self._posts.discard)
 
-    async def _post_logs(self, ctx: JobContext, lines: list[NewLogLine]) -> None:
-        """One logs call. A failure is logged, never retried (a call whose answer was lost may have
-        been stored: lines are sent at most once) and never touches the job's outcome; one that
-        says no later call can succeed for this job (lease lost, job or route gone, the job's log
-        cap reached) stops its logs."""
+    async def _post_logs(self, ctx: JobContext, lines: list[NewLogLine]) -> bool:
+        """One logs call; whether it stored the lines. A failure is logged, never retried (a call
+        whose answer was lost may have been stored: lines are sent at most once) and never touches
+        the job's outcome; one that says no later call can succeed for this job (lease lost, job or
+        route gone, the job's log cap reached) stops its logs."""
         reports = ctx._reports
         assert reports is not None
         job_id = ctx.job.id
@@ -717,11 +717,13 @@ class Worker:
                     answer.dropped,
                     given_up,
                 )
+            return True
         finally:
             if ctx._posting is asyncio.current_task():
                 ctx._posting = None
             if ctx in self._reporting:
                 self._report_wake.set()
+        return False
 
     async def _finish_reports(self, ctx: JobContext, with_progress: bool) -> None:
         """The handler ended: send what it reported that is still buffered, before its outcome: the
@@ -740,8 +742,11 @@ class Worker:
             reports.stop("the lease was lost")
         while reports.has_lines:
             reports.logs_at = time.monotonic()
-            lines = reports.take_lines()
-            await self._post_logs(ctx, lines)
+            if not await self._post_logs(ctx, reports.take_lines()):
+                given_up = reports.stop("a logs call failed")  # an outage must not hold the outcome back
+                if given_up:
+                    log.warning("job %s: %d more log line(s) not sent", job_id, given_up)
+                break
         reports.stop("the handler has ended")  # a line logged from now on is not sent
         if reports.dropped:
             log.warning(
