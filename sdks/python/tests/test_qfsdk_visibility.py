@@ -155,17 +155,22 @@ async def test_a_burst_of_250_lines_costs_three_calls_sent_before_the_report(stu
 async def test_a_handler_that_logs_for_3_seconds_costs_about_one_call_a_second(stub):
     [job_id] = stub.add_jobs(job_json("steady"))
 
+    ran = []
+
     async def steady(ctx: JobContext):
+        started = asyncio.get_running_loop().time()
         for n in range(30):  # 10 lines a second
             ctx.log(f"line {n}")
             await asyncio.sleep(0.1)
+        ran.append(asyncio.get_running_loop().time() - started)
         return {}
 
     async with Client(stub.url, "t") as qf:
         worker = Worker(qf, "q", {"steady": steady}, wait_secs=0, backoff=FAST)
         await run_until(worker, finished(stub))
     calls = stub.log_calls(job_id)
-    assert 2 <= len(calls) <= 5, [len(lines) for lines in calls]  # ~1 a second and the last; not 30
+    # about one a second while it ran (3 s, more on a busy machine), then the rest: not one a line
+    assert 2 <= len(calls) <= ran[0] + 2, (ran, [len(lines) for lines in calls])
     assert messages(calls) == [f"line {n}" for n in range(30)]
     assert stub.order(job_id)[-1] == "complete"
 
@@ -256,13 +261,17 @@ async def test_progress_comes_early_on_a_heartbeat_and_the_last_report_before_th
     [job_id] = stub.add_jobs(job_json("slow"))
     seen_early = asyncio.Event()
 
+    ran = []
+
     async def slow(ctx: JobContext):
+        started = asyncio.get_running_loop().time()
         ctx.progress(10, "starting")
         for step in range(1, 21):  # a report every 0.1 s: at most one early heartbeat a second
             await asyncio.sleep(0.1)
             ctx.progress(10 + step, f"step {step}")
         await until(lambda: stub.calls("heartbeat"), timeout=5)
         seen_early.set()
+        ran.append(asyncio.get_running_loop().time() - started)
         ctx.progress(100, "done")
         return {}
 
@@ -272,7 +281,8 @@ async def test_progress_comes_early_on_a_heartbeat_and_the_last_report_before_th
         await run_until(worker, finished(stub))
     assert seen_early.is_set()
     beats = stub.calls("heartbeat", job_id)
-    assert 2 <= len(beats) <= 4, beats  # ~1 a second while it ran, and the last one: not 21
+    # about one a second while it ran (2 s, more on a busy machine), and the last one: not 21
+    assert 2 <= len(beats) <= ran[0] + 2, (ran, beats)
     assert all(beat["extend_secs"] == 60 and "progress" in beat for beat in beats)
     assert beats[0]["progress"]["percent"] >= 10
     assert beats[-1]["progress"] == {"percent": 100, "message": "done"}
