@@ -12,7 +12,9 @@ import sys
 import uuid
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry import trace
 
 from queueflow_sdk import (
     ApiError,
@@ -29,6 +31,9 @@ from queueflow_sdk import (
     wait_for_event_step,
 )
 from queueflow_sdk.models import to_builtins
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 
 def emit(event: str, **fields: Any) -> None:
@@ -85,6 +90,23 @@ def make_handler(behaviour: str, on_finished: Any):
                 emit("handler_observed_cancel", job_id=job_id)
                 outcome = "cancelled"
                 return None
+            if behaviour == "report_progress_and_logs":
+                ctx.progress(40, "loading")
+                for n in range(1, 121):
+                    ctx.log(f"line {n}", "info")
+                current = trace.get_current_span().get_span_context()
+                emit(
+                    "handler_span",
+                    job_id=job_id,
+                    trace_id=trace.format_trace_id(current.trace_id),
+                    span_id=trace.format_span_id(current.span_id),
+                )
+                ctx.progress(100, "done")
+                return ctx.payload
+            if behaviour == "log_then_fail_retryable":
+                ctx.log("failing on purpose", "error")
+                outcome = "error"
+                raise RuntimeError("boom")
             outcome = "error"
             raise RuntimeError(f"unknown behaviour {behaviour!r}")
         except asyncio.CancelledError:
@@ -110,6 +132,7 @@ async def run_loop(spec: dict[str, Any], env: dict[str, str]) -> None:
             worker.stop()
 
     handlers = {task: make_handler(behaviour, on_finished) for task, behaviour in spec["handlers"].items()}
+    spans = install_tracing() if spec.get("tracing") else None
     async with Client(env["base"], env["tenant"], worker_token=env["worker"]) as client:
         worker = Worker(
             client,
@@ -120,8 +143,46 @@ async def run_loop(spec: dict[str, Any], env: dict[str, str]) -> None:
             concurrency=concurrency,
             batch_size=spec.get("batch_size"),
             drain_timeout=30,
+            worker_id=spec.get("worker_id"),
         )
         await worker.run()
+    if spans is not None:
+        emit_worker_spans(spans)
+
+
+def install_tracing() -> InMemorySpanExporter:
+    """The OpenTelemetry SDK as the global tracer provider, its spans kept in memory as they end."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    return exporter
+
+
+def emit_worker_spans(exporter: InMemorySpanExporter) -> None:
+    """A `worker_span` event for each finished span the worker loop made (``process <queue>``)."""
+    statuses = {trace.StatusCode.UNSET: "unset", trace.StatusCode.OK: "ok", trace.StatusCode.ERROR: "error"}
+    for span in exporter.get_finished_spans():
+        if not span.name.startswith("process "):
+            continue
+        attributes = dict(span.attributes or {})
+        context = span.get_span_context()
+        assert context is not None
+        emit(
+            "worker_span",
+            job_id=attributes.get("messaging.message.id"),
+            name=span.name,
+            trace_id=trace.format_trace_id(context.trace_id),
+            span_id=trace.format_span_id(context.span_id),
+            parent_span_id="" if span.parent is None else trace.format_span_id(span.parent.span_id),
+            kind=span.kind.name.lower(),
+            status=statuses[span.status.status_code],
+            attributes=attributes,
+        )
 
 
 # --- raw_stale_lease ---------------------------------------------------------------------------------

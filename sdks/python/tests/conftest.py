@@ -84,7 +84,11 @@ class Stub:
     (`/openapi.json` lists it then; otherwise that answers 404, as the route does): `openapi_answers`
     and `batch_answers` come first (one whole answer per call, in order), then `item_status` answers
     each item (default 204); `batch_delay` holds each call that long, and `max_batches_in_flight`
-    records how many were ever answered at once."""
+    records how many were ever answered at once.
+
+    Job logs (`POST /api/v1/jobs/{id}/logs`) are stored in `logs` (job id -> lines) and answered
+    `{stored, dropped: 0, last_seq}` unless `logs_answer` answers for them. A job's `traces` entry
+    (`{"traceparent": ..., "tracestate": ...}`) goes on its lease item."""
 
     def __init__(self) -> None:
         self.requests: list[tuple[str, str, dict[str, str], Any]] = []
@@ -101,6 +105,9 @@ class Stub:
         self.batch_delay = 0.0
         self.batches_in_flight = 0
         self.max_batches_in_flight = 0
+        self.logs: dict[str, list[dict[str, Any]]] = {}
+        self.logs_answer: Callable[[str], web.Response | None] = lambda job_id: None
+        self.traces: dict[str, dict[str, str]] = {}
         self.server: TestServer | None = None
 
     def add_jobs(self, *jobs: dict[str, Any]) -> list[str]:
@@ -114,6 +121,14 @@ class Stub:
             for method, path, _, body in self.requests
             if path.endswith(f"/{kind}") and path != BATCH_ROUTE and (job_id is None or f"/{job_id}/" in path)
         ]
+
+    def log_calls(self, job_id: str | None = None) -> list[list[dict[str, Any]]]:
+        """The lines of every logs call (of one job), in order."""
+        return [body["lines"] for body in self.calls("logs", job_id)]
+
+    def order(self, job_id: str) -> list[str]:
+        """The kinds of the job's per-job calls in the order they came (``logs``, ``heartbeat``, ...)."""
+        return [path.rsplit("/", 1)[-1] for _, path, _, _ in self.requests if f"/{job_id}/" in path]
 
     def batches(self) -> list[list[dict[str, Any]]]:
         """The items of every batch acknowledgement call, in order."""
@@ -156,13 +171,21 @@ class Stub:
             del self.queue[: len(take)]
             if not take:
                 await asyncio.sleep(0.02)
-            return web.json_response({"jobs": [{"job": j, "lease_token": str(uuid.uuid4())} for j in take]})
+            items = [{"job": j, "lease_token": str(uuid.uuid4()), **self.traces.get(j["id"], {})} for j in take]
+            return web.json_response({"jobs": items})
         if request.method == "POST" and parts[-1] == "heartbeat":
             job_id = parts[-2]
             answer = self.heartbeat_answer(job_id)
             if answer is not None:
                 return answer
             return web.json_response({"status": self.heartbeat_status.get(job_id, "running")})
+        if request.method == "POST" and parts[-1] == "logs":
+            answer = self.logs_answer(parts[-2])
+            if answer is not None:
+                return answer
+            stored = self.logs.setdefault(parts[-2], [])
+            stored.extend(body["lines"])
+            return web.json_response({"stored": len(body["lines"]), "dropped": 0, "last_seq": len(stored)})
         if request.method == "POST" and parts[-1] in ("complete", "fail"):
             answer = self.report_answer(parts[-1], parts[-2])
             return answer if answer is not None else web.Response(status=204)

@@ -549,3 +549,162 @@ async def test_send_event_and_list_events(stub):
         ("GET", "/api/v1/events", None),
     ]
     assert all(headers["Authorization"] == "Bearer tenant" for _, _, headers, _ in stub.requests)
+
+
+async def test_the_worker_protocol_carries_the_visibility_extensions(stub):
+    [job_id] = stub.add_jobs(
+        job_json(progress={"percent": 40, "message": "loading", "updated_at": "2026-12-03T20:41:49Z"})
+    )
+    stub.traces[job_id] = {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
+    info = m.WorkerInfo(hostname="box", sdk="python", version="1.0", tasks=["a", "b"])
+    async with Client(stub.url, "tenant", worker_token="worker") as qf:
+        leased = await qf.lease("q", worker_id="box:1", worker=info)
+        await qf.heartbeat(job_id, "tok", 15, progress=m.ProgressReport(percent=42.5, message="frames 425/1000"))
+        stored = await qf.post_logs(
+            job_id,
+            "tok",
+            [
+                m.NewLogLine(message="loading", level="info", ts=datetime(2026, 1, 1, tzinfo=UTC)),
+                m.NewLogLine(message="x"),
+            ],
+        )
+    [item] = leased.jobs
+    assert item.traceparent == "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01" and item.tracestate is None
+    assert item.job.progress == m.Progress(
+        percent=40, message="loading", updated_at=datetime(2026, 12, 3, 20, 41, 49, tzinfo=UTC)
+    )
+    assert stored == m.PostJobLogsResponse(stored=2, dropped=0, last_seq=2)
+    assert [(path, headers["Authorization"], body) for _, path, headers, body in stub.requests] == [
+        (
+            "/api/v1/queues/q/lease",
+            "Bearer worker",
+            {
+                "max_jobs": 1,
+                "lease_secs": 30,
+                "wait_secs": 0,
+                "worker_id": "box:1",
+                "worker": {"hostname": "box", "sdk": "python", "version": "1.0", "tasks": ["a", "b"]},
+            },
+        ),
+        (
+            f"/api/v1/jobs/{job_id}/heartbeat",
+            "Bearer worker",
+            {"lease_token": "tok", "extend_secs": 15, "progress": {"percent": 42.5, "message": "frames 425/1000"}},
+        ),
+        (
+            f"/api/v1/jobs/{job_id}/logs",
+            "Bearer worker",
+            {
+                "lease_token": "tok",
+                "lines": [{"message": "loading", "level": "info", "ts": "2026-01-01T00:00:00Z"}, {"message": "x"}],
+            },
+        ),
+    ]
+
+
+async def test_an_upstream_servers_answers_decode_without_the_extensions(stub):
+    stub.add_jobs(job_json())
+    stub.routes[("GET", "/api/v1/workers")] = lambda r: web.json_response(
+        {
+            "workers": [
+                {
+                    "worker_id": "w1",
+                    "queues": [],
+                    "in_flight": 0,
+                    "first_seen_at": "2026-12-03T20:41:49Z",
+                    "last_seen_at": "2026-12-03T20:41:49Z",
+                    "live": False,
+                }
+            ]
+        }
+    )
+    async with Client(stub.url, "t") as qf:
+        leased = await qf.lease("q")
+        workers = await qf.list_workers()
+    assert leased.jobs[0].traceparent is None and leased.jobs[0].job.progress is None
+    assert workers.workers[0].info is None and workers.workers[0].live is False
+    assert stub.requests[0][3] == {"max_jobs": 1, "lease_secs": 30, "wait_secs": 0}  # no extension sent
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [
+        [m.NewLogLine(message="x")] * 101,
+        [m.NewLogLine(message="x" * 40_000), m.NewLogLine(message="y" * 30_000)],
+    ],
+)
+async def test_post_logs_takes_at_most_100_lines_and_64_kib(stub, lines):
+    async with Client(stub.url, "t") as qf:
+        with pytest.raises(ValueError):
+            await qf.post_logs("j1", "tok", lines)
+    assert stub.requests == []
+
+
+async def test_job_logs_attempts_and_workers_for_tenants(stub):
+    def line(seq: int) -> dict:
+        return {"seq": seq, "attempt": 1, "ts": "2026-12-03T20:41:49Z", "level": "info", "message": f"line {seq}"}
+
+    def logs(request: web.Request) -> web.Response:
+        after = int(request.query.get("after", "0"))
+        lines = [line(seq) for seq in range(after + 1, min(after + 2, 3) + 1)]
+        return web.json_response({"lines": lines, "last_seq": 3, "dropped": 0, "has_more": lines[-1]["seq"] < 3})
+
+    stub.routes[("GET", "/api/v1/jobs/j 1/logs")] = logs
+    stub.routes[("GET", "/api/v1/jobs/j1/attempts")] = lambda r: web.json_response(
+        {
+            "attempts": [
+                {
+                    "attempt": 1,
+                    "outcome": "retry",
+                    "worker_id": "box:1",
+                    "started_at": "2026-12-03T20:41:49Z",
+                    "ended_at": "2026-12-03T20:41:50Z",
+                    "duration_secs": 1.0,
+                    "error_message": "boom",
+                },
+                {"attempt": 2, "outcome": "running", "started_at": "2026-12-03T20:41:51Z"},
+            ]
+        }
+    )
+    stub.routes[("GET", "/api/v1/workers")] = lambda r: web.json_response(
+        {
+            "workers": [
+                {
+                    "worker_id": "box:1",
+                    "queues": ["q"],
+                    "in_flight": 1,
+                    "first_seen_at": "2026-12-03T20:41:49Z",
+                    "last_seen_at": "2026-12-03T20:41:51Z",
+                    "live": True,
+                    "info": {"hostname": "box", "sdk": "python", "version": "1.0", "tasks": ["a"]},
+                }
+            ]
+        }
+    )
+    async with Client(stub.url, "tenant", worker_token="worker") as qf:
+        page = await qf.job_logs("j 1", after=0, limit=2)
+        every = [entry.message async for entry in qf.iter_job_logs("j 1", limit=2)]
+        attempts = await qf.job_attempts("j1")
+        workers = await qf.list_workers()
+    assert (
+        page.has_more
+        and page.last_seq == 3
+        and page.lines[0]
+        == m.LogLine(seq=1, attempt=1, ts=datetime(2026, 12, 3, 20, 41, 49, tzinfo=UTC), message="line 1", level="info")
+    )
+    assert every == ["line 1", "line 2", "line 3"]
+    assert [(a.attempt, a.outcome, a.worker_id, a.error_message) for a in attempts.attempts] == [
+        (1, "retry", "box:1", "boom"),
+        (2, "running", None, None),
+    ]
+    assert attempts.attempts[1].ended_at is None and attempts.attempts[1].duration_secs is None
+    [worker] = workers.workers
+    assert (
+        worker.live
+        and worker.queues == ["q"]
+        and worker.info == m.WorkerInfo(hostname="box", sdk="python", version="1.0", tasks=["a"])
+    )
+    paths = [path for _, path, _, _ in stub.requests]
+    assert paths[0] == "/api/v1/jobs/j%201/logs?after=0&limit=2"
+    assert paths[1:3] == ["/api/v1/jobs/j%201/logs?after=0&limit=2", "/api/v1/jobs/j%201/logs?after=2&limit=2"]
+    assert all(headers["Authorization"] == "Bearer tenant" for _, _, headers, _ in stub.requests)

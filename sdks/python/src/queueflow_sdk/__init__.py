@@ -6,6 +6,7 @@ See the README for a walkthrough.
 """
 
 from queueflow_sdk import models
+from queueflow_sdk._version import __version__
 from queueflow_sdk.backoff import Backoff
 from queueflow_sdk.client import Client
 from queueflow_sdk.errors import (
@@ -40,8 +41,6 @@ from queueflow_sdk.models import (
 )
 from queueflow_sdk.sse import ServerSentEvent
 from queueflow_sdk.worker import Handler, JobContext, Worker
-
-__version__ = "0.1.0"
 
 __all__ = [
     "ApiError",

@@ -12,6 +12,7 @@ import msgspec
 from yarl import URL
 
 from queueflow_sdk import models as m
+from queueflow_sdk._version import __version__
 from queueflow_sdk.errors import TransportError, UnexpectedResponse, error_for_status
 from queueflow_sdk.sse import ServerSentEvent, parse_sse
 
@@ -20,7 +21,7 @@ __all__ = ["Client"]
 T = TypeVar("T")
 _encoder = msgspec.json.Encoder()
 _decoders: dict[Any, msgspec.json.Decoder[Any]] = {}
-_USER_AGENT = "queueflow-sdk-python/0.1.0"
+_USER_AGENT = f"queueflow-sdk-python/{__version__}"
 
 
 def _decoder(typ: Any) -> msgspec.json.Decoder[Any]:
@@ -309,6 +310,35 @@ class Client:
         """
         return self._events(f"/api/v1/jobs/{_seg(job_id)}/events", m.Job)
 
+    # --- visibility (extensions: progress, job logs, attempts, workers) -----------------------------
+
+    async def job_logs(self, job_id: str, *, after: int | None = None, limit: int | None = None) -> m.JobLogsResponse:
+        """One page of the job's log lines, oldest first: ``GET /api/v1/jobs/{id}/logs``. ``after``: the
+        lines after this ``seq`` (default 0: from the first); ``limit``: clamped to 1..1000 by the
+        server (default 100). While ``has_more``, ask again with ``after`` = the last line's ``seq``."""
+        params = _list_params(after=after, limit=limit)
+        return await self.request("GET", f"/api/v1/jobs/{_seg(job_id)}/logs", m.JobLogsResponse, params=params)
+
+    async def iter_job_logs(self, job_id: str, *, after: int = 0, limit: int | None = None) -> AsyncIterator[m.LogLine]:
+        """Every log line of the job after ``after``, page after page (``limit`` lines per call)."""
+        while True:
+            page = await self.job_logs(job_id, after=after, limit=limit)
+            for line in page.lines:
+                yield line
+            if not page.has_more or not page.lines:
+                return
+            after = page.lines[-1].seq
+
+    async def job_attempts(self, job_id: str) -> m.JobAttemptsResponse:
+        """Every attempt (lease) of the job, in order, with its worker and how it ended:
+        ``GET /api/v1/jobs/{id}/attempts``."""
+        return await self.request("GET", f"/api/v1/jobs/{_seg(job_id)}/attempts", m.JobAttemptsResponse)
+
+    async def list_workers(self) -> m.WorkersResponse:
+        """The workers that leased this tenant's jobs (or hold its worker keys), most recently seen
+        first: ``GET /api/v1/workers``."""
+        return await self.request("GET", "/api/v1/workers", m.WorkersResponse)
+
     # --- workflows -------------------------------------------------------------------------------
 
     async def create_workflow(
@@ -575,11 +605,23 @@ class Client:
     # --- worker protocol (worker token) ----------------------------------------------------------
 
     async def lease(
-        self, queue: str, max_jobs: int = 1, lease_secs: int = 30, wait_secs: int = 0
+        self,
+        queue: str,
+        max_jobs: int = 1,
+        lease_secs: int = 30,
+        wait_secs: int = 0,
+        *,
+        worker_id: str | None = None,
+        worker: m.WorkerInfo | None = None,
     ) -> m.LeaseJobsResponse:
         """Lease up to ``max_jobs`` jobs from ``queue``, waiting up to ``wait_secs`` (<= 30) for one:
-        ``POST /api/v1/queues/{queue}/lease``. Each leased job comes with its lease token."""
-        body = m.LeaseJobsRequest(max_jobs=max_jobs, lease_secs=lease_secs, wait_secs=wait_secs)
+        ``POST /api/v1/queues/{queue}/lease``. Each leased job comes with its lease token (and its
+        ``traceparent``/``tracestate`` when it has a trace context). ``worker_id`` names the worker
+        (recorded on the jobs as their attempts' worker, and in the worker registry) and ``worker``
+        says what it is; both are extensions, left out when None."""
+        body = m.LeaseJobsRequest(
+            max_jobs=max_jobs, lease_secs=lease_secs, wait_secs=wait_secs, worker_id=worker_id, worker=worker
+        )
         return await self.request(
             "POST",
             f"/api/v1/queues/{_seg(queue)}/lease",
@@ -589,10 +631,13 @@ class Client:
             timeout=self.timeout + wait_secs,
         )
 
-    async def heartbeat(self, job_id: str, lease_token: str, extend_secs: int = 30) -> m.HeartbeatResponse:
+    async def heartbeat(
+        self, job_id: str, lease_token: str, extend_secs: int = 30, *, progress: m.ProgressReport | None = None
+    ) -> m.HeartbeatResponse:
         """Extend a lease to ``extend_secs`` from now: ``POST /api/v1/jobs/{id}/heartbeat``. A
-        status other than ``running`` (or a `Conflict`) means: stop and report nothing."""
-        body = m.HeartbeatRequest(lease_token=lease_token, extend_secs=extend_secs)
+        status other than ``running`` (or a `Conflict`) means: stop and report nothing. ``progress``
+        (an extension) reports how far the job got; the job shows it until its next claim."""
+        body = m.HeartbeatRequest(lease_token=lease_token, extend_secs=extend_secs, progress=progress)
         return await self.request(
             "POST", f"/api/v1/jobs/{_seg(job_id)}/heartbeat", m.HeartbeatResponse, body=body, token=self.worker_token
         )
@@ -620,6 +665,22 @@ class Client:
                 "or not one per job in request order"
             )
         return answer
+
+    async def post_logs(self, job_id: str, lease_token: str, lines: list[m.NewLogLine]) -> m.PostJobLogsResponse:
+        """Append log lines to a job this worker holds: ``POST /api/v1/jobs/{id}/logs`` (an extension;
+        a server without it answers 404). At most `MAX_LOG_LINES` lines whose messages take at most
+        `MAX_LOG_CALL_BYTES` of UTF-8 in all (a `ValueError` here otherwise). Lines posted after the
+        job's attempt ended are kept while the token is the job's latest lease; once the job is
+        leased again it is a `Conflict`. Not idempotent: each call appends."""
+        if len(lines) > m.MAX_LOG_LINES:
+            raise ValueError(f"post_logs takes at most {m.MAX_LOG_LINES} lines, not {len(lines)}")
+        size = sum(len(line.message.encode()) for line in lines)
+        if size > m.MAX_LOG_CALL_BYTES:
+            raise ValueError(f"post_logs takes at most {m.MAX_LOG_CALL_BYTES} bytes of messages, not {size}")
+        body = m.PostJobLogsRequest(lease_token=lease_token, lines=list(lines))
+        return await self.request(
+            "POST", f"/api/v1/jobs/{_seg(job_id)}/logs", m.PostJobLogsResponse, body=body, token=self.worker_token
+        )
 
     async def fail(self, job_id: str, lease_token: str, error: str, retryable: bool = True) -> None:
         """Record a failure: ``POST /api/v1/jobs/{id}/fail``. ``retryable=False`` dead-letters the

@@ -13,6 +13,7 @@ import msgspec
 from msgspec import Struct
 
 __all__ = [
+    "AttemptOutcome",
     "Backoff",
     "CancelJobsRequest",
     "CancelJobsResponse",
@@ -43,8 +44,11 @@ __all__ = [
     "HeartbeatRequest",
     "HeartbeatResponse",
     "Job",
+    "JobAttempt",
+    "JobAttemptsResponse",
     "JobConfig",
     "JobConfigRequest",
+    "JobLogsResponse",
     "JobStatus",
     "LeaseJobsRequest",
     "LeaseJobsResponse",
@@ -58,17 +62,27 @@ __all__ = [
     "ListJobsResponse",
     "ListWorkerKeysResponse",
     "ListWorkflowsResponse",
+    "LogLine",
     "MAX_COMPLETIONS",
     "MAX_EVENT_KEY_BYTES",
+    "MAX_LOG_CALL_BYTES",
+    "MAX_LOG_LINES",
+    "MAX_PROGRESS_MESSAGE",
     "MAX_SLEEP_SECS",
+    "NewLogLine",
     "OpenApiDocument",
     "PostEventRequest",
     "PostEventResponse",
+    "PostJobLogsRequest",
+    "PostJobLogsResponse",
+    "Progress",
+    "ProgressReport",
     "PutLimitRequest",
     "QueueControlResponse",
     "QueueStats",
     "QueuesResponse",
     "ReadyStatus",
+    "RegisteredWorker",
     "ReplayDeadLetterResponse",
     "ReplayDeadLettersRequest",
     "ReplayDeadLettersResponse",
@@ -81,7 +95,9 @@ __all__ = [
     "UniquePolicy",
     "WaitForEvent",
     "WhoAmIResponse",
+    "WorkerInfo",
     "WorkerKey",
+    "WorkersResponse",
     "Workflow",
     "WorkflowDiagramResponse",
     "WorkflowEvent",
@@ -102,6 +118,7 @@ StepStatus = Literal["pending", "running", "completed", "failed", "cancelled", "
 WorkflowStatus = Literal["created", "running", "completed", "failed", "partially_failed", "cancelled"]
 ConditionOp = Literal["eq", "ne", "gt", "gte", "lt", "lte", "exists", "contains", "in"]
 UniqueConflict = Literal["skip", "replace"]
+AttemptOutcome = Literal["running", "completed", "retry", "failed", "lease_expired", "cancelled", "released"]
 OnFailure = Literal["halt", "skip", "continue"]
 
 
@@ -207,6 +224,9 @@ class Job(_Body):
     tenant_id: str | None = None
     workflow_id: str | None = None
     workflow_step_id: str | None = None
+    progress: Progress | None = None
+    """How far the job got, as its worker last reported it (an extension); None when it never did.
+    A retry's claim clears it."""
 
     @property
     def unique(self) -> UniquePolicy | None:
@@ -242,24 +262,65 @@ class CancelJobsResponse(_Body):
 # --- worker protocol -----------------------------------------------------------------------------
 
 
+class WorkerInfo(_Body):
+    """What a worker says of itself on lease (an extension; every field optional): its host, its SDK
+    and that SDK's version (each at most 255 characters), and the task names it handles (at most 256)."""
+
+    hostname: str | None = None
+    sdk: str | None = None
+    version: str | None = None
+    tasks: list[str] | None = None
+
+
 class LeaseJobsRequest(_Body):
     max_jobs: int | None = None
     lease_secs: int | None = None
     wait_secs: int | None = None
+    worker_id: str | None = None
+    """An extension: the worker's name (1 to 128 visible ASCII characters, no space), recorded on the
+    jobs it leases (their attempts' worker) and in the worker registry."""
+    worker: WorkerInfo | None = None
+    """An extension: what the worker is; the server keeps the last one sent, so once is enough."""
 
 
 class LeasedJob(_Body):
     job: Job
     lease_token: str
+    traceparent: str | None = None
+    """The W3C ``traceparent`` the job was created in (an extension): the worker's span is its child.
+    None when the job has no trace context."""
+    tracestate: str | None = None
+    """The W3C ``tracestate`` that came with ``traceparent``, when there was one."""
 
 
 class LeaseJobsResponse(_Body):
     jobs: list[LeasedJob]
 
 
+MAX_PROGRESS_MESSAGE = 1024
+"""The longest progress message, in characters."""
+
+
+class ProgressReport(_Body):
+    """A heartbeat's ``progress`` (an extension): ``percent`` from 0 to 100, an optional ``message``
+    of at most `MAX_PROGRESS_MESSAGE` characters."""
+
+    percent: float
+    message: str | None = None
+
+
+class Progress(_Body):
+    """A job's progress as the server shows it: the last report and when the server received it."""
+
+    percent: float
+    message: str | None = None
+    updated_at: datetime | None = None
+
+
 class HeartbeatRequest(_Body):
     lease_token: str
     extend_secs: int
+    progress: ProgressReport | None = None
 
 
 class HeartbeatResponse(_Body):
@@ -314,6 +375,98 @@ class FailJobRequest(_Body):
     lease_token: str
     error: str
     retryable: bool | None = None
+
+
+# --- visibility: job logs, attempts, workers (extensions) -------------------------------------------
+
+MAX_LOG_LINES = 100
+"""The most lines one `PostJobLogsRequest` may carry."""
+
+MAX_LOG_CALL_BYTES = 64 * 1024
+"""The most bytes (UTF-8) the messages of one `PostJobLogsRequest` may take in all."""
+
+
+class NewLogLine(_Body):
+    """A line a worker posts: ``level`` 1 to 16 letters (``info``, ``warn``, ``error`` ...; the server
+    stores none when left out), ``ts`` when it was written (default: when the server stores it)."""
+
+    message: str
+    level: str | None = None
+    ts: datetime | None = None
+
+
+class PostJobLogsRequest(_Body):
+    """``POST /api/v1/jobs/{id}/logs``: at most `MAX_LOG_LINES` lines whose messages take at most
+    `MAX_LOG_CALL_BYTES` in all, from the holder of the job's latest lease."""
+
+    lease_token: str
+    lines: list[NewLogLine]
+
+
+class PostJobLogsResponse(_Body):
+    """``stored``: lines kept; ``dropped``: this call's lines refused past the job's cap (that line
+    and every later one are dropped); ``last_seq``: the job's newest line."""
+
+    stored: int
+    dropped: int
+    last_seq: int
+
+
+class LogLine(_Body):
+    """A stored line: ``seq`` counts from 1 per job across its attempts, ``attempt`` is the attempt
+    that was running."""
+
+    seq: int
+    attempt: int
+    ts: datetime
+    message: str
+    level: str | None = None
+
+
+class JobLogsResponse(_Body):
+    """A page of a job's lines, oldest first. While ``has_more``, ask again with ``after`` set to the
+    last line's ``seq``. ``dropped`` counts the job's lines refused past its cap."""
+
+    lines: list[LogLine]
+    last_seq: int
+    dropped: int
+    has_more: bool
+
+
+class JobAttempt(_Body):
+    """One lease of a job: ``attempt`` is the job's delivery count when it began; ``worker_id`` the
+    lease request's (None when it named none); ``outcome`` how it ended (``running`` while it runs:
+    no ``ended_at`` nor ``duration_secs`` then)."""
+
+    attempt: int
+    outcome: AttemptOutcome
+    worker_id: str | None = None
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    duration_secs: float | None = None
+    error_message: str | None = None
+
+
+class JobAttemptsResponse(_Body):
+    attempts: list[JobAttempt]
+
+
+class RegisteredWorker(_Body):
+    """A worker of the registry as a tenant sees it: the queues it leased the tenant's jobs from,
+    how many of them it holds now, when it was first and last seen, whether it is live (seen within
+    the last 2 minutes) and what it said of itself."""
+
+    worker_id: str
+    queues: list[str]
+    in_flight: int
+    first_seen_at: datetime
+    last_seen_at: datetime
+    live: bool
+    info: WorkerInfo | None = None
+
+
+class WorkersResponse(_Body):
+    workers: list[RegisteredWorker]
 
 
 # --- dead letters --------------------------------------------------------------------------------

@@ -14,6 +14,13 @@ A handler's concurrency slot frees as soon as the handler returns (or raises), n
 is answered: the job stays held (and heartbeated) meanwhile, but no longer stops the loop from
 leasing the next batch. What bounds those finished jobs is that the loop leases only while fewer
 than ``max(batch_size, concurrency)`` of them still wait for their report's answer.
+
+Visibility (sdks/conformance/README.md, "Visibility"): every lease names the worker (``worker_id``,
+and until a lease succeeded what it is); a handler's ``ctx.progress`` and ``ctx.log`` are buffered
+per job (``_reports``) and sent by one task for all jobs, each job at most once a second, and what is
+left when the handler ends is sent before its outcome; each handler runs inside an OpenTelemetry
+span (the API only: without an SDK installed by the application it is a no-op), a child of the
+trace context the lease handed over.
 """
 
 from __future__ import annotations
@@ -22,35 +29,78 @@ import asyncio
 import contextlib
 import inspect
 import logging
+import os
+import re
+import socket
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode, TracerProvider
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from queueflow_sdk._reports import DEFAULT_LEVEL, MAX_BUFFERED_LINES, JobReports, check_level, check_progress
+from queueflow_sdk._version import __version__
 from queueflow_sdk.backoff import Backoff
 from queueflow_sdk.client import Client
-from queueflow_sdk.errors import ApiError, Conflict, NotFound, TransportError, UnexpectedResponse, error_for_item
-from queueflow_sdk.models import MAX_COMPLETIONS, CompletionItem, Job, LeasedJob
+from queueflow_sdk.errors import (
+    ApiError,
+    BadRequest,
+    Conflict,
+    MethodNotAllowed,
+    NotFound,
+    TransportError,
+    UnexpectedResponse,
+    error_for_item,
+)
+from queueflow_sdk.models import (
+    MAX_COMPLETIONS,
+    CompletionItem,
+    Job,
+    LeasedJob,
+    NewLogLine,
+    WorkerInfo,
+)
 
 __all__ = ["Handler", "JobContext", "Worker"]
 
 log = logging.getLogger("queueflow_sdk.worker")
 
 _BATCH_ROUTE = "/api/v1/jobs/complete"
+_WORKER_ID = re.compile(r"[!-~]{1,128}")  # what the server takes: 1 to 128 visible ASCII characters
+_MAX_INFO_TEXT = 255  # a WorkerInfo's hostname, sdk, version
+_MAX_INFO_TASKS = 256
+_MAX_TASK_NAME_BYTES = 255
+_PROPAGATOR = TraceContextTextMapPropagator()
+
+
+def default_worker_id() -> str:
+    """``<hostname>:<process id>``, the hostname's characters the server would refuse (anything but
+    visible ASCII) replaced by ``-`` and the hostname cut so that the whole is at most 128."""
+    suffix = f":{os.getpid()}"
+    host = re.sub(r"[^!-~]", "-", socket.gethostname()) or "localhost"
+    return host[: 128 - len(suffix)] + suffix
 
 
 @dataclass(eq=False)
 class JobContext:
-    """What a handler gets: the job, its lease token, and its cancellation signal.
+    """What a handler gets: the job, its lease token, its cancellation signal, and where it reports
+    how far it got (`progress`) and what it did (`log`).
 
     ``cancelled`` is set when the server takes the job back (cancelled, finished elsewhere, or the
     lease was lost) or the worker shuts down past its drain timeout. A cooperative handler awaits
     it (or checks ``is_cancelled``) and returns; one that does not is cancelled with
     `asyncio.CancelledError` after the worker's ``cancel_grace`` seconds. Nothing is reported for a
     cancelled job either way: the server owns its outcome.
+
+    ``traceparent`` and ``tracestate`` are the W3C trace context the job was created in, when it has
+    one; the worker already runs the handler in a span that continues it.
     """
 
     job: Job
@@ -58,9 +108,49 @@ class JobContext:
     client: Client
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)
     cancel_reason: str | None = None
+    traceparent: str | None = None
+    tracestate: str | None = None
     _task: asyncio.Task[Any] | None = field(default=None, repr=False)
     _beat_at: float = field(default=0.0, repr=False)  # when its next heartbeat is due (monotonic)
     _beating: asyncio.Task[None] | None = field(default=None, repr=False)
+    _started_at: float = field(default=0.0, repr=False)  # when its handler started (monotonic)
+    _reports: JobReports | None = field(default=None, repr=False)  # made at the first progress or log
+    _posting: asyncio.Task[bool] | None = field(default=None, repr=False)  # its logs call in flight
+    _lease_lost: bool = field(default=False, repr=False)  # a heartbeat answered 409 or 404
+    _on_report: Callable[[JobContext], None] | None = field(default=None, repr=False)  # wakes the sender
+
+    def progress(self, percent: float, message: str | None = None) -> None:
+        """Report how far the job got: ``percent`` from 0 to 100, an optional ``message`` of at most
+        1,024 characters (else `ValueError`, and nothing is recorded). Nothing is sent from here: the
+        latest report travels on the job's next heartbeat, which a new report brings forward (at
+        most one early heartbeat a second); a report still unsent when the handler ends is sent
+        before its outcome. The server shows it as the job's ``progress``."""
+        report = check_progress(percent, message)
+        reports = self._writable_reports()
+        reports.progress(report)
+        self._signal(reports)
+
+    def log(self, message: str, level: str = DEFAULT_LEVEL) -> None:
+        """Append a line to the job's log (``level``: 1 to 16 letters, such as ``info``, ``warn`` or
+        ``error``; else `ValueError`). Nothing is sent from here: the worker posts the job's lines at
+        most once a second, up to 100 lines (64 KiB) a call, and the rest when the handler ends,
+        before its outcome; a message longer than 64 KiB is cut. Lines past 10,000 waiting in the
+        buffer are dropped (and counted in this SDK's log). Failures to store them are logged and
+        never change the job's outcome. Read them back with `Client.job_logs`."""
+        reports = self._writable_reports()
+        reports.log(message, check_level(level), datetime.now(UTC))
+        self._signal(reports)
+
+    def _writable_reports(self) -> JobReports:
+        reports = self._reports
+        if reports is None:
+            reports = self._reports = JobReports(self._started_at)
+        return reports
+
+    def _signal(self, reports: JobReports) -> None:
+        if not reports.queued and self._on_report is not None:
+            reports.queued = True
+            self._on_report(self)
 
     @property
     def payload(self) -> dict[str, Any]:
@@ -138,6 +228,13 @@ class Worker:
     that route, which `run` asks ``GET /openapi.json`` before its first acknowledgement; otherwise,
     and for failures, one call per job.
 
+    ``worker_id`` names this worker on every lease (default `default_worker_id`, ``<hostname>:<pid>``;
+    1 to 128 visible ASCII characters): the server records it as the worker of each attempt and
+    lists the worker (with its host, SDK, version and task names, sent until a lease succeeded) in
+    ``GET /api/v1/workers``. Each handler runs inside a ``process <queue>`` consumer span of the
+    OpenTelemetry API (``tracer_provider``, default the global one), the child of the job's trace
+    context; handlers report progress and log lines through their `JobContext`.
+
     `run` returns after `stop` once the jobs in hand are done; it raises `Unauthorized` /
     `Forbidden` (and other non-retryable 4xx answers to a lease) instead of spinning.
     """
@@ -155,6 +252,8 @@ class Worker:
         drain_timeout: float = 30.0,
         cancel_grace: float = 1.0,
         backoff: Backoff | None = None,
+        worker_id: str | None = None,
+        tracer_provider: TracerProvider | None = None,
     ) -> None:
         if not 1 <= lease_secs <= 3600:
             raise ValueError("lease_secs must be within 1..=3600")
@@ -164,6 +263,8 @@ class Worker:
             raise ValueError("concurrency must be at least 1")
         if batch_size is not None and not 1 <= batch_size <= 100:
             raise ValueError("batch_size must be within 1..=100")
+        if worker_id is not None and not _WORKER_ID.fullmatch(worker_id):
+            raise ValueError("worker_id must be 1 to 128 visible ASCII characters (no space)")
         self.client = client
         self.queue = queue
         self.handlers = dict(handlers)
@@ -174,6 +275,16 @@ class Worker:
         self.drain_timeout = drain_timeout
         self.cancel_grace = cancel_grace
         self.backoff = backoff or Backoff()
+        self.worker_id = worker_id if worker_id is not None else default_worker_id()
+        tasks = sorted(name for name in self.handlers if 1 <= len(name.encode()) <= _MAX_TASK_NAME_BYTES)
+        self.worker_info = WorkerInfo(
+            hostname=socket.gethostname()[:_MAX_INFO_TEXT],
+            sdk="python",
+            version=__version__,
+            tasks=tasks[:_MAX_INFO_TASKS],
+        )
+        self._tracer = trace.get_tracer("queueflow_sdk", __version__, tracer_provider)
+        self._introduced = False  # a lease with `info` succeeded: later ones leave it out
         self._stopping = False
         self._running = False
         self._wake: asyncio.Event | None = None
@@ -184,6 +295,13 @@ class Worker:
         self._settling = 0
         self._contexts: dict[str, JobContext] = {}
         self._heartbeats: set[asyncio.Task[None]] = set()  # heartbeat calls in flight
+        # Progress and logs: the jobs with something to send while their handler runs, the task that
+        # sends it, what wakes that task, and the logs calls in flight.
+        self._reporting: set[JobContext] = set()
+        self._reporter: asyncio.Task[None] | None = None
+        self._report_wake = asyncio.Event()
+        self._posts: set[asyncio.Task[bool]] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._beater: asyncio.Task[None] | None = None  # sends the held jobs' heartbeats when due
         self._beat_wake = asyncio.Event()
         # The beat loop looks every tick for heartbeats due; a job's is due a tick before its half
@@ -222,8 +340,12 @@ class Worker:
         self._slots = _Slots(self.concurrency)
         self._settling = 0
         self._batch_route = None  # asked again for each run: the server may have changed
+        self._introduced = False  # so is what the worker is
+        self._loop = asyncio.get_running_loop()
         self._beat_wake = asyncio.Event()
+        self._report_wake = asyncio.Event()
         self._beater = asyncio.create_task(self._beat_loop(), name="queueflow-heartbeats")
+        self._reporter = asyncio.create_task(self._report_loop(), name="queueflow-reports")
         try:
             try:
                 await self._lease_loop()
@@ -238,8 +360,9 @@ class Worker:
                 await self._stop_flushing()
         finally:
             self._beater.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._beater
+            self._reporter.cancel()
+            await asyncio.gather(self._beater, self._reporter, return_exceptions=True)
+            self._reporting.clear()
 
     # --- the lease loop ----------------------------------------------------------------------------
 
@@ -256,7 +379,12 @@ class Worker:
             max_jobs = max(1, min(self.batch_size, capacity - unfinished))
             try:
                 leased = await self.client.lease(
-                    self.queue, max_jobs=max_jobs, lease_secs=self.lease_secs, wait_secs=self.wait_secs
+                    self.queue,
+                    max_jobs=max_jobs,
+                    lease_secs=self.lease_secs,
+                    wait_secs=self.wait_secs,
+                    worker_id=self.worker_id,
+                    worker=None if self._introduced else self.worker_info,
                 )
             except ApiError as err:
                 if not err.retryable:
@@ -268,6 +396,7 @@ class Worker:
                 await self._back_off(f"lease on {self.queue} failed: {err}")
                 continue
             self.backoff.reset()
+            self._introduced = True
             for item in leased.jobs:
                 self._take(item)
 
@@ -288,7 +417,14 @@ class Worker:
                 await self._wake.wait()  # stop() cuts the wait short
 
     def _take(self, item: LeasedJob) -> None:
-        ctx = JobContext(job=item.job, lease_token=item.lease_token, client=self.client)
+        ctx = JobContext(
+            job=item.job,
+            lease_token=item.lease_token,
+            client=self.client,
+            traceparent=item.traceparent,
+            tracestate=item.tracestate,
+            _on_report=self._reports_pending,
+        )
         ctx._beat_at = time.monotonic() + self._beat_every
         job_id = item.job.id
         if not self._contexts:
@@ -309,14 +445,17 @@ class Worker:
                     log.info("job %s was taken back before it ran (%s)", job_id, ctx.cancel_reason)
                     return
                 outcome = await self._execute(ctx)
-            if outcome is not None:
+            if outcome is not None or ctx._reports is not None:
                 # The handler's slot is free again; the job stays held (and heartbeated) until
-                # its report is answered, counted among those the loop's lease bound waits for.
+                # what it reported and its outcome are sent, counted among those the loop's lease
+                # bound waits for.
                 settling = True
                 self._settling += 1
                 if self._wake is not None:
                     self._wake.set()
-                await self._report(ctx, outcome)
+                await self._finish_reports(ctx, outcome is not None)
+                if outcome is not None:
+                    await self._report(ctx, outcome)
         except asyncio.CancelledError:
             raise
         except Exception:  # a bug in the runtime itself: never let it kill the loop silently
@@ -324,6 +463,9 @@ class Worker:
         finally:
             if ctx._beating is not None:
                 ctx._beating.cancel()
+            if ctx._posting is not None:
+                ctx._posting.cancel()
+            self._reporting.discard(ctx)
             if settling:
                 self._settling -= 1
             self._held.pop(job_id, None)
@@ -336,8 +478,19 @@ class Worker:
         handler = self.handlers.get(ctx.job.task_name)
         if handler is None:
             return _Outcome(ok=False, error=f"no worker handler for task '{ctx.job.task_name}'", retryable=False)
-        task = asyncio.create_task(self._invoke(handler, ctx))
-        ctx._task = task
+        ctx._started_at = time.monotonic()
+        span = self._start_span(ctx)
+        try:
+            task = asyncio.create_task(self._invoke(handler, ctx, span))
+            ctx._task = task
+            outcome = await self._outcome_of(ctx, task, span)
+            if outcome is not None and not outcome.ok:
+                span.set_status(Status(StatusCode.ERROR, outcome.error))
+            return outcome
+        finally:
+            span.end()
+
+    async def _outcome_of(self, ctx: JobContext, task: asyncio.Task[Any], span: Span) -> _Outcome | None:
         try:
             value = await task
         except asyncio.CancelledError:
@@ -352,6 +505,7 @@ class Worker:
                     "job %s: handler raised after cancellation (%s); reporting nothing", ctx.job.id, ctx.cancel_reason
                 )
                 return None
+            span.record_exception(exc)
             return _failure_of(exc)
         if ctx.is_cancelled:
             log.info(
@@ -363,12 +517,38 @@ class Worker:
         except TypeError as exc:
             return _Outcome(ok=False, error=str(exc), retryable=False)
 
+    def _start_span(self, ctx: JobContext) -> Span:
+        """The handler's span: ``process <queue>``, a consumer span whose parent is the job's trace
+        context (a root span when it has none, whatever span is current in the worker's task)."""
+        parent = Context()
+        if ctx.traceparent:
+            carrier = {"traceparent": ctx.traceparent}
+            if ctx.tracestate:
+                carrier["tracestate"] = ctx.tracestate
+            parent = _PROPAGATOR.extract(carrier, context=parent)
+        job = ctx.job
+        return self._tracer.start_span(
+            f"process {self.queue}",
+            context=parent,
+            kind=SpanKind.CONSUMER,
+            attributes={
+                "messaging.system": "queueflow",
+                "messaging.operation": "process",
+                "messaging.destination.name": self.queue,
+                "messaging.message.id": job.id,
+                "queueflow.task.name": job.task_name,
+                "queueflow.job.attempt": job.delivery_count,
+            },
+        )
+
     @staticmethod
-    async def _invoke(handler: Handler, ctx: JobContext) -> Any:
-        value = handler(ctx)
-        if inspect.isawaitable(value):
-            value = await value
-        return value
+    async def _invoke(handler: Handler, ctx: JobContext, span: Span) -> Any:
+        # The span is current in the handler's task (and what it starts): its spans are children.
+        with trace.use_span(span, record_exception=False, set_status_on_exception=False):
+            value = handler(ctx)
+            if inspect.isawaitable(value):
+                value = await value
+            return value
 
     def _take_back(self, ctx: JobContext, reason: str) -> None:
         """The server owns the job now: signal the handler, and cancel it after the grace period."""
@@ -392,27 +572,203 @@ class Worker:
             now = time.monotonic()
             for ctx in list(self._contexts.values()):
                 if ctx._beat_at <= now and ctx._beating is None and not ctx.is_cancelled:
-                    ctx._beating = beating = asyncio.create_task(self._heartbeat(ctx))
-                    self._heartbeats.add(beating)
-                    beating.add_done_callback(self._heartbeats.discard)
+                    self._start_heartbeat(ctx)
+
+    def _start_heartbeat(self, ctx: JobContext) -> None:
+        ctx._beating = beating = asyncio.create_task(self._heartbeat(ctx))
+        self._heartbeats.add(beating)
+        beating.add_done_callback(self._heartbeats.discard)
 
     async def _heartbeat(self, ctx: JobContext) -> None:
+        """Extend the job's lease, carrying its latest progress report when the server does not
+        have it yet."""
         interval = self.lease_secs / 2
+        reports = ctx._reports
+        unsent = None
+        if reports is not None:
+            reports.beat_at = time.monotonic()
+            unsent = reports.progress_to_send()
         try:
-            answer = await self.client.heartbeat(ctx.job.id, ctx.lease_token, self.lease_secs)
+            answer = await self.client.heartbeat(
+                ctx.job.id, ctx.lease_token, self.lease_secs, progress=None if unsent is None else unsent[0]
+            )
         except (Conflict, NotFound) as err:
+            ctx._lease_lost = True
             self._take_back(ctx, f"lease lost: HTTP {err.status}")
             return
         except (ApiError, TransportError, UnexpectedResponse) as err:
+            if reports is not None and unsent is not None and isinstance(err, BadRequest):
+                # The server refused the report, not the lease: give the report up and heartbeat
+                # again without it at once (this call extended nothing).
+                log.warning("job %s: progress report refused: %s", ctx.job.id, err)
+                reports.progress_sent(unsent[1])
+                ctx._beat_at = time.monotonic()
+                return
             log.warning("job %s: heartbeat failed: %s", ctx.job.id, err)
             ctx._beat_at = time.monotonic() + max(0.2, interval / 4)  # the lease is running out: sooner
             return
         finally:
             ctx._beating = None
+            if ctx in self._reporting:
+                self._report_wake.set()  # a newer report may wait for this call to end
+        if reports is not None and unsent is not None:
+            reports.progress_sent(unsent[1])
         if answer.status != "running":
             self._take_back(ctx, f"job is {answer.status}")
             return
         ctx._beat_at = time.monotonic() + self._beat_every
+
+    # --- progress and logs -------------------------------------------------------------------------
+
+    def _reports_pending(self, ctx: JobContext) -> None:
+        """A handler reported progress or logged while its job had nothing waiting to be sent (its
+        context's hook; a handler's thread may call it too)."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            self._add_reporting(ctx)
+        else:  # from a thread of the handler's (asyncio.to_thread)
+            loop.call_soon_threadsafe(self._add_reporting, ctx)
+
+    def _add_reporting(self, ctx: JobContext) -> None:
+        if ctx.job.id in self._contexts and ctx._reports is not None and not ctx._reports.closed:
+            self._reporting.add(ctx)
+            self._report_wake.set()
+
+    async def _report_loop(self) -> None:
+        """One task for every running handler's progress and logs (not a task per job): it posts a
+        job's buffered lines and brings its heartbeat forward for a new progress report, each at
+        most once per REPORT_INTERVAL per job, and sleeps until the next one is due. What is left
+        when a handler ends is the job's own final flush (`_finish_reports`)."""
+        wake = self._report_wake
+        while True:
+            wake.clear()
+            now = time.monotonic()
+            soonest: float | None = None
+            for ctx in list(self._reporting):
+                reports = ctx._reports
+                if reports is None or reports.closed or ctx.is_cancelled:
+                    self._reporting.discard(ctx)
+                    continue
+                logs_due = reports.logs_due()
+                if logs_due is not None and ctx._posting is None:
+                    if logs_due <= now:
+                        reports.logs_at = now
+                        self._start_post(ctx, reports.take_lines())
+                    else:
+                        soonest = logs_due if soonest is None else min(soonest, logs_due)
+                progress_due = reports.progress_due()
+                if progress_due is not None and ctx._beating is None:
+                    if progress_due <= now:
+                        self._start_heartbeat(ctx)
+                    else:
+                        soonest = progress_due if soonest is None else min(soonest, progress_due)
+                if logs_due is None and progress_due is None:
+                    # Nothing waits (a call in flight may still end with a failure: the report it
+                    # carried is then due again, and its end wakes this loop while the job is here).
+                    self._reporting.discard(ctx)
+                    reports.queued = False
+            if soonest is None:
+                await wake.wait()
+            else:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(max(0.0, soonest - now)):
+                        await wake.wait()
+
+    def _start_post(self, ctx: JobContext, lines: list[NewLogLine]) -> None:
+        ctx._posting = posting = asyncio.create_task(self._post_logs(ctx, lines))
+        self._posts.add(posting)
+        posting.add_done_callback(self._posts.discard)
+
+    async def _post_logs(self, ctx: JobContext, lines: list[NewLogLine]) -> bool:
+        """One logs call; whether it stored the lines. A failure is logged, never retried (a call
+        whose answer was lost may have been stored: lines are sent at most once) and never touches
+        the job's outcome; one that says no later call can succeed for this job (lease lost, job or
+        route gone, the job's log cap reached) stops its logs."""
+        reports = ctx._reports
+        assert reports is not None
+        job_id = ctx.job.id
+        try:
+            answer = await self.client.post_logs(job_id, ctx.lease_token, lines)
+        except (Conflict, NotFound, MethodNotAllowed) as err:
+            given_up = reports.stop(f"HTTP {err.status}")
+            reports.lost += len(lines)
+            log.info(
+                "job %s: %d log line(s) not stored (%s); no more are sent for this job (%d given up)",
+                job_id,
+                len(lines),
+                err,
+                given_up,
+            )
+        except (ApiError, TransportError, UnexpectedResponse) as err:
+            reports.lost += len(lines)
+            log.warning("job %s: %d log line(s) not stored: %s", job_id, len(lines), err)
+        else:
+            if answer.dropped:
+                given_up = reports.stop("the job's log cap is reached")
+                log.info(
+                    "job %s: the server dropped %d log line(s) past the job's log cap; no more are sent (%d given up)",
+                    job_id,
+                    answer.dropped,
+                    given_up,
+                )
+            return True
+        finally:
+            if ctx._posting is asyncio.current_task():
+                ctx._posting = None
+            if ctx in self._reporting:
+                self._report_wake.set()
+        return False
+
+    async def _finish_reports(self, ctx: JobContext, with_progress: bool) -> None:
+        """The handler ended: send what it reported that is still buffered, before its outcome: the
+        log lines (after the call in flight, if any), then the latest progress report in one
+        heartbeat if the server does not have it (``with_progress``: an outcome will be reported).
+        Failures are logged; the outcome stays what it is."""
+        reports = ctx._reports
+        if reports is None:
+            return
+        reports.closed = True
+        self._reporting.discard(ctx)
+        job_id = ctx.job.id
+        if ctx._posting is not None:
+            await asyncio.wait([ctx._posting])
+        if ctx._lease_lost:
+            reports.stop("the lease was lost")
+        while reports.has_lines:
+            reports.logs_at = time.monotonic()
+            if not await self._post_logs(ctx, reports.take_lines()):
+                given_up = reports.stop("a logs call failed")  # an outage must not hold the outcome back
+                if given_up:
+                    log.warning("job %s: %d more log line(s) not sent", job_id, given_up)
+                break
+        reports.stop("the handler has ended")  # a line logged from now on is not sent
+        if reports.dropped:
+            log.warning(
+                "job %s: %d log line(s) dropped: more than %d waited to be sent",
+                job_id,
+                reports.dropped,
+                MAX_BUFFERED_LINES,
+            )
+        if not with_progress or ctx.is_cancelled:
+            return
+        if ctx._beating is not None:
+            await asyncio.wait([ctx._beating])  # it may carry the latest report already
+        unsent = reports.progress_to_send()
+        if unsent is None:
+            return
+        reports.beat_at = time.monotonic()
+        try:
+            await self.client.heartbeat(job_id, ctx.lease_token, self.lease_secs, progress=unsent[0])
+        except (ApiError, TransportError, UnexpectedResponse) as err:
+            log.warning("job %s: last progress report not sent: %s", job_id, err)
+        else:
+            reports.progress_sent(unsent[1])
 
     def _retry_backoff(self) -> Backoff:
         """A back-off for retrying a report: the loop's settings, its own count."""
@@ -636,7 +992,7 @@ class Worker:
             if not ctx.is_cancelled:
                 ctx.cancel_reason = reason
                 ctx.cancelled.set()
-        tasks = list(self._held.values()) + list(self._heartbeats)
+        tasks = list(self._held.values()) + list(self._heartbeats) + list(self._posts)
         if self._flusher is not None:
             tasks.append(self._flusher)
         for task in tasks:
