@@ -182,7 +182,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	o := w.opts
 	log := o.Logger.With("queue", w.queue)
 	tracer := o.TracerProvider.Tracer(InstrumentationName, trace.WithInstrumentationVersion(Version))
-	announced := false // a lease call succeeded: the server knows what this worker is
+	announced := false               // a lease call succeeded: the server knows what this worker is
 	bg := context.WithoutCancel(ctx) // held jobs outlive ctx: they drain
 	slots := make(chan struct{}, o.Concurrency)
 	freed := make(chan struct{}, 1)
