@@ -8,7 +8,6 @@ import (
 	"math"
 	"os"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -384,10 +383,10 @@ func (w *Worker) progressPending(jc *JobContext) bool {
 
 // flushReports sends what the job's handler left unsent, after it returned and before the outcome
 // is reported: the buffered log lines (one call after another, not waiting for the second), then,
-// with progress, the latest progress report in one heartbeat if none delivered it. Failures are
-// logged; they never change the outcome.
+// with progress, the latest progress report in one heartbeat if none delivered it (extended is
+// told when that heartbeat extended the lease). Failures are logged; they never change the outcome.
 func (w *Worker) flushReports(ctx context.Context, log *slog.Logger, jc *JobContext, lj *LeasedJob, progress bool,
-	deadline func(sent time.Time)) {
+	extended func(sent time.Time)) {
 	jc.end()
 	for {
 		lines := jc.takeLogs()
@@ -412,7 +411,7 @@ func (w *Worker) flushReports(ctx context.Context, log *slog.Logger, jc *JobCont
 	case err != nil:
 		log.Warn("queueflow: the job's last progress report was not delivered", "error", err)
 	case resp.Status == StatusRunning:
-		deadline(sent)
+		extended(sent)
 	default:
 		log.Debug("queueflow: the job's last progress report found it no longer running", "status", resp.Status)
 	}
@@ -474,7 +473,7 @@ func (w *Worker) workerInfo() *WorkerInfo {
 		}
 	}
 	w.mu.RUnlock()
-	sort.Strings(tasks)
+	slices.Sort(tasks)
 	if len(tasks) > MaxWorkerTasks {
 		tasks = tasks[:MaxWorkerTasks]
 	}
