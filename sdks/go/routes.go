@@ -69,6 +69,33 @@ func (c *Client) CancelJobs(ctx context.Context, filter CancelJobsRequest) (*Can
 	return &out, nil
 }
 
+// JobLogs reads a page of a job's log lines, oldest first (GET /api/v1/jobs/{id}/logs, an
+// extension). Page on with p.After set to the last line's Seq while HasMore.
+func (c *Client) JobLogs(ctx context.Context, id string, p JobLogsParams) (*JobLogsResponse, error) {
+	q := url.Values{}
+	if p.After > 0 {
+		q.Set("after", fmt.Sprint(p.After))
+	}
+	if p.Limit > 0 {
+		q.Set("limit", fmt.Sprint(p.Limit))
+	}
+	var out JobLogsResponse
+	if err := c.do(ctx, http.MethodGet, "/api/v1/jobs/"+seg(id)+"/logs", q, nil, &out, callOpts{}); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// JobAttempts lists every attempt (lease) of a job, in order (GET /api/v1/jobs/{id}/attempts, an
+// extension).
+func (c *Client) JobAttempts(ctx context.Context, id string) (*JobAttemptsResponse, error) {
+	var out JobAttemptsResponse
+	if err := c.do(ctx, http.MethodGet, "/api/v1/jobs/"+seg(id)+"/attempts", nil, nil, &out, callOpts{}); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // JobEvents opens the job's server-sent event stream (GET /api/v1/jobs/{id}/events): one Job
 // per status change, ending after a terminal status. Close the stream when done with it.
 func (c *Client) JobEvents(ctx context.Context, id string) (*Stream[Job], error) {
@@ -91,9 +118,34 @@ func (c *Client) Lease(ctx context.Context, queue string, req LeaseRequest) (*Le
 // Heartbeat extends a lease by extendSecs from now and returns the job's status. Anything but
 // "running" (and a 409, IsConflict) means the worker must stop and report nothing.
 func (c *Client) Heartbeat(ctx context.Context, jobID, leaseToken string, extendSecs int) (*HeartbeatResponse, error) {
+	return c.HeartbeatWithProgress(ctx, jobID, leaseToken, extendSecs, nil)
+}
+
+// HeartbeatWithProgress is Heartbeat that also reports the job's progress (an extension,
+// docs/visibility.md; nil sends none): the job shows it until its next claim. A percent outside
+// 0..100 or a message over MaxProgressMessage characters is a 400.
+func (c *Client) HeartbeatWithProgress(ctx context.Context, jobID, leaseToken string, extendSecs int,
+	progress *Progress) (*HeartbeatResponse, error) {
 	var out HeartbeatResponse
-	body := HeartbeatRequest{LeaseToken: leaseToken, ExtendSecs: extendSecs}
+	body := HeartbeatRequest{LeaseToken: leaseToken, ExtendSecs: extendSecs, Progress: progress}
 	if err := c.do(ctx, http.MethodPost, "/api/v1/jobs/"+seg(jobID)+"/heartbeat", nil, body, &out, callOpts{worker: true}); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// PostJobLogs appends log lines to a job the caller holds (POST /api/v1/jobs/{id}/logs, an
+// extension, worker token): at most MaxLogLinesPerCall lines whose messages take at most
+// MaxLogCallBytes, else a 400. Another lease's token (the job was reclaimed or leased again) is a
+// 409; lines posted by the holder after its attempt ended are kept. A server without the route
+// answers 404. The Worker loop posts what handlers log through JobContext; this is the raw call.
+func (c *Client) PostJobLogs(ctx context.Context, jobID, leaseToken string, lines []LogLineRequest) (*PostJobLogsResponse, error) {
+	if lines == nil {
+		lines = []LogLineRequest{}
+	}
+	var out PostJobLogsResponse
+	body := PostJobLogsRequest{LeaseToken: leaseToken, Lines: lines}
+	if err := c.do(ctx, http.MethodPost, "/api/v1/jobs/"+seg(jobID)+"/logs", nil, body, &out, callOpts{worker: true}); err != nil {
 		return nil, err
 	}
 	return &out, nil
@@ -418,6 +470,16 @@ func (c *Client) Stats(ctx context.Context) (*Stats, error) {
 func (c *Client) Tasks(ctx context.Context) (*TasksResponse, error) {
 	var out TasksResponse
 	if err := c.do(ctx, http.MethodGet, "/api/v1/tasks", nil, nil, &out, callOpts{}); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// ListWorkers lists the workers the tenant may see, most recently seen first (GET /api/v1/workers,
+// an extension).
+func (c *Client) ListWorkers(ctx context.Context) (*ListWorkersResponse, error) {
+	var out ListWorkersResponse
+	if err := c.do(ctx, http.MethodGet, "/api/v1/workers", nil, nil, &out, callOpts{}); err != nil {
 		return nil, err
 	}
 	return &out, nil

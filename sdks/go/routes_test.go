@@ -44,6 +44,14 @@ func TestEveryRoute(t *testing.T) {
 		{"POST /api/v1/jobs/j/complete", func() error { return c.Complete(ctx, "j", "l", nil) }},
 		{"POST /api/v1/jobs/j/fail", func() error { return c.Fail(ctx, "j", "l", "e", true) }},
 		{"POST /api/v1/jobs/complete", func() error { _, err := c.CompleteMany(ctx, nil); return err }},
+		{"POST /api/v1/jobs/j/heartbeat", func() error {
+			_, err := c.HeartbeatWithProgress(ctx, "j", "l", 1, &Progress{Percent: 5})
+			return err
+		}},
+		{"POST /api/v1/jobs/j/logs", func() error { _, err := c.PostJobLogs(ctx, "j", "l", nil); return err }},
+		{"GET /api/v1/jobs/j/logs", func() error { _, err := c.JobLogs(ctx, "j", JobLogsParams{}); return err }},
+		{"GET /api/v1/jobs/j/attempts", func() error { _, err := c.JobAttempts(ctx, "j"); return err }},
+		{"GET /api/v1/workers", func() error { _, err := c.ListWorkers(ctx); return err }},
 		{"GET /openapi.json", func() error { _, err := c.OpenAPI(ctx); return err }},
 		{"POST /api/v1/workflows", func() error { _, err := c.CreateWorkflow(ctx, CreateWorkflowRequest{}); return err }},
 		{"GET /api/v1/workflows", func() error { _, err := c.ListWorkflows(ctx, ListWorkflowsParams{}); return err }},
@@ -654,5 +662,127 @@ func TestEvents(t *testing.T) {
 		if rec.header.Get("Authorization") != "Bearer tenant" {
 			t.Errorf("call %d: Authorization %q", i, rec.header.Get("Authorization"))
 		}
+	}
+}
+
+// The visibility extension's calls: what they send, and the answers of docs/visibility.md decoded.
+func TestVisibilityCalls(t *testing.T) {
+	ctx := context.Background()
+	srv, reqs := recorder(t, 200, `{"stored": 2, "dropped": 1, "last_seq": 9, "status": "running"}`)
+	c := NewClient(srv.URL, "tenant", WithWorkerToken("worker"))
+	at := time.Date(2026, 12, 3, 20, 41, 49, 0, time.UTC)
+	appended, err := c.PostJobLogs(ctx, "j 1", "tok", []LogLineRequest{
+		{Message: "loading scene", Level: LevelInfo, TS: &at}, {Message: "texture missing", Level: LevelWarning}, {Message: "plain"}})
+	if err != nil || *appended != (PostJobLogsResponse{Stored: 2, Dropped: 1, LastSeq: 9}) {
+		t.Fatalf("PostJobLogs: %+v, %v", appended, err)
+	}
+	if _, err := c.HeartbeatWithProgress(ctx, "j", "tok", 30, &Progress{Percent: 42.5, Message: "frames 425/1000"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.HeartbeatWithProgress(ctx, "j", "tok", 30, &Progress{Percent: 0}); err != nil {
+		t.Fatal(err)
+	}
+	c.Lease(ctx, "q", LeaseRequest{MaxJobs: 1, WorkerID: "box:1", Worker: &WorkerInfo{SDK: "go", Tasks: []string{"a"}}})
+	got := reqs()
+	if got[0].path != "/api/v1/jobs/j%201/logs" || got[0].header.Get("Authorization") != "Bearer worker" {
+		t.Errorf("logs posted to %s with %q", got[0].path, got[0].header.Get("Authorization"))
+	}
+	want := "map[lease_token:tok lines:[map[level:info message:loading scene ts:2026-12-03T20:41:49Z] " +
+		"map[level:warning message:texture missing] map[message:plain]]]"
+	if fmt.Sprint(got[0].body) != want {
+		t.Errorf("logs body %v, want %s", got[0].body, want)
+	}
+	if fmt.Sprint(got[1].body) != "map[extend_secs:30 lease_token:tok progress:map[message:frames 425/1000 percent:42.5]]" {
+		t.Errorf("heartbeat body %v", got[1].body)
+	}
+	if fmt.Sprint(got[2].body["progress"]) != "map[percent:0]" {
+		t.Errorf("a progress of 0 must be sent: %v", got[2].body)
+	}
+	if fmt.Sprint(got[3].body) != "map[max_jobs:1 worker:map[sdk:go tasks:[a]] worker_id:box:1]" {
+		t.Errorf("lease body %v", got[3].body)
+	}
+
+	srv, reqs = recorder(t, 200, `{
+		"lines": [{"seq": 201, "attempt": 2, "ts": "2026-12-03T20:41:49.112Z", "level": "info", "message": "m"},
+		          {"seq": 202, "attempt": 2, "ts": "2026-12-03T20:41:50Z", "message": "no level"}],
+		"last_seq": 950, "dropped": 3, "has_more": true,
+		"attempts": [
+			{"attempt": 1, "outcome": "lease_expired", "worker_id": "render-box-1", "started_at": "2026-12-03T20:40:00Z",
+			 "ended_at": "2026-12-03T20:41:02Z", "duration_secs": 62.1, "error_message": "lease expired"},
+			{"attempt": 2, "outcome": "running", "started_at": "2026-12-03T20:41:03Z"}],
+		"workers": [{"worker_id": "render-box-1:4711", "queues": ["renders"], "in_flight": 3,
+		             "first_seen_at": "2026-12-03T20:00:00Z", "last_seen_at": "2026-12-03T20:41:49Z", "live": true,
+		             "info": {"hostname": "render-box-1", "sdk": "python", "version": "2.0.1", "tasks": ["render", "encode"]}},
+		            {"worker_id": "old", "queues": [], "in_flight": 0, "first_seen_at": "2026-12-03T20:00:00Z",
+		             "last_seen_at": "2026-12-03T20:00:00Z", "live": false}]}`)
+	c = NewClient(srv.URL, "tenant", WithWorkerToken("worker"))
+	page, err := c.JobLogs(ctx, "j", JobLogsParams{After: 200, Limit: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Lines) != 2 || page.Lines[0].Seq != 201 || page.Lines[0].Attempt != 2 || page.Lines[0].Level != "info" ||
+		page.Lines[1].Level != "" || page.Lines[1].Message != "no level" || page.LastSeq != 950 || page.Dropped != 3 ||
+		!page.HasMore || page.Lines[0].TS.Nanosecond() != 112_000_000 {
+		t.Errorf("logs page %+v", page)
+	}
+	c.JobLogs(ctx, "j", JobLogsParams{})
+	attempts, err := c.JobAttempts(ctx, "j")
+	if err != nil || len(attempts.Attempts) != 2 {
+		t.Fatalf("attempts %+v, %v", attempts, err)
+	}
+	a, b := attempts.Attempts[0], attempts.Attempts[1]
+	if a.Outcome != AttemptLeaseExpired || *a.WorkerID != "render-box-1" || *a.DurationSecs != 62.1 ||
+		*a.ErrorMessage != "lease expired" || a.EndedAt == nil {
+		t.Errorf("attempt 1 %+v", a)
+	}
+	if b.Outcome != AttemptRunning || b.WorkerID != nil || b.EndedAt != nil || b.DurationSecs != nil || b.StartedAt == nil {
+		t.Errorf("attempt 2 %+v", b)
+	}
+	workers, err := c.ListWorkers(ctx)
+	if err != nil || len(workers.Workers) != 2 {
+		t.Fatalf("workers %+v, %v", workers, err)
+	}
+	if w := workers.Workers[0]; w.WorkerID != "render-box-1:4711" || !w.Live || w.InFlight != 3 ||
+		fmt.Sprint(w.Queues) != "[renders]" || fmt.Sprint(*w.Info) != "{render-box-1 python 2.0.1 [render encode]}" {
+		t.Errorf("worker %+v", w)
+	}
+	if w := workers.Workers[1]; w.Info != nil || w.Live {
+		t.Errorf("a worker without info %+v", w)
+	}
+	got = reqs()
+	if got[0].query.Encode() != "after=200&limit=2" || len(got[1].query) != 0 {
+		t.Errorf("logs queries %v, %v", got[0].query, got[1].query)
+	}
+	for _, r := range got {
+		if r.header.Get("Authorization") != "Bearer tenant" {
+			t.Errorf("%s sent with %q", r.path, r.header.Get("Authorization"))
+		}
+	}
+}
+
+// A job, and a lease item, from a server with the visibility and tracing extensions, and from one
+// without them (an upstream server): both decode.
+func TestVisibilityFieldsAreOptional(t *testing.T) {
+	base := `"id": "j", "queue_name": "q", "task_name": "t", "payload": {}, "config": {}, "status": "running",
+		"retry_count": 0, "delivery_count": 1, "created_at": "2026-01-01T00:00:00Z",
+		"scheduled_at": "2026-01-01T00:00:00Z", "metadata": {}`
+	var item LeasedJob
+	raw := `{"lease_token": "l", "traceparent": "` + "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01" +
+		`", "tracestate": "congo=t61rcWkgMzE", "job": {` + base +
+		`, "progress": {"percent": 42.5, "message": "frames", "updated_at": "2026-12-03T20:41:49.112Z"}}}`
+	if err := json.Unmarshal([]byte(raw), &item); err != nil {
+		t.Fatal(err)
+	}
+	p := item.Job.Progress
+	if item.Traceparent == "" || item.Tracestate != "congo=t61rcWkgMzE" || p == nil || p.Percent != 42.5 ||
+		p.Message != "frames" || p.UpdatedAt == nil {
+		t.Errorf("extended item %+v, progress %+v", item, p)
+	}
+	item = LeasedJob{}
+	if err := json.Unmarshal([]byte(`{"lease_token": "l", "job": {`+base+`}}`), &item); err != nil {
+		t.Fatal(err)
+	}
+	if item.Traceparent != "" || item.Tracestate != "" || item.Job.Progress != nil {
+		t.Errorf("upstream item %+v", item)
 	}
 }

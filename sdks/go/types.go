@@ -126,6 +126,9 @@ type Job struct {
 	TenantID       *string        `json:"tenant_id,omitempty"`
 	WorkflowID     *string        `json:"workflow_id,omitempty"`
 	WorkflowStepID *string        `json:"workflow_step_id,omitempty"`
+	// Progress is what the job's worker last reported (an extension, docs/visibility.md): nil
+	// when it reported none, or when the server does not have the extension.
+	Progress *Progress `json:"progress,omitempty"`
 }
 
 // Unique decodes the job's config.unique (the server sends all three fields): nil, and no error,
@@ -216,12 +219,23 @@ type LeaseRequest struct {
 	MaxJobs   int `json:"max_jobs,omitempty"`
 	LeaseSecs int `json:"lease_secs,omitempty"`
 	WaitSecs  int `json:"wait_secs,omitempty"`
+	// WorkerID names the worker (an extension, docs/visibility.md): 1 to MaxWorkerIDBytes visible
+	// ASCII characters, recorded on every job the call leases and in the worker registry. Left out
+	// when empty.
+	WorkerID string `json:"worker_id,omitempty"`
+	// Worker is what the worker says of itself (an extension); left out when nil, and the server
+	// keeps what it said last.
+	Worker *WorkerInfo `json:"worker,omitempty"`
 }
 
 // LeasedJob is one leased job and the token proving ownership of it.
 type LeasedJob struct {
 	Job        Job    `json:"job"`
 	LeaseToken string `json:"lease_token"`
+	// Traceparent and Tracestate are the W3C trace context the job was created in (an extension,
+	// docs/tracing.md), empty when it has none: the worker's span is a child of it.
+	Traceparent string `json:"traceparent,omitempty"`
+	Tracestate  string `json:"tracestate,omitempty"`
 }
 
 // LeaseResponse answers a lease; Jobs may be empty.
@@ -233,6 +247,8 @@ type LeaseResponse struct {
 type HeartbeatRequest struct {
 	LeaseToken string `json:"lease_token"`
 	ExtendSecs int    `json:"extend_secs"`
+	// Progress reports how far the job got (an extension); left out when nil.
+	Progress *Progress `json:"progress,omitempty"`
 }
 
 // HeartbeatResponse carries the job's current status; anything but "running" means stop.
@@ -750,4 +766,141 @@ type CronSchedule struct {
 type ListCronsResponse struct {
 	Crons []CronSchedule `json:"crons"`
 	Page
+}
+
+// --- visibility (an extension: docs/visibility.md) ---
+
+// Bounds of the visibility extension, as the server checks them.
+const (
+	MaxProgressMessage = 1024      // characters of a progress message
+	MaxLogLinesPerCall = 100       // lines of one POST /api/v1/jobs/{id}/logs
+	MaxLogCallBytes    = 64 * 1024 // bytes (UTF-8) of the messages of one call, and of one message
+	MaxLogLevel        = 16        // letters of a log level
+	MaxWorkerIDBytes   = 128       // a worker id: visible ASCII, no space
+	MaxWorkerTasks     = 256       // task names in WorkerInfo.Tasks
+	MaxWorkerText      = 255       // characters of WorkerInfo's Hostname, SDK and Version
+	MaxLogPage         = 1000      // lines of one GET /api/v1/jobs/{id}/logs
+)
+
+// Log levels the SDK names (the server takes any 1 to 16 letters).
+const (
+	LevelDebug   = "debug"
+	LevelInfo    = "info"
+	LevelWarning = "warning"
+	LevelError   = "error"
+)
+
+// Progress is how far a running job got: Percent from 0 to 100 and an optional Message (at most
+// MaxProgressMessage characters; left out when empty). The server adds UpdatedAt, the time of the
+// report, when it shows the job; a heartbeat leaves it nil.
+type Progress struct {
+	Percent   float64    `json:"percent"`
+	Message   string     `json:"message,omitempty"`
+	UpdatedAt *time.Time `json:"updated_at,omitempty"`
+}
+
+// LogLineRequest is one line of POST /api/v1/jobs/{id}/logs. Level (1 to MaxLogLevel letters) and
+// TS (default: when the server stores the line) are left out when zero.
+type LogLineRequest struct {
+	Message string     `json:"message"`
+	Level   string     `json:"level,omitempty"`
+	TS      *time.Time `json:"ts,omitempty"`
+}
+
+// PostJobLogsRequest is the body of POST /api/v1/jobs/{id}/logs: at most MaxLogLinesPerCall lines
+// whose messages take at most MaxLogCallBytes in all.
+type PostJobLogsRequest struct {
+	LeaseToken string           `json:"lease_token"`
+	Lines      []LogLineRequest `json:"lines"`
+}
+
+// PostJobLogsResponse answers a log post: the lines stored, this call's lines dropped past the
+// job's cap (--job-log-max-bytes), and the job's last seq.
+type PostJobLogsResponse struct {
+	Stored  int   `json:"stored"`
+	Dropped int   `json:"dropped"`
+	LastSeq int64 `json:"last_seq"`
+}
+
+// LogLine is a stored log line: Seq counts from 1 per job across its attempts; Attempt is the
+// attempt that was running. Level is empty when the line was posted without one.
+type LogLine struct {
+	Seq     int64     `json:"seq"`
+	Attempt int       `json:"attempt"`
+	TS      time.Time `json:"ts"`
+	Level   string    `json:"level,omitempty"`
+	Message string    `json:"message"`
+}
+
+// JobLogsParams pages GET /api/v1/jobs/{id}/logs: the lines after seq After (0: from the first),
+// at most Limit of them (the server's default 100 when 0; at most MaxLogPage).
+type JobLogsParams struct {
+	After int64
+	Limit int
+}
+
+// JobLogsResponse is a page of a job's log lines, oldest first. LastSeq is the job's newest line,
+// Dropped counts the job's lines refused past its cap, and while HasMore ask again with After set to
+// the page's last Seq.
+type JobLogsResponse struct {
+	Lines   []LogLine `json:"lines"`
+	LastSeq int64     `json:"last_seq"`
+	Dropped int64     `json:"dropped"`
+	HasMore bool      `json:"has_more"`
+}
+
+// Attempt outcomes (Attempt.Outcome).
+const (
+	AttemptRunning      = "running"       // the current attempt: it has not ended
+	AttemptCompleted    = "completed"     // the worker's complete
+	AttemptRetry        = "retry"         // a retryable failure with budget left: the job was scheduled again
+	AttemptFailed       = "failed"        // a failure that failed the job (dead-lettered)
+	AttemptLeaseExpired = "lease_expired" // the janitor reclaimed the expired lease
+	AttemptCancelled    = "cancelled"     // the job was cancelled while it ran
+	AttemptReleased     = "released"      // given back unfinished: no retry spent
+)
+
+// Attempt is one lease of a job: its number (the job's delivery_count when it began), how it
+// ended, the worker that held it (nil when the lease named none), and its times (EndedAt and
+// DurationSecs nil while it runs).
+type Attempt struct {
+	Attempt      int        `json:"attempt"`
+	Outcome      string     `json:"outcome"`
+	WorkerID     *string    `json:"worker_id,omitempty"`
+	StartedAt    *time.Time `json:"started_at,omitempty"`
+	EndedAt      *time.Time `json:"ended_at,omitempty"`
+	DurationSecs *float64   `json:"duration_secs,omitempty"`
+	ErrorMessage *string    `json:"error_message,omitempty"`
+}
+
+// JobAttemptsResponse answers GET /api/v1/jobs/{id}/attempts: every attempt, in order.
+type JobAttemptsResponse struct {
+	Attempts []Attempt `json:"attempts"`
+}
+
+// WorkerInfo is what a worker says of itself on lease; every field is optional (left out when
+// empty). The Worker loop sends {Hostname, SDK "go", Version, Tasks: its handlers' names, sorted}.
+type WorkerInfo struct {
+	Hostname string   `json:"hostname,omitempty"`
+	SDK      string   `json:"sdk,omitempty"`
+	Version  string   `json:"version,omitempty"`
+	Tasks    []string `json:"tasks,omitempty"`
+}
+
+// RegisteredWorker is a worker as a tenant sees it (GET /api/v1/workers): the queues it leased the
+// tenant's jobs from, how many of them it holds now, when it was first and last seen, whether it is
+// live (seen within the last 2 minutes) and what it said of itself (nil when nothing).
+type RegisteredWorker struct {
+	WorkerID    string      `json:"worker_id"`
+	Queues      []string    `json:"queues"`
+	InFlight    int         `json:"in_flight"`
+	FirstSeenAt time.Time   `json:"first_seen_at"`
+	LastSeenAt  time.Time   `json:"last_seen_at"`
+	Live        bool        `json:"live"`
+	Info        *WorkerInfo `json:"info,omitempty"`
+}
+
+// ListWorkersResponse answers GET /api/v1/workers, most recently seen first.
+type ListWorkersResponse struct {
+	Workers []RegisteredWorker `json:"workers"`
 }

@@ -10,12 +10,17 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // HandlerFunc runs one job. Its context is cancelled when the worker learns from a heartbeat
 // that the job is no longer its own (cancelled, finished elsewhere, lease lost); the worker then
 // reports nothing, whatever the handler returns. A nil result is reported as {}. A returned error
-// fails the job retryably; wrap it with Permanent to fail it without retry.
+// fails the job retryably; wrap it with Permanent to fail it without retry. The context carries the
+// job's JobContext (JobContextFrom: progress and log lines) and the worker's span, current
+// (trace.SpanFromContext), so spans the handler starts are its children.
 type HandlerFunc func(ctx context.Context, job *Job) (map[string]any, error)
 
 // Outcome is how a handler finished.
@@ -52,6 +57,14 @@ type WorkerOptions struct {
 	// from the job's goroutine (so possibly concurrently). err is the handler's error (or the
 	// cancellation cause for OutcomeCancelled).
 	OnJobDone func(job *Job, outcome Outcome, err error)
+	// WorkerID names this worker on every lease call (an extension, docs/visibility.md): the
+	// server records it on the jobs it leases (their attempts) and lists the worker in
+	// GET /api/v1/workers. 1 to MaxWorkerIDBytes visible ASCII characters; default
+	// "<hostname>:<process id>".
+	WorkerID string
+	// TracerProvider makes the span each handler runs in (default otel.GetTracerProvider(), the
+	// global one: the API's no-op until the application installs an OpenTelemetry SDK).
+	TracerProvider trace.TracerProvider
 }
 
 func (o WorkerOptions) withDefaults() WorkerOptions {
@@ -87,6 +100,12 @@ func (o WorkerOptions) withDefaults() WorkerOptions {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	if o.WorkerID == "" {
+		o.WorkerID = defaultWorkerID()
+	}
+	if o.TracerProvider == nil {
+		o.TracerProvider = otel.GetTracerProvider()
+	}
 	return o
 }
 
@@ -101,6 +120,8 @@ type Worker struct {
 	mu      sync.RWMutex
 	handler map[string]HandlerFunc
 	running atomic.Bool
+	// progressOff: the server refused a heartbeat's progress (400) during this Run.
+	progressOff atomic.Bool
 }
 
 // NewWorker returns a worker of queue. It authenticates with the client's worker token.
@@ -111,7 +132,8 @@ func NewWorker(client *Client, queue string, opts WorkerOptions) *Worker {
 // Options returns the effective options (defaults applied).
 func (w *Worker) Options() WorkerOptions { return w.opts }
 
-// Handle registers the handler of a task name, replacing any earlier one.
+// Handle registers the handler of a task name, replacing any earlier one. The task names are sent
+// (sorted) in the worker's description on its first lease call.
 func (w *Worker) Handle(taskName string, fn HandlerFunc) *Worker {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -144,13 +166,23 @@ func fatalLeaseError(err error) bool {
 // worker sends at once); each job stays held and heartbeated until its item is answered. A batch
 // route answering 404 or 405 sends Run back to one call per job for good. Failures are always
 // reported one call per job.
+//
+// Every lease call names the worker (WorkerOptions.WorkerID), and until one succeeded it also says
+// what the worker is (WorkerInfo: hostname, SDK "go", Version, the handlers' task names). An
+// invalid WorkerID makes Run return an error wrapping ErrInvalidArgument at once.
 func (w *Worker) Run(ctx context.Context) error {
+	if err := checkWorkerID(w.opts.WorkerID); err != nil {
+		return fmt.Errorf("queueflow: WorkerOptions.WorkerID: %w", err)
+	}
 	if !w.running.CompareAndSwap(false, true) {
 		return errors.New("queueflow: this worker is already running")
 	}
 	defer w.running.Store(false)
+	w.progressOff.Store(false)
 	o := w.opts
 	log := o.Logger.With("queue", w.queue)
+	tracer := o.TracerProvider.Tracer(InstrumentationName, trace.WithInstrumentationVersion(Version))
+	announced := false               // a lease call succeeded: the server knows what this worker is
 	bg := context.WithoutCancel(ctx) // held jobs outlive ctx: they drain
 	slots := make(chan struct{}, o.Concurrency)
 	freed := make(chan struct{}, 1)
@@ -182,7 +214,11 @@ loop:
 		// At most BatchSize per lease; with BatchSize above Concurrency, up to BatchSize held.
 		h := int(held.Load() - settling.Load())
 		n := min(max(o.Concurrency-h, o.BatchSize-h), o.BatchSize)
-		leased, err := w.client.Lease(ctx, w.queue, LeaseRequest{MaxJobs: n, LeaseSecs: o.LeaseSecs, WaitSecs: o.WaitSecs})
+		req := LeaseRequest{MaxJobs: n, LeaseSecs: o.LeaseSecs, WaitSecs: o.WaitSecs, WorkerID: o.WorkerID}
+		if !announced {
+			req.Worker = w.workerInfo()
+		}
+		leased, err := w.client.Lease(ctx, w.queue, req)
 		if err != nil {
 			if ctx.Err() != nil {
 				break
@@ -198,6 +234,7 @@ loop:
 			continue
 		}
 		backoff.Reset()
+		announced = true
 		for i := range leased.Jobs {
 			lj := leased.Jobs[i]
 			next := make(chan struct{})
@@ -212,7 +249,7 @@ loop:
 					default:
 					}
 				}()
-				w.hold(bg, log, acks, &lj, slots, prev, mine, func(on bool) {
+				w.hold(bg, log, acks, tracer, &lj, slots, prev, mine, func(on bool) {
 					if on {
 						settling.Add(1)
 					} else {
@@ -233,11 +270,12 @@ loop:
 }
 
 // hold owns one leased job from lease to report: it heartbeats it from the start (also while it
-// waits for a handler slot), runs its handler, and reports the outcome unless the job was lost. A
-// success goes through the loop's acknowledgement buffer (acks) and the job stays held until it is
-// answered; without the batch route it is completed with its own call.
-func (w *Worker) hold(bg context.Context, log *slog.Logger, acks *acker, lj *LeasedJob, slots chan struct{},
-	prev <-chan struct{}, mine chan struct{}, settle func(on bool)) {
+// waits for a handler slot), runs its handler, sends what the handler left of its logs and
+// progress, and reports the outcome unless the job was lost. A success goes through the loop's
+// acknowledgement buffer (acks) and the job stays held until it is answered; without the batch
+// route it is completed with its own call.
+func (w *Worker) hold(bg context.Context, log *slog.Logger, acks *acker, tracer trace.Tracer, lj *LeasedJob,
+	slots chan struct{}, prev <-chan struct{}, mine chan struct{}, settle func(on bool)) {
 	o := w.opts
 	job := &lj.Job
 	log = log.With("job_id", job.ID, "task", job.TaskName)
@@ -246,13 +284,17 @@ func (w *Worker) hold(bg context.Context, log *slog.Logger, acks *acker, lj *Lea
 	var lost atomic.Bool
 	var deadline atomic.Int64 // unix nanos until which the lease is held
 	deadline.Store(time.Now().Add(time.Duration(o.LeaseSecs) * time.Second).UnixNano())
+	extended := func(sent time.Time) {
+		deadline.Store(sent.Add(time.Duration(o.LeaseSecs) * time.Second).UnixNano())
+	}
+	jc := newJobContext(job, log)
 
 	stopBeat := make(chan struct{})
 	beatDone := make(chan struct{})
 	beatCtx, cancelBeat := context.WithCancel(jobCtx)
 	go func() {
 		defer close(beatDone)
-		w.heartbeat(beatCtx, log, lj, stopBeat, &deadline, func(reason error) {
+		w.heartbeat(beatCtx, log, lj, jc, stopBeat, extended, func(reason error) {
 			lost.Store(true)
 			cancelJob(reason)
 		})
@@ -293,7 +335,7 @@ func (w *Worker) hold(bg context.Context, log *slog.Logger, acks *acker, lj *Lea
 		})
 		return
 	}
-	result, err, panicked := w.invoke(jobCtx, job, fn)
+	result, err, panicked := w.runHandler(jobCtx, bg, log, tracer, lj, jc, fn, lost.Load)
 	<-slots
 
 	outcome := OutcomeOK
@@ -310,6 +352,8 @@ func (w *Worker) hold(bg context.Context, log *slog.Logger, acks *acker, lj *Lea
 		o.OnJobDone(job, outcome, err)
 	}
 	if outcome == OutcomeCancelled {
+		// Its last lines, should the server still take them from this lease; no progress.
+		w.flushReports(bg, log, jc, lj, false, extended)
 		log.Info("queueflow: handler abandoned; the server owns the outcome", "cause", context.Cause(jobCtx))
 		return
 	}
@@ -318,6 +362,7 @@ func (w *Worker) hold(bg context.Context, log *slog.Logger, acks *acker, lj *Lea
 	until := func() time.Time { return time.Unix(0, deadline.Load()) }
 	settle(true) // the handler is done: its slot is free, its report outstanding
 	defer settle(false)
+	w.flushReports(bg, log, jc, lj, true, extended) // logs and progress first, then the outcome
 	if outcome == OutcomeOK {
 		if result == nil {
 			result = map[string]any{}
@@ -339,6 +384,32 @@ func (w *Worker) hold(bg context.Context, log *slog.Logger, acks *acker, lj *Lea
 	})
 }
 
+// runHandler runs the job's handler inside its span, with its JobContext in ctx, while a goroutine
+// posts the lines it logs (at most once a second); it returns once the span has ended and that
+// goroutine has finished its last call. lost reports a job taken away (the span's status stays
+// unset for it).
+func (w *Worker) runHandler(jobCtx, bg context.Context, log *slog.Logger, tracer trace.Tracer, lj *LeasedJob,
+	jc *JobContext, fn HandlerFunc, lost func() bool) (result map[string]any, err error, panicked bool) {
+	ctx, span := w.startSpan(context.WithValue(jobCtx, jobContextKey{}, jc), tracer, lj)
+	stopLogs := make(chan struct{})
+	logsDone := make(chan struct{})
+	go func() {
+		defer close(logsDone)
+		w.postLogsEverySecond(bg, log, jc, lj, stopLogs)
+	}()
+	result, err, panicked = w.invoke(ctx, &lj.Job, fn)
+	outcome := OutcomeOK
+	if lost() {
+		outcome = OutcomeCancelled
+	} else if err != nil {
+		outcome = OutcomeError
+	}
+	endSpan(span, outcome, err)
+	close(stopLogs)
+	<-logsDone
+	return result, err, panicked
+}
+
 // invoke runs the job's handler, turning a panic into an error.
 func (w *Worker) invoke(ctx context.Context, job *Job, fn HandlerFunc) (result map[string]any, err error, panicked bool) {
 	defer func() {
@@ -352,27 +423,52 @@ func (w *Worker) invoke(ctx context.Context, job *Job, fn HandlerFunc) (result m
 	return result, err, false
 }
 
-// heartbeat extends the lease every HeartbeatInterval until stop is closed. A status other than
-// running, a 409 or a 404 calls lose and ends the heartbeat; other failures are logged and the
-// next beat tries again.
-func (w *Worker) heartbeat(ctx context.Context, log *slog.Logger, lj *LeasedJob, stop <-chan struct{},
-	deadline *atomic.Int64, lose func(error)) {
+// heartbeat extends the lease every HeartbeatInterval until stop is closed, carrying the job's
+// progress when a report waits; a new report also sends a heartbeat early, at most one every
+// reportInterval. A status other than running, a 409 or a 404 calls lose and ends the heartbeat;
+// other failures are logged and the next beat tries again.
+func (w *Worker) heartbeat(ctx context.Context, log *slog.Logger, lj *LeasedJob, jc *JobContext, stop <-chan struct{},
+	extended func(sent time.Time), lose func(error)) {
 	o := w.opts
 	ticker := time.NewTicker(o.HeartbeatInterval)
 	defer ticker.Stop()
+	var lastEarly time.Time // the last heartbeat sent early for a progress report
+	var early *time.Timer   // armed while an early heartbeat waits for its turn
+	defer func() {
+		if early != nil {
+			early.Stop()
+		}
+	}()
+	var earlyDue <-chan time.Time
 	for {
 		select {
 		case <-stop:
 			return
 		case <-ticker.C:
+		case <-jc.beatWake:
+			if earlyDue != nil || !w.progressPending(jc) {
+				continue
+			}
+			if wait := time.Until(lastEarly.Add(reportInterval)); wait > 0 {
+				early = time.NewTimer(wait)
+				earlyDue = early.C
+				continue
+			}
+			lastEarly = time.Now()
+		case <-earlyDue:
+			earlyDue = nil
+			if !w.progressPending(jc) { // a regular beat took it meanwhile
+				continue
+			}
+			lastEarly = time.Now()
 		}
 		sent := time.Now()
 		hctx, cancel := context.WithTimeout(ctx, max(o.HeartbeatInterval, time.Second))
-		resp, err := w.client.Heartbeat(hctx, lj.Job.ID, lj.LeaseToken, o.LeaseSecs)
+		resp, err := w.beat(hctx, log, jc, lj)
 		cancel()
 		switch {
 		case err == nil && resp.Status == StatusRunning:
-			deadline.Store(sent.Add(time.Duration(o.LeaseSecs) * time.Second).UnixNano())
+			extended(sent)
 			log.Debug("queueflow: lease extended", "secs", o.LeaseSecs)
 		case err == nil:
 			lose(fmt.Errorf("%w: the job is %s", ErrLeaseLost, resp.Status))

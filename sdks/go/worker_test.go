@@ -42,6 +42,22 @@ type fakeServer struct {
 	batch      func(call int, ids []string, w http.ResponseWriter)
 	itemStatus func(id string) int
 	batchCalls [][]string
+	// logs answers POST /api/v1/jobs/{id}/logs (nil: 200); logCalls records each call.
+	logs     func(id string, w http.ResponseWriter)
+	logCalls []logCall
+	// beatBodies records each heartbeat's body, per job.
+	beatBodies map[string][]map[string]any
+	// order records the calls about jobs as "<action> <id>" (heartbeat, logs, complete, fail), in
+	// the order they arrived.
+	order []string
+}
+
+// logCall is one POST /api/v1/jobs/{id}/logs as the fake received it.
+type logCall struct {
+	id    string
+	token string
+	lines []map[string]any
+	at    time.Time
 }
 
 type report struct {
@@ -51,10 +67,40 @@ type report struct {
 }
 
 func newFake(t *testing.T) (*fakeServer, *Client) {
-	f := &fakeServer{t: t, heartbeats: map[string]int{}, beatTimes: map[string][]time.Time{}, reported: make(chan report, 1000)}
+	f := newFakeServer(t)
 	srv := httptest.NewServer(f)
 	t.Cleanup(srv.Close)
 	return f, NewClient(srv.URL, "tenant", WithWorkerToken("worker"))
+}
+
+func newFakeServer(t *testing.T) *fakeServer {
+	return &fakeServer{t: t, heartbeats: map[string]int{}, beatTimes: map[string][]time.Time{},
+		beatBodies: map[string][]map[string]any{}, reported: make(chan report, 1000)}
+}
+
+// newFakeInMemory is newFake without a network: the client's transport calls the fake directly,
+// so that a test can run the worker inside a testing/synctest bubble, on its fake clock.
+func newFakeInMemory(t *testing.T) (*fakeServer, *Client) {
+	f := newFakeServer(t)
+	return f, NewClient("http://fake.invalid", "tenant", WithWorkerToken("worker"),
+		WithHTTPClient(&http.Client{Transport: inMemory{f}}))
+}
+
+// inMemory is an http.RoundTripper that serves each request with a handler, in the caller's goroutine.
+type inMemory struct{ h http.Handler }
+
+func (m inMemory) RoundTrip(r *http.Request) (*http.Response, error) {
+	if err := r.Context().Err(); err != nil {
+		return nil, err
+	}
+	if r.Body == nil {
+		r.Body = http.NoBody // as a server sees a request without one
+	}
+	rec := httptest.NewRecorder()
+	m.h.ServeHTTP(rec, r)
+	resp := rec.Result()
+	resp.Request = r
+	return resp, nil
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -117,6 +163,8 @@ func (f *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "heartbeat":
 		f.heartbeats[id]++
 		f.beatTimes[id] = append(f.beatTimes[id], time.Now())
+		f.beatBodies[id] = append(f.beatBodies[id], body)
+		f.order = append(f.order, "heartbeat "+id)
 		hb := f.heartbeat
 		f.mu.Unlock()
 		if hb == nil {
@@ -124,9 +172,27 @@ func (f *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		} else {
 			hb(id, w)
 		}
+	case "logs":
+		var lines []map[string]any
+		if raw, ok := body["lines"].([]any); ok {
+			for _, line := range raw {
+				lines = append(lines, line.(map[string]any))
+			}
+		}
+		token, _ := body["lease_token"].(string)
+		f.logCalls = append(f.logCalls, logCall{id: id, token: token, lines: lines, at: time.Now()})
+		f.order = append(f.order, "logs "+id)
+		answer := f.logs
+		f.mu.Unlock()
+		if answer == nil {
+			writeJSON(w, 200, map[string]any{"stored": len(lines), "dropped": 0, "last_seq": len(lines)})
+		} else {
+			answer(id, w)
+		}
 	case "complete", "fail":
 		rep := report{kind: action, id: id, body: body}
 		f.reports = append(f.reports, rep)
+		f.order = append(f.order, action+" "+id)
 		answer := f.report
 		f.mu.Unlock()
 		f.reported <- rep
@@ -177,6 +243,7 @@ func (f *fakeServer) serveBatch(w http.ResponseWriter, raw []byte) {
 		ids[i], _ = item["id"].(string)
 		rep := report{kind: "complete", id: ids[i], body: item, batch: true}
 		f.reports = append(f.reports, rep)
+		f.order = append(f.order, "complete "+ids[i])
 		f.reported <- rep
 	}
 	f.batchCalls = append(f.batchCalls, ids)

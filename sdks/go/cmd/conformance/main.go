@@ -21,6 +21,11 @@ import (
 	"time"
 
 	qf "github.com/queueflow/queueflow-go"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/codes"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 )
 
 type scenario struct {
@@ -32,6 +37,8 @@ type scenario struct {
 		Concurrency   int               `json:"concurrency"`
 		BatchSize     int               `json:"batch_size"`
 		StopAfterJobs int               `json:"stop_after_jobs"`
+		WorkerID      string            `json:"worker_id"`
+		Tracing       bool              `json:"tracing"`
 		UniqueKey     string            `json:"unique_key"`
 		WindowSecs    int               `json:"window_secs"`
 		Context       map[string]any    `json:"context"`
@@ -154,6 +161,32 @@ func handlerFor(behaviour string) (qf.HandlerFunc, error) {
 			emit("handler_started", map[string]any{"job_id": job.ID})
 			return nil, qf.Permanent(errors.New("invalid input"))
 		}, nil
+	case "report_progress_and_logs":
+		return func(ctx context.Context, job *qf.Job) (map[string]any, error) {
+			emit("handler_started", map[string]any{"job_id": job.ID})
+			jc := qf.JobContextFrom(ctx)
+			if err := jc.Progress(40, "loading"); err != nil {
+				return nil, err
+			}
+			for i := 1; i <= 120; i++ {
+				jc.Log(fmt.Sprintf("line %d", i))
+			}
+			span := trace.SpanFromContext(ctx).SpanContext()
+			emit("handler_span", map[string]any{"job_id": job.ID, "trace_id": span.TraceID().String(),
+				"span_id": span.SpanID().String()})
+			if err := jc.Progress(100, "done"); err != nil {
+				return nil, err
+			}
+			return job.Payload, nil
+		}, nil
+	case "log_then_fail_retryable":
+		return func(ctx context.Context, job *qf.Job) (map[string]any, error) {
+			emit("handler_started", map[string]any{"job_id": job.ID})
+			if err := qf.JobContextFrom(ctx).LogAt(qf.LevelError, "failing on purpose"); err != nil {
+				return nil, err
+			}
+			return nil, errors.New("boom")
+		}, nil
 	case "wait_for_cancel":
 		return func(ctx context.Context, job *qf.Job) (map[string]any, error) {
 			emit("handler_started", map[string]any{"job_id": job.ID})
@@ -179,12 +212,21 @@ func runLoop(ctx context.Context, e env, sc *scenario) error {
 	stopAfter := w.StopAfterJobs
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
+	var spans *tracetest.InMemoryExporter
+	if w.Tracing {
+		// The OpenTelemetry SDK as the application would install it, exporting to memory at once.
+		spans = tracetest.NewInMemoryExporter()
+		provider := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
+		defer provider.Shutdown(context.Background())
+		otel.SetTracerProvider(provider)
+	}
 	var finished atomic.Int64
 	worker := qf.NewWorker(client, e.queue, qf.WorkerOptions{
 		LeaseSecs:   lease,
 		WaitSecs:    1,
 		Concurrency: w.Concurrency,
 		BatchSize:   w.BatchSize,
+		WorkerID:    w.WorkerID, // "" takes the SDK's default
 		OnJobDone: func(job *qf.Job, outcome qf.Outcome, err error) {
 			emit("job_done", map[string]any{"job_id": job.ID, "outcome": string(outcome)})
 			if stopAfter > 0 && finished.Add(1) >= int64(stopAfter) {
@@ -205,7 +247,39 @@ func runLoop(ctx context.Context, e env, sc *scenario) error {
 	if ctx.Err() != nil {
 		return fmt.Errorf("gave up after %d of %d jobs: %w", finished.Load(), stopAfter, ctx.Err())
 	}
+	if spans != nil {
+		emitWorkerSpans(spans.GetSpans())
+	}
 	return nil
+}
+
+// emitWorkerSpans emits one worker_span event per finished span of the worker loop ("process ..."),
+// in the order they ended.
+func emitWorkerSpans(spans tracetest.SpanStubs) {
+	for _, span := range spans {
+		if !strings.HasPrefix(span.Name, "process ") {
+			continue
+		}
+		attributes := map[string]any{}
+		for _, kv := range span.Attributes {
+			attributes[string(kv.Key)] = kv.Value.AsInterface()
+		}
+		parent := ""
+		if span.Parent.IsValid() {
+			parent = span.Parent.SpanID().String()
+		}
+		status := map[codes.Code]string{codes.Unset: "unset", codes.Ok: "ok", codes.Error: "error"}[span.Status.Code]
+		emit("worker_span", map[string]any{
+			"job_id":         attributes[qf.AttrMessagingMessageID],
+			"name":           span.Name,
+			"trace_id":       span.SpanContext.TraceID().String(),
+			"span_id":        span.SpanContext.SpanID().String(),
+			"parent_span_id": parent,
+			"kind":           span.SpanKind.String(),
+			"status":         status,
+			"attributes":     attributes,
+		})
+	}
 }
 
 // --- raw_stale_lease -----------------------------------------------------------------------------
