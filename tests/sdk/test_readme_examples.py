@@ -102,9 +102,13 @@ async def test_go_readme_example_enqueues_works_and_drains_on_sigint(service, da
     code = fenced_block(SDKS / "go" / "README.md", "## A worker and a producer", "go")
     (tmp_path / "main.go").write_text(pointed_at(code, srv.base_url))
     (tmp_path / "go.mod").write_text(
-        "module example.com/readme\n\ngo 1.23\n\nrequire github.com/queueflow/queueflow-go v0.0.0\n\n"
+        "module example.com/readme\n\ngo 1.26.0\n\nrequire github.com/queueflow/queueflow-go v0.0.0\n\n"
         f"replace github.com/queueflow/queueflow-go => {SDKS / 'go'}\n"
     )
+    # The SDK's own requirements (the OpenTelemetry API) resolved as a user's `go mod tidy` would.
+    tidied = await spawn(["go", "mod", "tidy"], tmp_path)
+    status, out = await finish(tidied, within=300)
+    assert status == 0, out
     built = await spawn(["go", "build", "-o", "example", "."], tmp_path)
     status, out = await finish(built, within=300)
     assert status == 0, out
