@@ -297,11 +297,16 @@ async def load_runs(conn: Connection, wf_ids: Sequence[str]) -> dict[str, Workfl
         for row in await conn.fetch(Q.lock_workflows, list(wf_ids))
         if not WorkflowStatus(row["status"]).terminal
     }
+    await _load_steps(conn, runs)
+    return runs
+
+
+async def _load_steps(conn: Connection, runs: Mapping[str, WorkflowRun]) -> None:
+    """The step rows of `runs`' workflows, into their `steps` (one statement)."""
     if runs:
         for r in await conn.fetch(Q.workflows_steps, list(runs)):
             step = to_step_run(r)
             runs[r["workflow_id"]].steps[step.name] = step
-    return runs
 
 
 def _head(row: asyncpg.Record) -> WorkflowRun:
@@ -362,12 +367,12 @@ async def arm_step(
 
 async def apply_due_wake_ups(pool: Pool, apply_many: ApplyMany, limit: int) -> int:
     """Take up to `limit` due wake-ups with their workflows (`take_due_wake_ups`: locked, not
-    written) and `apply_many` them as `timer` events in the same transaction: no outbox row written,
-    taken and deleted for each, and each step row written once, by its own completion or failure.
-    What applying left in place is then cleared (`clear_taken_wake_ups`), so it is not taken again.
-    Returns how many were taken. When applying raises, the transaction rolls back and the error
-    propagates; the wake-ups are still due, for `fire_due_timers` (the outbox, with its counted
-    attempts) to take."""
+    written, the workflows' heads read with them) and `apply_many` them as `timer` events in the same
+    transaction: no outbox row written, taken and deleted for each, and each step row written once,
+    by its own completion or failure. A wake-up that applying let pass (its step still running) is
+    then cleared (`clear_taken_wake_ups`), so it is not taken again. Returns how many were taken.
+    When applying raises, the transaction rolls back and the error propagates; the wake-ups are
+    still due, for `fire_due_timers` (the outbox, with its counted attempts) to take."""
     async with pool.acquire() as conn, conn.transaction():
         rows = await conn.fetch(Q.take_due_wake_ups, limit)
         if not rows:
@@ -383,15 +388,44 @@ async def apply_due_wake_ups(pool: Pool, apply_many: ApplyMany, limit: int) -> i
             )
             for r in rows
         ]
-        runs = await load_runs(conn, sorted({e.workflow_id for e in events}))
+        heads = {r["workflow_id"]: r for r in rows if not WorkflowStatus(r["w_status"]).terminal}
+        runs = {wf_id: _taken_head(r) for wf_id, r in heads.items()}
+        await _load_steps(conn, runs)
         await apply_many(conn, events, runs)
-        await conn.execute(
-            Q.clear_taken_wake_ups,
-            [r["workflow_id"] for r in rows],
-            [r["name"] for r in rows],
-            [r["wake_at"] for r in rows],
-        )
+        passed = [r for r in rows if _still_running(runs, r["workflow_id"], r["name"])]
+        if passed:
+            await conn.execute(
+                Q.clear_taken_wake_ups,
+                [r["workflow_id"] for r in passed],
+                [r["name"] for r in passed],
+                [r["wake_at"] for r in passed],
+            )
     return len(rows)
+
+
+def _taken_head(row: asyncpg.Record) -> WorkflowRun:
+    return WorkflowRun(
+        id=row["workflow_id"],
+        tenant_id=row["tenant_id"],
+        status=WorkflowStatus(row["w_status"]),
+        context=row["context"],
+        halted=row["halted"],
+        depth=row["depth"],
+        parent_workflow_id=row["parent_workflow_id"],
+        parent_step_name=row["parent_step_name"],
+        name=row["w_name"],
+        traceparent=row["traceparent"],
+        tracestate=row["tracestate"],
+    )
+
+
+def _still_running(runs: Mapping[str, WorkflowRun], wf_id: str, step_name: str) -> bool:
+    """Whether a taken wake-up's step may still be running after applying: its workflow was not
+    loaded (ended), or the step is running in the state applying left (a workflow's later event in
+    the batch reloads it, so this state can be older, never newer: a step it shows ended did end)."""
+    run = runs.get(wf_id)
+    step = None if run is None else run.steps.get(step_name)
+    return step is None or step.status is StepStatus.RUNNING
 
 
 async def fire_due_timers(pool: Pool, batch: int) -> int:

@@ -292,8 +292,12 @@ RETURNING workflow_id;
 -- this takes the step before the workflow, so it must not wait for either), locked, not written:
 -- the caller applies them at once, as `timer` rows, under these locks, and the step's own write
 -- (completed, failed) is the only write of its row; `clear_taken_wake_ups` then clears what applying
--- left in place. Due wake-ups left out (their workflow was busy) go through the outbox.
-SELECT s.workflow_id, s.name, s.attempt, s.wake_at
+-- left in place. Each row carries its workflow's head (`lock_workflows`' columns, `w_` before the
+-- ones a step row also has), so the workflows need no second read. Due wake-ups left out (their
+-- workflow was busy) go through the outbox.
+SELECT s.workflow_id, s.name, s.attempt, s.wake_at,
+       w.tenant_id, w.status AS w_status, w.context, w.halted, w.depth, w.parent_workflow_id,
+       w.parent_step_name, w.name AS w_name, w.traceparent, w.tracestate
 FROM queueflow.workflow_steps s JOIN queueflow.workflows w ON w.id = s.workflow_id
 WHERE s.status = 'running' AND s.wake_at <= now()
 ORDER BY s.wake_at
