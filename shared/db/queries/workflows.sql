@@ -199,6 +199,11 @@ ORDER BY deadline_at
 LIMIT $1
 FOR UPDATE SKIP LOCKED;
 
+-- name: no_jit
+-- For the rest of the transaction: no JIT compilation (see heal_stalled). Not a connection setting,
+-- so that it holds behind PgBouncer's transaction pooling too.
+SET LOCAL jit = off;
+
 -- name: stalled_workflows
 -- Belt and braces: live workflows with nothing that could move them (no outbox row, no live job,
 -- no live child, no sleep or wait armed). The advancer re-evaluates them. One pass looks at the
