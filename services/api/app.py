@@ -11,11 +11,12 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from services.api.console import add_console_routes
-from services.api.context import AUTH, guard
+from services.api.context import AUTH, SEEN, guard
 from services.api.openapi import openapi_handler, openapi_yaml_handler
 from services.api.routes import ROUTES, router_path
 from shared.config import Settings
 from shared.db import worker_keys
+from shared.domain.visibility import SeenRecently
 from shared.runtime.app import base_app
 from shared.runtime.keys import DATABASE, SETTINGS
 from shared.web.auth import Authenticator, WorkerKeyCache
@@ -23,6 +24,7 @@ from shared.web.auth import Authenticator, WorkerKeyCache
 
 def setup(app: web.Application) -> None:
     app[AUTH] = Authenticator(app[SETTINGS])
+    app[SEEN] = SeenRecently()
     app.cleanup_ctx.append(_worker_keys)
     for route in ROUTES:
         app.router.add_route(route.method, router_path(route.path), guard(route.handler, route.auth))

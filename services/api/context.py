@@ -13,11 +13,13 @@ from shared.config import Settings
 from shared.db.database import Database
 from shared.db.pool import Pool
 from shared.domain.errors import Forbidden
+from shared.domain.visibility import SeenRecently
 from shared.domain.worker_keys import WorkerGrant
 from shared.runtime.keys import DATABASE, LIFECYCLE, SETTINGS, Lifecycle
 from shared.web.auth import Authenticator, Tenant
 
 AUTH = web.AppKey("authenticator", Authenticator)
+SEEN = web.AppKey("workers_seen", SeenRecently)
 _TENANT = web.RequestKey("tenant", Tenant)
 _WORKER_KEY = web.RequestKey("worker_key", WorkerGrant)
 
@@ -43,6 +45,11 @@ def db_of(request: web.Request) -> Database:
 
 def lifecycle_of(request: web.Request) -> Lifecycle:
     return request.app[LIFECYCLE]
+
+
+def workers_seen_of(request: web.Request) -> SeenRecently:
+    """Which lease calls this api process records in the worker registry."""
+    return request.app[SEEN]
 
 
 def path_id(request: web.Request) -> str:

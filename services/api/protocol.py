@@ -8,11 +8,12 @@ token's path is as it was."""
 from __future__ import annotations
 
 import contextlib
+import time
 import uuid
 
 from aiohttp import web
 
-from services.api.context import db_of, lifecycle_of, settings_of, worker_key_of
+from services.api.context import db_of, lifecycle_of, settings_of, worker_key_of, workers_seen_of
 from services.api.params import job_id, job_id_in_path, lease_token, queue_in_path
 from shared import wire
 from shared.db import jobs as jobs_db
@@ -74,9 +75,13 @@ async def _worker_seen(
     assert body.worker_id is not None
     grant = worker_key_of(request)
     tenants = [grant.tenant] if grant is not None else ["", *(lease.job.tenant_id or "" for lease in leases)]
+    seen, key = workers_seen_of(request), tuple(sorted(set(tenants)))
+    if not seen.due(body.worker_id, queue, key, body.worker is not None, time.monotonic()):
+        return
     try:
         await visibility.worker_seen(db_of(request).pool, body.worker_id, queue, body.worker, tenants)
     except BaseException:
+        seen.forget(body.worker_id, queue, key)
         with contextlib.suppress(Exception):
             await _give_back(request, leases)
         raise

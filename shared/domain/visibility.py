@@ -28,6 +28,8 @@ MAX_LOG_PAGE = 1000
 DEFAULT_LOG_PAGE = 100
 MAX_WORKER_ID_BYTES = 128
 WORKER_LIVE_SECS = 120  # a worker seen within this is live
+WORKER_SEEN_EVERY_SECS = 10.0  # an api process records one worker's lease calls at most this often
+WORKER_SEEN_REMEMBERED = 10_000  # (worker, queue, tenants) an api process remembers, at most
 MAX_WORKERS_LISTED = 1000
 MAX_WORKER_TASKS = 256
 MAX_WORKER_TEXT = 255  # hostname, sdk, version
@@ -48,6 +50,36 @@ class NewLogLine(Struct, frozen=True, kw_only=True, omit_defaults=True):
     message: str
     ts: datetime | None = None
     level: str | None = None
+
+
+class SeenRecently:
+    """Which lease calls an api process records in the worker registry: each (worker, queue,
+    tenants) once every WORKER_SEEN_EVERY_SECS, and every call that says what the worker is. The
+    registry's `last_seen_at` then lags by at most that much, far inside WORKER_LIVE_SECS, and a
+    fleet of lease loops (8 of them polling under one worker id) costs one upsert and one commit
+    every ten seconds instead of one per call. `now` is a monotonic clock's reading."""
+
+    def __init__(
+        self, every: float = WORKER_SEEN_EVERY_SECS, remembered: int = WORKER_SEEN_REMEMBERED
+    ) -> None:
+        self.every = every
+        self.remembered = remembered
+        self._at: dict[tuple[str, str, tuple[str, ...]], float] = {}
+
+    def due(self, worker_id: str, queue: str, tenants: tuple[str, ...], reported: bool, now: float) -> bool:
+        """Whether this call is to be recorded; when it is, it counts as recorded at `now`."""
+        key = (worker_id, queue, tenants)
+        last = self._at.get(key)
+        if not reported and last is not None and now - last < self.every:
+            return False
+        if len(self._at) >= self.remembered:
+            self._at.clear()  # forgetting costs one upsert each, never a lost record
+        self._at[key] = now
+        return True
+
+    def forget(self, worker_id: str, queue: str, tenants: tuple[str, ...]) -> None:
+        """The record of a call counted as due did not land: the next call records again."""
+        self._at.pop((worker_id, queue, tenants), None)
 
 
 def cut_message(message: str) -> str:

@@ -449,6 +449,25 @@ async def test_workers_a_tenant_sees_those_that_leased_its_jobs(api):
     await expect_error(await client.get("/api/v1/workers", headers=WORKER), 403)
 
 
+async def test_repeated_polls_of_one_worker_are_recorded_once_per_interval(api):
+    """A worker's lease loops poll many times a second under one id: the api process records the
+    worker once per interval (queue and tenants alike), and at once when the call says what it is."""
+    client = await api()
+    pool = database_of(client).pool
+    seen = "SELECT last_seen_at, info FROM queueflow.workers WHERE tenant_key = '' AND worker_id = 'poller'"
+    assert await lease(client, "q-poll", worker_id="poller") == []
+    first = await pool.fetchrow(seen)
+    for _ in range(5):
+        assert await lease(client, "q-poll", worker_id="poller") == []
+    assert await pool.fetchrow(seen) == first  # not written again within the interval
+    assert await lease(client, "q-poll", worker_id="poller", worker={"sdk": "go"}) == []
+    again = await pool.fetchrow(seen)
+    assert again["info"] == {"sdk": "go"} and again["last_seen_at"] > first["last_seen_at"]
+    assert await lease(client, "q-other", worker_id="poller") == []  # another queue: recorded
+    [queues] = await pool.fetchrow("SELECT queues FROM queueflow.workers WHERE worker_id = 'poller'")
+    assert queues == ["q-poll", "q-other"]
+
+
 async def test_a_lease_without_worker_id_writes_no_registry_row(api):
     client = await api()
     await create_job(client, config={"queue": "q-anon"})
