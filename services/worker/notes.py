@@ -115,7 +115,8 @@ class JobNotes:
 
     async def _write_loop(self) -> None:
         while True:
-            await self._news.wait()
+            if not self._pending:  # what was noted while the last pass wrote is written now
+                await self._news.wait()
             self._news.clear()
             for job_id in list(self._pending):
                 await self.settle(job_id)

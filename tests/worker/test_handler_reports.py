@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+import types
+import uuid
 from typing import Any
 
 import pytest
@@ -184,3 +186,29 @@ def test_lines_are_cut_into_calls_by_count_and_by_bytes():
     half = MAX_LOG_CALL_BYTES // 2
     assert [len(c) for c in notes.log_calls(lines(half, half, 1, MAX_LOG_CALL_BYTES))] == [2, 1, 1]
     assert notes.log_calls([]) == []
+
+
+async def test_what_is_noted_while_a_pass_writes_is_written_by_the_next_pass(monkeypatch):
+    """The writer is woken when the first report arrives into an empty buffer; a report that arrives
+    while a pass is writing, with other jobs' reports still waiting in it, is written by the next
+    pass, a second later, not left until its handler ends."""
+    written: list[str] = []
+    a, b, c, token = uuid.uuid4(), uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    writer = notes.JobNotes(types.SimpleNamespace(pool=None), 1024)  # type: ignore[arg-type]
+
+    async def append(db, job_id, tok, lines, max_bytes):
+        written.extend(line.message for line in lines)
+        if job_id == a:  # another handler reports while this pass writes, c's still waiting
+            writer.note_line(b, token, NewLogLine(message="from b"))
+
+    monkeypatch.setattr(notes.visibility_db, "append_logs", append)
+    monkeypatch.setattr(notes, "FLUSH_SECS", 0.01)
+    writer.start()  # (its task first runs at the next await: both lines are noted by then)
+    writer.note_line(a, token, NewLogLine(message="from a"))
+    writer.note_line(c, token, NewLogLine(message="from c"))
+    try:
+        await eventually(lambda: len(written) == 3, message="b's line written by the loop", timeout=2)
+        assert written == ["from a", "from c", "from b"]
+    finally:
+        writer._pending.clear()  # (stop() would write what is left: the assertion is the loop's)
+        await writer.stop()
