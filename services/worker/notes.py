@@ -71,6 +71,7 @@ class JobNotes:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._news = asyncio.Event()
         self._writer: asyncio.Task[None] | None = None
+        self._writing: dict[uuid.UUID, asyncio.Future[None]] = {}  # writes under way, per job
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -109,7 +110,8 @@ class JobNotes:
             self._loop.call_soon_threadsafe(self._news.set)
 
     def has_notes(self, job_id: uuid.UUID) -> bool:
-        return job_id in self._pending
+        """Whether the job has reports not yet written: noted, or being written now."""
+        return job_id in self._pending or job_id in self._writing
 
     # -- writing (the event loop) -----------------------------------------------------------------
 
@@ -123,11 +125,25 @@ class JobNotes:
             await asyncio.sleep(FLUSH_SECS)  # at most one write a second per job
 
     async def settle(self, job_id: uuid.UUID) -> None:
-        """Write what `job_id` has noted: its lines first, then its progress."""
+        """Write what `job_id` has noted: its lines first, then its progress. A write of the job
+        already under way (the periodic pass's) is waited for first, so that when this returns
+        everything noted before the call is written (or given up)."""
+        running = self._writing.get(job_id)
+        if running is not None:
+            await asyncio.shield(running)
         with self._lock:
             pending = self._pending.pop(job_id, None)
         if pending is None:
             return
+        writing = asyncio.ensure_future(self._write(job_id, pending))
+        self._writing[job_id] = writing
+        try:
+            await asyncio.shield(writing)
+        finally:
+            if self._writing.get(job_id) is writing:
+                del self._writing[job_id]
+
+    async def _write(self, job_id: uuid.UUID, pending: _Pending) -> None:
         if pending.dropped:
             log.warning("job_log_lines_dropped", job_id=str(job_id), lines=pending.dropped)
         pool = self.db.pool

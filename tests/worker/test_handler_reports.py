@@ -212,3 +212,37 @@ async def test_what_is_noted_while_a_pass_writes_is_written_by_the_next_pass(mon
     finally:
         writer._pending.clear()  # (stop() would write what is left: the assertion is the loop's)
         await writer.stop()
+
+
+async def test_the_outcome_waits_for_a_write_of_the_job_already_under_way(worker_app, monkeypatch):
+    """A handler that ends while the periodic pass is writing its lines: the outcome is written
+    after that write, and after what the handler noted since."""
+    in_write, release = asyncio.Event(), asyncio.Event()
+    append = notes.visibility_db.append_logs
+
+    async def slow_append(db, job_id, token, lines, max_bytes):
+        in_write.set()
+        await release.wait()
+        return await append(db, job_id, token, lines, max_bytes)
+
+    monkeypatch.setattr(notes.visibility_db, "append_logs", slow_append)
+
+    async def reporter(ctx: JobContext) -> dict:
+        ctx.log("first")
+        await in_write.wait()  # the periodic pass has taken "first" and is writing it
+        ctx.progress(100, "done")
+        return {}
+
+    registry = default_registry()
+    registry.register("reporter", reporter)
+    client = await worker_app(registry)
+    job_id = await create_job(client, "reporter")
+    await in_write.wait()
+    await asyncio.sleep(0.3)
+    assert (await get_job(client, job_id))["status"] == "running"  # held for the write under way
+    release.set()
+
+    job = await finished(client, job_id)
+    assert job["status"] == "completed"
+    assert progress_of(job) == {"percent": 100, "message": "done"}
+    assert [line["message"] for line in await logs_of(client, job_id)] == ["first"]
