@@ -61,3 +61,20 @@ async def test_writes_and_reads_by_job_id_use_the_primary_key_whatever_the_stati
         for name in BY_ID:
             plan = await _generic_plan(db, Q[name])
             assert "jobs_pkey" in plan, f"{name} with {state} statistics:\n{plan}"
+
+
+async def test_the_claim_reads_no_table_whole_beside_limited_jobs(db):
+    """The claim adds the trace context to claim_limited's rows from the jobs table. Planned as a
+    join (the planner expects 1,000 rows of a function), it hashed every job there was on every
+    limited claim while the table was small enough for that to look cheaper (20,000 jobs: 8 ms of a
+    15 ms claim). Each leased job must be a primary-key probe."""
+    await db.execute(
+        """INSERT INTO queueflow.jobs (id, queue_name, task_name, config)
+           SELECT gen_random_uuid(), 'q', 't',
+                  CASE WHEN i % 2 = 0 THEN '{"limits": ["k"]}'::jsonb ELSE '{}'::jsonb END
+           FROM generate_series(1, 20000) i"""
+    )
+    await db.execute("ANALYZE queueflow.jobs")
+    plan = await _generic_plan(db, Q["claim_jobs"])
+    assert "Seq Scan on jobs" not in plan, plan
+    assert "claim_limited" in plan, plan
