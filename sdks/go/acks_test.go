@@ -438,3 +438,76 @@ func TestBatchAcksAreRaceFree(t *testing.T) {
 		t.Errorf("%d batch calls after the route was refused", len(batches)-4)
 	}
 }
+
+// lingerFor sets the flusher's and the lease loop's waits for the test's length.
+func lingerFor(t *testing.T, acks, lease time.Duration) {
+	oldAcks, oldLease := ackLinger, leaseLinger
+	ackLinger, leaseLinger = acks, lease
+	t.Cleanup(func() { ackLinger, leaseLinger = oldAcks, oldLease })
+}
+
+// Handlers finishing one after the other (within 5 ms) have their successes sent in one call, and
+// the next lease asks for a whole batch, not for the first half of it that was free: with the
+// waits long, the batching does not depend on how the goroutines happen to be scheduled.
+func TestALeasesSuccessesGoInOneCallAndTheNextLeaseAsksForAWholeBatch(t *testing.T) {
+	lingerFor(t, time.Minute, time.Minute)
+	f, c := newFake(t)
+	f.offers = true
+	f.leases = []func(http.ResponseWriter){leased(ids("ok", 50)...)}
+	w := NewWorker(c, "q", WorkerOptions{LeaseSecs: 10, WaitSecs: 1, Concurrency: 50, BatchSize: 50, Logger: quiet()})
+	w.Handle("ok", func(ctx context.Context, job *Job) (map[string]any, error) {
+		i, _ := job.Payload["i"].(float64)
+		time.Sleep(time.Duration(i) * 100 * time.Microsecond)
+		return job.Payload, nil
+	})
+	if err := runWhile(t, w, func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return len(f.batchCalls) >= 1 && f.leaseCalls >= 2
+	}); err != nil {
+		t.Fatal(err)
+	}
+	batches, _ := f.calls()
+	if len(batches) != 1 || len(batches[0]) != 50 {
+		t.Errorf("50 successes sent in %d calls: %v", len(batches), batches)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if got := f.leaseBody[1]["max_jobs"]; got != float64(50) {
+		t.Errorf("the lease after the first batch asked for %v jobs, want 50", got)
+	}
+}
+
+// The flusher's wait is bounded: a handler that runs on does not hold back the successes of the
+// others (this test would hang without the bound, as the slow handler ends only after their call).
+func TestAHandlerStillRunningDoesNotHoldBackTheOthersSuccesses(t *testing.T) {
+	lingerFor(t, time.Millisecond, time.Millisecond)
+	f, c := newFake(t)
+	f.offers = true
+	f.leases = []func(http.ResponseWriter){leased(append(ids("ok", 9), "slow#10")...)}
+	firstCall := make(chan struct{})
+	f.batch = func(call int, ids []string, w http.ResponseWriter) {
+		if call == 0 {
+			close(firstCall)
+		}
+		writeBatchAnswer(w, ids, nil)
+	}
+	w := NewWorker(c, "q", WorkerOptions{LeaseSecs: 10, WaitSecs: 1, Concurrency: 10, BatchSize: 10, Logger: quiet()})
+	w.Handle("ok", echo)
+	w.Handle("slow", func(ctx context.Context, job *Job) (map[string]any, error) {
+		<-firstCall
+		return job.Payload, nil
+	})
+	if err := runWhile(t, w, func() bool {
+		_, _, batched := f.perJob()
+		return len(batched) == 10
+	}); err != nil {
+		t.Fatal(err)
+	}
+	batches, _ := f.calls()
+	for _, id := range batches[0] {
+		if id == "slow#10" {
+			t.Errorf("the first call waited for the slow handler: %v", batches)
+		}
+	}
+}

@@ -170,6 +170,10 @@ func fatalLeaseError(err error) bool {
 // Every lease call names the worker (WorkerOptions.WorkerID), and until one succeeded it also says
 // what the worker is (WorkerInfo: hostname, SDK "go", Version, the handlers' task names). An
 // invalid WorkerID makes Run return an error wrapping ErrInvalidArgument at once.
+// leaseLinger bounds how long a lease call waits, once half a batch of handler slots is free, for
+// the handlers still running to free the rest (a variable for the tests).
+var leaseLinger = time.Millisecond
+
 func (w *Worker) Run(ctx context.Context) error {
 	if err := checkWorkerID(w.opts.WorkerID); err != nil {
 		return fmt.Errorf("queueflow: WorkerOptions.WorkerID: %w", err)
@@ -196,7 +200,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	close(turn)
 	backoff := NewBackoff(100*time.Millisecond, o.MaxBackoff)
 	var runErr error
-	acks := startAcker(bg, w.client, log)
+	// A held job not settling yet is waiting for its turn or running its handler: its completion
+	// may join the next batch call.
+	acks := startAcker(bg, w.client, log, func() bool { return held.Load() > settling.Load() })
 
 	// Lease once there is room for half a batch (at least one job): with acknowledgements answered
 	// a few at a time, leasing at every freed place made most leases a job or two.
@@ -210,6 +216,14 @@ loop:
 				break loop
 			case <-freed:
 			}
+		}
+		// Handlers finishing in parallel free the rest of the batch within moments: wait for them
+		// (briefly) rather than lease a part of it now and the rest in a call of its own.
+		for until := time.Now().Add(leaseLinger); time.Now().Before(until); {
+			if h := held.Load() - settling.Load(); h == 0 || int64(o.Concurrency)-h >= int64(o.BatchSize) {
+				break
+			}
+			time.Sleep(50 * time.Microsecond)
 		}
 		// At most BatchSize per lease; with BatchSize above Concurrency, up to BatchSize held.
 		h := int(held.Load() - settling.Load())
@@ -235,10 +249,12 @@ loop:
 		}
 		backoff.Reset()
 		announced = true
+		// The whole lease is held before any of its jobs can finish: the flusher, which waits
+		// while held jobs are unsettled, never takes the first success for the lease's last.
+		held.Add(int64(len(leased.Jobs)))
 		for i := range leased.Jobs {
 			lj := leased.Jobs[i]
 			next := make(chan struct{})
-			held.Add(1)
 			wg.Add(1)
 			go func(prev <-chan struct{}, mine chan struct{}) {
 				defer wg.Done()
