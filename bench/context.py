@@ -26,7 +26,7 @@ class Context:
     remote_batch: int = 50  # W1a: max_jobs per lease
     remote_processes: int = 0  # W1a: 0 = the loops run in the harness; N = in N client processes
     remote_ack: str = "each"  # W1a: raw loops acknowledge per job ("each") or per lease ("batch")
-    remote_client: str = "raw"  # W1a: "raw" calls, "sdk" or "go-sdk": an SDK's worker loop (processes)
+    remote_client: str = "raw"  # W1a: "raw", or an SDK loop ("sdk", "go-sdk", "rust-sdk"; processes)
     latency_loops: int = 4  # W2: remote loops parked in long-poll
     latency_max_jobs: int = 1  # W2: max_jobs of their lease calls
     latency_slow_phase: bool = True  # W2: also the light phase (one job per 50 ms)

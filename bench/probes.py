@@ -149,6 +149,18 @@ async def prometheus_value(http: aiohttp.ClientSession, url: str, name: str) -> 
     return None
 
 
+async def prometheus_samples(http: aiohttp.ClientSession, url: str, name: str) -> list[tuple[str, float]]:
+    """Every sample of `name` in the Prometheus text at `url`: (its label text, its value)."""
+    async with http.get(url) as resp:
+        text = await resp.text()
+    out = []
+    for line in text.splitlines():
+        if line.startswith(name + "{"):
+            labels, _, value = line[len(name) :].rpartition(" ")
+            out.append((labels, float(value)))
+    return out
+
+
 PG_SETTINGS = (
     "server_version",
     "fsync",

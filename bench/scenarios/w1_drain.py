@@ -11,7 +11,8 @@ batches of 1,000 *before* any worker runs, so the measurement is a pure drain of
   the loops acknowledge a whole lease with one `POST /api/v1/jobs/complete`; `remote_client` "sdk"
   runs the Python SDK's worker loop in those processes instead (concurrency and batch size
   `remote_batch`), which acknowledges the way the SDK does; "go-sdk" runs the Go SDK's worker loop
-  instead (`bench/gosdk`, built with the machine's Go toolchain).
+  instead (`bench/gosdk`, built with the machine's Go toolchain), and "rust-sdk" the Rust SDK's
+  (its `bench_worker` example, built with cargo, on tokio's multi-threaded runtime).
 - W1b: the backlog is enqueued through a separate `--mode api` process, which is then stopped;
   then `--mode all --workers N` starts and drains the default queue with the built-in `echo`.
 
@@ -39,7 +40,7 @@ import asyncpg
 from bench import client, harness
 from bench.context import PROBE_FIGURES, Context, Scenario, cpu_figures, cpu_values, probe_commits
 from bench.harness import connect, servers, stop, wait_for_count
-from bench.probes import CpuMeter
+from bench.probes import CpuMeter, prometheus_samples
 from bench.report import Figure
 from devkit.procs import ChildProcess
 
@@ -59,11 +60,13 @@ async def _db_rate(conn, total: int) -> float:
 
 # --- W1a: remote HTTP workers ------------------------------------------------------------------------
 
+SDK_NAMES = {"sdk": "Python", "go-sdk": "Go", "rust-sdk": "Rust"}
+
 
 def remote_figures(ctx: Context) -> list[Figure]:
     shape = f"{ctx.remote_loops} loops x max_jobs {ctx.remote_batch}"
-    if ctx.remote_client in ("sdk", "go-sdk"):
-        shape = f"{'Python' if ctx.remote_client == 'sdk' else 'Go'} SDK worker loops: {shape}"
+    if ctx.remote_client in SDK_NAMES:
+        shape = f"{SDK_NAMES[ctx.remote_client]} SDK worker loops: {shape}"
     elif ctx.remote_ack == "batch":
         shape = f"{shape}, batch acknowledgement"
     if ctx.remote_processes:
@@ -73,6 +76,8 @@ def remote_figures(ctx: Context) -> list[Figure]:
             "jobs_per_s", f"drain, remote HTTP workers ({shape}), DB clock", "jobs/s", "L.cycle10_rows_per_s"
         ),
         Figure("client_jobs_per_s", "drain, remote HTTP workers, client clock", "jobs/s"),
+        Figure("lease_calls_per_1k", "lease calls per 1,000 jobs (the api's request counts)", "calls"),
+        Figure("ack_calls_per_1k", "complete calls per 1,000 jobs, per-job and batch alike", "calls"),
         *cpu_figures("", "during drain", "api + janitor"),
         *PROBE_FIGURES,
     ]
@@ -91,6 +96,8 @@ async def remote_processes(ctx: Context, base_url: str) -> AsyncIterator[list[Ch
     program = [sys.executable, "-m", "bench.remote_worker"]
     if ctx.remote_client == "go-sdk":
         program = [str(go_sdk_worker(ctx.out_dir))]
+    elif ctx.remote_client == "rust-sdk":
+        program = [str(rust_sdk_worker())]
     argv = [
         *program,
         "--base-url",
@@ -104,7 +111,7 @@ async def remote_processes(ctx: Context, base_url: str) -> AsyncIterator[list[Ch
         "--wait-secs",
         "1",
     ]
-    if ctx.remote_client != "go-sdk":
+    if ctx.remote_client not in ("go-sdk", "rust-sdk"):
         argv += ["--client", ctx.remote_client, "--ack", ctx.remote_ack]
     procs: list[ChildProcess] = []
     try:
@@ -134,6 +141,17 @@ def go_sdk_worker(out_dir: Path) -> Path:
     source = Path(__file__).resolve().parents[1] / "gosdk"
     subprocess.run(["go", "build", "-o", str(binary), "."], cwd=source, check=True)
     return binary
+
+
+def rust_sdk_worker() -> Path:
+    """The Rust SDK's `bench_worker` example (the same line protocol), built in release mode in the
+    SDK's own target directory (one per checkout: two checkouts sharing one once ran the other's
+    build); cargo rebuilds only what changed."""
+    crate = Path(__file__).resolve().parents[2] / "sdks" / "rust"
+    subprocess.run(
+        ["cargo", "build", "--quiet", "--release", "--example", "bench_worker"], cwd=crate, check=True
+    )
+    return crate / "target" / "release" / "examples" / "bench_worker"
 
 
 async def _drain_in_processes(
@@ -198,9 +216,29 @@ async def run_remote(ctx: Context, run_no: int) -> dict[str, float]:
                 else:
                     seen, started, cpu = await _drain_in_harness(ctx, http, api.base_url, conn, pids, total)
                 rate = await _db_rate(conn, total)
+                calls = await _calls_per_1k(http, api.metrics_url, total)
             finally:
                 await conn.close()
-    return {"jobs_per_s": rate, "client_jobs_per_s": total / (seen - started), **cpu_values("", cpu), **probe}
+    return {
+        "jobs_per_s": rate,
+        "client_jobs_per_s": total / (seen - started),
+        **calls,
+        **cpu_values("", cpu),
+        **probe,
+    }
+
+
+async def _calls_per_1k(http: aiohttp.ClientSession, metrics_url: str, total: int) -> dict[str, float]:
+    """Lease and complete calls the api answered per 1,000 jobs: how well a worker loop batches
+    (each call costs the server about as much as another)."""
+    samples = await prometheus_samples(http, f"{metrics_url}/metrics", "queueflow_http_requests_total")
+
+    def count(*routes: str) -> float:
+        return sum(v for labels, v in samples if any(f'route="{r}"' in labels for r in routes))
+
+    leases = count("/api/v1/queues/{queue}/lease")
+    acks = count("/api/v1/jobs/complete", "/api/v1/jobs/{id}/complete")
+    return {"lease_calls_per_1k": 1000 * leases / total, "ack_calls_per_1k": 1000 * acks / total}
 
 
 REMOTE = Scenario(

@@ -9,7 +9,7 @@ use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -245,6 +245,10 @@ pub struct WorkerOptions {
     /// and in the server's worker registry: 1 to 128 visible ASCII characters, no space.
     /// Default ([`None`]): [`default_worker_id`], `<hostname>:<process id>`.
     pub worker_id: Option<String>,
+    /// How long a batch acknowledgement waits, while other held jobs are still running, for
+    /// their successes to join the same call (default 2 ms; zero sends at once). A success with
+    /// no other job running goes at once whatever this is.
+    pub ack_linger: Duration,
 }
 
 impl Default for WorkerOptions {
@@ -256,6 +260,7 @@ impl Default for WorkerOptions {
             batch_size: None,
             cancel_grace: Duration::from_secs(5),
             worker_id: None,
+            ack_linger: DEFAULT_ACK_LINGER,
         }
     }
 }
@@ -419,8 +424,14 @@ impl Worker {
         let mut failures = 0u32;
         let mut outcome = Ok(());
         let (acks, buffered) = Acks::new();
-        let mut flusher =
-            AbortOnDrop(tokio::spawn(flush_acks(self.client.clone(), acks.mode.clone(), buffered, opts.lease_secs)));
+        let mut flusher = AbortOnDrop(tokio::spawn(flush_acks(
+            self.client.clone(),
+            acks.mode.clone(),
+            acks.unsettled.clone(),
+            buffered,
+            opts.lease_secs,
+            opts.ack_linger,
+        )));
 
         loop {
             while held.try_join_next().is_some() {}
@@ -446,6 +457,7 @@ impl Worker {
                 Ok(leased) => {
                     failures = 0;
                     info = None; // the server keeps what the worker said last
+                    acks.unsettled.add(leased.jobs.len());
                     for item in leased.jobs {
                         let handler = handlers.get(&item.job.task_name).cloned();
                         let job = hold_job(
@@ -555,6 +567,8 @@ async fn hold_job(
     opts: WorkerOptions,
     queue: Arc<str>,
 ) {
+    // Counted by the lease loop before this job could start; given back on every way out.
+    let mut unsettled = UnsettledGuard(Some(acks.unsettled.clone()));
     let LeasedJob { job, lease_token, traceparent, tracestate } = leased;
     let job_id = job.id.clone();
     let reports = Arc::new(JobReports::new(&job_id));
@@ -658,9 +672,22 @@ async fn hold_job(
     }
     match outcome {
         Ok(result) => {
-            acknowledge(&client, &acks, &job_id, result, &lease_token, opts.lease_secs, heartbeat.as_mut()).await
+            acknowledge(
+                &client,
+                &acks,
+                &job_id,
+                result,
+                &lease_token,
+                opts.lease_secs,
+                heartbeat.as_mut(),
+                &mut unsettled,
+            )
+            .await
         }
-        Err(err) => report(&client, &job_id, Err(err), &lease_token, opts.lease_secs, heartbeat.as_mut()).await,
+        Err(err) => {
+            unsettled.settle();
+            report(&client, &job_id, Err(err), &lease_token, opts.lease_secs, heartbeat.as_mut()).await
+        }
     }
 }
 
@@ -792,16 +819,59 @@ impl Pending {
 struct Acks {
     mode: Arc<AtomicU8>,
     buffer: mpsc::UnboundedSender<Pending>,
+    unsettled: Arc<Unsettled>,
 }
 
 impl Acks {
     fn new() -> (Acks, mpsc::UnboundedReceiver<Pending>) {
         let (buffer, buffered) = mpsc::unbounded_channel();
-        (Acks { mode: Arc::new(AtomicU8::new(MODE_UNKNOWN)), buffer }, buffered)
+        let unsettled = Arc::new(Unsettled { count: AtomicUsize::new(0), changed: Notify::new() });
+        (Acks { mode: Arc::new(AtomicU8::new(MODE_UNKNOWN)), buffer, unsettled }, buffered)
     }
 
     fn per_job(&self) -> bool {
         self.mode.load(Ordering::SeqCst) == MODE_PER_JOB
+    }
+}
+
+/// How long a flush waits by default for the handlers still running to add their successes to
+/// its call ([`WorkerOptions::ack_linger`]).
+const DEFAULT_ACK_LINGER: Duration = Duration::from_millis(2);
+
+/// The held jobs whose outcome is not decided yet (waiting for a slot or running): a flush waits
+/// briefly while there are any, so that handlers finishing together share a call. Sent at once
+/// (the flusher runs in parallel with the handlers on a multi-threaded runtime), the first success
+/// of a lease went almost alone: 13 jobs a call on average against 25 leased, in the benchmark.
+struct Unsettled {
+    count: AtomicUsize,
+    changed: Notify,
+}
+
+impl Unsettled {
+    fn add(&self, n: usize) {
+        self.count.fetch_add(n, Ordering::SeqCst);
+    }
+
+    fn running(&self) -> usize {
+        self.count.load(Ordering::SeqCst)
+    }
+}
+
+/// One held job's place in [`Unsettled`], given up once (its outcome is decided, or it ends).
+struct UnsettledGuard(Option<Arc<Unsettled>>);
+
+impl UnsettledGuard {
+    fn settle(&mut self) {
+        if let Some(unsettled) = self.0.take() {
+            unsettled.count.fetch_sub(1, Ordering::SeqCst);
+            unsettled.changed.notify_waiters();
+        }
+    }
+}
+
+impl Drop for UnsettledGuard {
+    fn drop(&mut self) {
+        self.settle();
     }
 }
 
@@ -815,6 +885,7 @@ enum AckWait {
 /// the loop already knows the server lacks it; then (or when the flusher hands it back) with the
 /// per-job route, exactly as [`report`] does. The job stays held, its heartbeat running, until
 /// the answer comes; when the server takes the job back meanwhile, nothing more is sent for it.
+#[allow(clippy::too_many_arguments)]
 async fn acknowledge<H>(
     client: &Client,
     acks: &Acks,
@@ -823,15 +894,19 @@ async fn acknowledge<H>(
     lease_token: &str,
     lease_secs: u32,
     mut heartbeat: Pin<&mut H>,
+    unsettled: &mut UnsettledGuard,
 ) where
     H: Future<Output = String>,
 {
     if acks.per_job() {
+        unsettled.settle();
         return report(client, job_id, Ok(result), lease_token, lease_secs, heartbeat).await;
     }
     let (reply, answer) = oneshot::channel();
     let item = CompletionItem { id: job_id.to_string(), lease_token: lease_token.to_string(), result: Some(result) };
-    if let Err(mpsc::error::SendError(pending)) = acks.buffer.send(Pending { item, since: Instant::now(), reply }) {
+    let sent = acks.buffer.send(Pending { item, since: Instant::now(), reply });
+    unsettled.settle(); // after the send: a flush that sees it settled finds its success buffered
+    if let Err(mpsc::error::SendError(pending)) = sent {
         // The flusher lives as long as the loop, so this does not happen; should it, send it alone.
         let result = pending.item.result.unwrap_or_default();
         return report(client, job_id, Ok(result), lease_token, lease_secs, heartbeat).await;
@@ -856,7 +931,8 @@ async fn acknowledge<H>(
 
 /// The flusher: one flush at a time, each sending up to [`MAX_COMPLETIONS`] buffered successes in
 /// one `POST /api/v1/jobs/complete`; what arrives while a call is in flight waits for the next
-/// one. There is no timer: a lone success goes at once. Before the first flush it asks
+/// one. A flush waits up to `linger` while other held jobs are still running (see
+/// [`Unsettled`]); a lone success, with none running, goes at once. Before the first flush it asks
 /// `/openapi.json` whether the server offers the route; no answer (transport error, 5xx) leaves
 /// the question open, and that flush goes one call per job. A 404 or 405 from the route switches
 /// the loop to one call per job for good. Transport errors and 5xx are retried with the loop's
@@ -864,8 +940,10 @@ async fn acknowledge<H>(
 async fn flush_acks(
     client: Client,
     mode: Arc<AtomicU8>,
+    unsettled: Arc<Unsettled>,
     mut buffered: mpsc::UnboundedReceiver<Pending>,
     lease_secs: u32,
+    linger: Duration,
 ) {
     let budget = report_budget(lease_secs);
     let mut queue: VecDeque<Pending> = VecDeque::new();
@@ -876,6 +954,21 @@ async fn flush_acks(
             match buffered.recv().await {
                 Some(pending) => queue.push_back(pending),
                 None => return,
+            }
+        }
+        while let Ok(pending) = buffered.try_recv() {
+            queue.push_back(pending);
+        }
+        let deadline = Instant::now() + linger;
+        while queue.len() < MAX_COMPLETIONS && unsettled.running() > 0 {
+            let changed = unsettled.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable(); // registered before the re-check: no settlement is missed
+            if unsettled.running() > 0 && tokio::time::timeout_at(deadline, changed).await.is_err() {
+                break;
+            }
+            while let Ok(pending) = buffered.try_recv() {
+                queue.push_back(pending);
             }
         }
         while let Ok(pending) = buffered.try_recv() {

@@ -541,9 +541,15 @@ async fn successes_go_through_the_batch_route_when_the_server_offers_it() {
         })
     })
     .await;
-    // One handler at a time, each instant: the first success goes alone at once (no timer), the
-    // other three finish while that call is in flight and go together in the next.
-    let options = WorkerOptions { wait_secs: 1, concurrency: 1, batch_size: Some(4), ..Default::default() };
+    // One handler at a time, each instant, and no lingering: the first success goes alone at once,
+    // the other three finish while that call is in flight and go together in the next.
+    let options = WorkerOptions {
+        wait_secs: 1,
+        concurrency: 1,
+        batch_size: Some(4),
+        ack_linger: Duration::ZERO,
+        ..Default::default()
+    };
     let worker = stopping_worker(&base, options, 4, Duration::ZERO);
     tokio::time::timeout(LIMIT, worker.run()).await.expect("run finished").expect("run ok");
     assert_eq!(batches(&log), vec![vec!["j1"], vec!["j2", "j3", "j4"]]);
@@ -639,6 +645,73 @@ async fn a_probe_without_an_answer_is_asked_again_at_the_next_flush() {
     assert_eq!(completed_alone(&log), ["j1"], "the open question sends that flush one call per job");
     assert_eq!(batches(&log), vec![vec!["j2"]]);
     assert_eq!(probes(&log), 2);
+}
+
+/// The lease's jobs after the first are still waiting or running when its success is ready: with
+/// a linger longer than the test, the call waits until every one is decided, and all four go
+/// together (on the multi-threaded runtime, where the flusher runs beside the handlers).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn successes_of_handlers_still_running_join_the_same_call() {
+    let batch: Vec<_> = (1..=4).map(|n| job(&format!("j{n}"), "t", json!({"n": n}))).collect();
+    let lease = leases(vec![batch]);
+    let (base, log) = serve(move |req| {
+        lease(req).unwrap_or_else(|| match req.path.as_str() {
+            "/openapi.json" => openapi(true),
+            BATCH => batch_answer(req, &[]),
+            _ => Resp::empty(204),
+        })
+    })
+    .await;
+    let options = WorkerOptions {
+        wait_secs: 1,
+        concurrency: 1,
+        batch_size: Some(4),
+        ack_linger: Duration::from_secs(60),
+        ..Default::default()
+    };
+    let worker = stopping_worker(&base, options, 4, Duration::from_millis(20));
+    tokio::time::timeout(LIMIT, worker.run()).await.expect("run finished").expect("run ok");
+    let mut calls = batches(&log);
+    calls.iter_mut().for_each(|call| call.sort());
+    assert_eq!(calls, vec![vec!["j1", "j2", "j3", "j4"]]);
+}
+
+/// The wait is bounded: a handler that runs on does not hold back a success already made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_still_running_does_not_hold_back_a_success_past_the_linger() {
+    let batch = vec![job("fast", "t", json!({})), job("slow", "slow", json!({}))];
+    let lease = leases(vec![batch]);
+    let (base, log) = serve(move |req| {
+        lease(req).unwrap_or_else(|| match req.path.as_str() {
+            "/openapi.json" => openapi(true),
+            BATCH => batch_answer(req, &[]),
+            _ => Resp::empty(204),
+        })
+    })
+    .await;
+    let options = WorkerOptions {
+        wait_secs: 1,
+        concurrency: 2,
+        batch_size: Some(2),
+        ack_linger: Duration::from_millis(5),
+        ..Default::default()
+    };
+    let worker = Worker::new(client(&base), "q", options);
+    let stop = worker.shutdown_token();
+    let calls = log.clone();
+    let worker = worker.register("t", |job| async move { Ok(job.payload) }).register("slow", move |job| {
+        let (stop, calls) = (stop.clone(), calls.clone());
+        async move {
+            // Ends only once the fast job's success has gone out on its own.
+            while batches(&calls).is_empty() {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            stop.cancel();
+            Ok(job.payload)
+        }
+    });
+    tokio::time::timeout(LIMIT, worker.run()).await.expect("run finished").expect("run ok");
+    assert_eq!(batches(&log), vec![vec!["fast"], vec!["slow"]]);
 }
 
 #[tokio::test]
