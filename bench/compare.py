@@ -66,6 +66,7 @@ REMOTE_SHAPES: tuple[tuple[str, str, dict[str, str]], ...] = (
     ("remote_batch_drain_jobs_per_s", "loops, batch ack,", {"remote_ack": "batch"}),
     ("remote_sdk_drain_jobs_per_s", "Python SDK workers", {"remote_client": "sdk"}),
     ("remote_gosdk_drain_jobs_per_s", "Go SDK workers", {"remote_client": "go-sdk"}),
+    ("remote_rustsdk_drain_jobs_per_s", "Rust SDK workers", {"remote_client": "rust-sdk"}),
 )
 LATENCY_SHAPES = {"latency": (16, 50), "latency_200": (200, 50)}  # parked loops, max_jobs
 LATENCY_INTERVAL_MS = 5.0  # W2's first phase: 200 jobs/s
@@ -121,6 +122,14 @@ def rows(quick: bool) -> list[Row]:
             f"as above with the Go SDK's worker loop (bench/gosdk): {REMOTE_PROCESSES} client processes x "
             f"{REMOTE_LOOPS} workers, concurrency and batch {REMOTE_BATCH} (QueueFlow, W1a --remote-client "
             "go-sdk); peers: their in-process drain",
+            "jobs/s",
+        ),
+        Row(
+            "remote_rustsdk_drain_jobs_per_s",
+            "drain, remote HTTP, Rust SDK loops",
+            f"as above with the Rust SDK's worker loop (its bench_worker example, tokio multi-threaded): "
+            f"{REMOTE_PROCESSES} client processes x {REMOTE_LOOPS} workers, concurrency and batch "
+            f"{REMOTE_BATCH} (QueueFlow, W1a --remote-client rust-sdk); peers: their in-process drain",
             "jobs/s",
         ),
         Row(
@@ -395,6 +404,7 @@ def peer_steps(ctx: Context, system: str, run_no: int) -> list[Step]:
                 "remote_batch_drain_jobs_per_s": r["jobs_per_s"],
                 "remote_sdk_drain_jobs_per_s": r["jobs_per_s"],
                 "remote_gosdk_drain_jobs_per_s": r["jobs_per_s"],
+                "remote_rustsdk_drain_jobs_per_s": r["jobs_per_s"],
                 "commit_p50_ms": r["commit_p50_ms"],
             },
         ),
