@@ -49,9 +49,9 @@ type pendingAck struct {
 
 func (p *pendingAck) answer(v ackVerdict) { p.verdict <- v }
 
-// ackLinger bounds how long a flush waits for handlers still running to add their completions (a
-// variable for the tests).
-var ackLinger = 2 * time.Millisecond
+// defaultAckLinger is WorkerOptions.AckLinger's default: how long a flush waits for handlers still
+// running to add their completions.
+const defaultAckLinger = 2 * time.Millisecond
 
 // acker is the buffer and the flusher of one Run.
 type acker struct {
@@ -59,6 +59,7 @@ type acker struct {
 	log    *slog.Logger
 	ctx    context.Context // not cancelled by the shutdown: the buffer is flushed while draining
 	busy   func() bool     // a handler is running: its completion may join the next call
+	linger time.Duration   // how long a flush waits for busy handlers
 
 	mu   sync.Mutex
 	mode ackMode
@@ -69,8 +70,9 @@ type acker struct {
 	exited chan struct{}
 }
 
-func startAcker(ctx context.Context, client *Client, log *slog.Logger, busy func() bool) *acker {
-	a := &acker{client: client, log: log, ctx: ctx, busy: busy,
+func startAcker(ctx context.Context, client *Client, log *slog.Logger, linger time.Duration,
+	busy func() bool) *acker {
+	a := &acker{client: client, log: log, ctx: ctx, busy: busy, linger: linger,
 		wake: make(chan struct{}, 1), quit: make(chan struct{}), exited: make(chan struct{})}
 	go a.run()
 	return a
@@ -158,12 +160,12 @@ func (a *acker) flush() bool {
 }
 
 // gather lets the handlers still running add their completions before a call goes out, for
-// ackLinger at most and never past a full call. Handlers run in parallel with the flusher: sent
+// WorkerOptions.AckLinger at most and never past a full call. Handlers run in parallel with the flusher: sent
 // at once, the first success of a lease went almost alone (17 jobs a call on average against 50
 // leased, in the benchmark's drain), and every call costs the server as much as a lease.
 func (a *acker) gather() {
 	runtime.Gosched()
-	deadline := time.Now().Add(ackLinger)
+	deadline := time.Now().Add(a.linger)
 	for a.busy() && a.size() < MaxCompletions && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Microsecond)
 	}

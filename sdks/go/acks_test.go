@@ -439,22 +439,23 @@ func TestBatchAcksAreRaceFree(t *testing.T) {
 	}
 }
 
-// lingerFor sets the flusher's and the lease loop's waits for the test's length.
-func lingerFor(t *testing.T, acks, lease time.Duration) {
-	oldAcks, oldLease := ackLinger, leaseLinger
-	ackLinger, leaseLinger = acks, lease
-	t.Cleanup(func() { ackLinger, leaseLinger = oldAcks, oldLease })
+// leaseLingerFor sets the lease loop's wait for the test's length.
+func leaseLingerFor(t *testing.T, lease time.Duration) {
+	old := leaseLinger
+	leaseLinger = lease
+	t.Cleanup(func() { leaseLinger = old })
 }
 
 // Handlers finishing one after the other (within 5 ms) have their successes sent in one call, and
 // the next lease asks for a whole batch, not for the first half of it that was free: with the
 // waits long, the batching does not depend on how the goroutines happen to be scheduled.
 func TestALeasesSuccessesGoInOneCallAndTheNextLeaseAsksForAWholeBatch(t *testing.T) {
-	lingerFor(t, time.Minute, time.Minute)
+	leaseLingerFor(t, time.Minute)
 	f, c := newFake(t)
 	f.offers = true
 	f.leases = []func(http.ResponseWriter){leased(ids("ok", 50)...)}
-	w := NewWorker(c, "q", WorkerOptions{LeaseSecs: 10, WaitSecs: 1, Concurrency: 50, BatchSize: 50, Logger: quiet()})
+	w := NewWorker(c, "q", WorkerOptions{LeaseSecs: 10, WaitSecs: 1, Concurrency: 50, BatchSize: 50, Logger: quiet(),
+		AckLinger: time.Minute})
 	w.Handle("ok", func(ctx context.Context, job *Job) (map[string]any, error) {
 		i, _ := job.Payload["i"].(float64)
 		time.Sleep(time.Duration(i) * 100 * time.Microsecond)
@@ -481,7 +482,7 @@ func TestALeasesSuccessesGoInOneCallAndTheNextLeaseAsksForAWholeBatch(t *testing
 // The flusher's wait is bounded: a handler that runs on does not hold back the successes of the
 // others (this test would hang without the bound, as the slow handler ends only after their call).
 func TestAHandlerStillRunningDoesNotHoldBackTheOthersSuccesses(t *testing.T) {
-	lingerFor(t, time.Millisecond, time.Millisecond)
+	leaseLingerFor(t, time.Millisecond)
 	f, c := newFake(t)
 	f.offers = true
 	f.leases = []func(http.ResponseWriter){leased(append(ids("ok", 9), "slow#10")...)}
@@ -492,7 +493,8 @@ func TestAHandlerStillRunningDoesNotHoldBackTheOthersSuccesses(t *testing.T) {
 		}
 		writeBatchAnswer(w, ids, nil)
 	}
-	w := NewWorker(c, "q", WorkerOptions{LeaseSecs: 10, WaitSecs: 1, Concurrency: 10, BatchSize: 10, Logger: quiet()})
+	w := NewWorker(c, "q", WorkerOptions{LeaseSecs: 10, WaitSecs: 1, Concurrency: 10, BatchSize: 10, Logger: quiet(),
+		AckLinger: time.Millisecond})
 	w.Handle("ok", echo)
 	w.Handle("slow", func(ctx context.Context, job *Job) (map[string]any, error) {
 		<-firstCall

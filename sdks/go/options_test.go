@@ -178,4 +178,10 @@ func TestWorkerOptionDefaults(t *testing.T) {
 	if o = (WorkerOptions{Concurrency: 3, WaitSecs: 99}).withDefaults(); o.BatchSize != 3 || o.WaitSecs != 30 {
 		t.Fatalf("batch default %+v", o)
 	}
+	if o = (WorkerOptions{}).withDefaults(); o.AckLinger != 2*time.Millisecond {
+		t.Fatalf("acknowledgement wait %v, want 2ms by default", o.AckLinger)
+	}
+	if o = (WorkerOptions{AckLinger: -1}).withDefaults(); o.AckLinger != 0 {
+		t.Fatalf("acknowledgement wait %v, want none for a negative value", o.AckLinger)
+	}
 }

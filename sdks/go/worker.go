@@ -65,6 +65,10 @@ type WorkerOptions struct {
 	// TracerProvider makes the span each handler runs in (default otel.GetTracerProvider(), the
 	// global one: the API's no-op until the application installs an OpenTelemetry SDK).
 	TracerProvider trace.TracerProvider
+	// AckLinger is how long a batch acknowledgement waits, while other held jobs are still
+	// running, for their successes to join the same call (default 2 ms; a negative value sends at
+	// once). A success with no other job running goes at once whatever this is.
+	AckLinger time.Duration
 }
 
 func (o WorkerOptions) withDefaults() WorkerOptions {
@@ -105,6 +109,12 @@ func (o WorkerOptions) withDefaults() WorkerOptions {
 	}
 	if o.TracerProvider == nil {
 		o.TracerProvider = otel.GetTracerProvider()
+	}
+	switch {
+	case o.AckLinger == 0:
+		o.AckLinger = defaultAckLinger
+	case o.AckLinger < 0:
+		o.AckLinger = 0
 	}
 	return o
 }
@@ -202,7 +212,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	var runErr error
 	// A held job not settling yet is waiting for its turn or running its handler: its completion
 	// may join the next batch call.
-	acks := startAcker(bg, w.client, log, func() bool { return held.Load() > settling.Load() })
+	acks := startAcker(bg, w.client, log, o.AckLinger, func() bool { return held.Load() > settling.Load() })
 
 	// Lease once there is room for half a batch (at least one job): with acknowledgements answered
 	// a few at a time, leasing at every freed place made most leases a job or two.
