@@ -416,6 +416,8 @@ impl Worker {
         let max_held = batch.max(opts.concurrency);
         // Lease once there is room for half a batch (at least one job): with acknowledgements
         // answered a few at a time, leasing at every freed place made most leases a job or two.
+        // A job whose outcome is decided and whose report is not answered yet takes no handler
+        // slot, so leasing goes on while reports are sent, up to `max_held` such jobs.
         let room = (batch.min(opts.concurrency) / 2).max(1);
         let slots = Arc::new(Semaphore::new(opts.concurrency));
         let handlers = Arc::new(self.handlers);
@@ -424,6 +426,7 @@ impl Worker {
         let mut failures = 0u32;
         let mut outcome = Ok(());
         let (acks, buffered) = Acks::new();
+        let unsettled = acks.unsettled.clone();
         let mut flusher = AbortOnDrop(tokio::spawn(flush_acks(
             self.client.clone(),
             acks.mode.clone(),
@@ -438,14 +441,37 @@ impl Worker {
             if self.shutdown.is_cancelled() {
                 break;
             }
-            if held.len() + room > max_held {
+            // Registered before the counts are read: a job decided in between still wakes us.
+            let changed = unsettled.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            let undecided = unsettled.running();
+            let settling = held.len().saturating_sub(undecided);
+            if undecided + room > opts.concurrency || settling >= max_held {
                 tokio::select! {
                     _ = held.join_next() => {}
+                    () = &mut changed => {}
                     _ = self.shutdown.cancelled() => {}
                 }
                 continue;
             }
-            let want = batch.min(max_held - held.len());
+            // Handlers finishing in parallel free the rest of the batch within moments: wait for
+            // them (briefly) rather than lease a part of it now and the rest in a call of its own.
+            let deadline = Instant::now() + LEASE_LINGER;
+            loop {
+                let undecided = unsettled.running();
+                if undecided == 0 || opts.concurrency - undecided >= batch {
+                    break;
+                }
+                let changed = unsettled.changed.notified();
+                tokio::pin!(changed);
+                changed.as_mut().enable();
+                if unsettled.running() == undecided && tokio::time::timeout_at(deadline, changed).await.is_err() {
+                    break;
+                }
+            }
+            let undecided = unsettled.running();
+            let want = batch.min(opts.concurrency.saturating_sub(undecided).max(batch.saturating_sub(undecided)));
             let request = LeaseJobsRequest {
                 max_jobs: Some(want as u32),
                 lease_secs: Some(opts.lease_secs),
@@ -833,6 +859,10 @@ impl Acks {
         self.mode.load(Ordering::SeqCst) == MODE_PER_JOB
     }
 }
+
+/// How long a lease call waits, once half a batch of handler slots is free, for the handlers still
+/// running to free the rest.
+const LEASE_LINGER: Duration = Duration::from_millis(1);
 
 /// How long a flush waits by default for the handlers still running to add their successes to
 /// its call ([`WorkerOptions::ack_linger`]).

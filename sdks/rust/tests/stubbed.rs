@@ -5,7 +5,7 @@
 mod stub;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use queueflow_sdk::*;
@@ -674,6 +674,81 @@ async fn successes_of_handlers_still_running_join_the_same_call() {
     let mut calls = batches(&log);
     calls.iter_mut().for_each(|call| call.sort());
     assert_eq!(calls, vec![vec!["j1", "j2", "j3", "j4"]]);
+}
+
+/// Jobs whose outcome is decided take no handler slot while their acknowledgement is in flight:
+/// with two of four handlers done (their acknowledgement unanswered) and two still running, the
+/// next lease goes out at once for the two free slots, rather than after that answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_does_not_wait_for_the_acknowledgement_of_jobs_already_done() {
+    const ANSWER_AFTER: Duration = Duration::from_secs(2);
+    let first: Vec<_> = ["a1", "a2"].iter().map(|id| job(id, "t", json!({}))).collect();
+    let running: Vec<_> = ["a3", "a4"].iter().map(|id| job(id, "wait", json!({}))).collect();
+    let second: Vec<_> = ["b1", "b2"].iter().map(|id| job(id, "t", json!({}))).collect();
+    let lease = leases(vec![[first, running].concat(), second]);
+    let first_ack: Arc<Mutex<Option<std::time::Instant>>> = Arc::default();
+    let second_lease_after_ack: Arc<Mutex<Option<Duration>>> = Arc::default();
+    let second_lease = Arc::new(AtomicBool::new(false));
+    let (acked, seen, leased_again) = (first_ack.clone(), second_lease_after_ack.clone(), second_lease.clone());
+    let lease_calls = AtomicUsize::new(0);
+    let (base, log) = serve(move |req| {
+        if req.path.ends_with("/lease") && lease_calls.fetch_add(1, Ordering::SeqCst) == 1 {
+            *seen.lock().unwrap() = acked.lock().unwrap().map(|at| at.elapsed());
+            leased_again.store(true, Ordering::SeqCst);
+        }
+        lease(req).unwrap_or_else(|| match req.path.as_str() {
+            "/openapi.json" => openapi(true),
+            BATCH => {
+                acked.lock().unwrap().get_or_insert_with(std::time::Instant::now);
+                batch_answer(req, &[]).after(ANSWER_AFTER)
+            }
+            _ => Resp::empty(204),
+        })
+    })
+    .await;
+    let options = WorkerOptions {
+        wait_secs: 1,
+        concurrency: 4,
+        batch_size: Some(4),
+        ack_linger: Duration::ZERO,
+        ..Default::default()
+    };
+    let worker = Worker::new(client(&base), "q", options);
+    let stop = worker.shutdown_token();
+    let done = Arc::new(AtomicUsize::new(0));
+    let finish = move |done: &AtomicUsize| {
+        if done.fetch_add(1, Ordering::SeqCst) + 1 >= 6 {
+            stop.cancel();
+        }
+    };
+    let finish = Arc::new(finish);
+    let (d1, f1) = (done.clone(), finish.clone());
+    let worker = worker
+        .register("t", move |job| {
+            let (done, finish) = (d1.clone(), f1.clone());
+            async move {
+                finish(&done);
+                Ok(job.payload)
+            }
+        })
+        .register("wait", move |job| {
+            let (done, finish, leased_again) = (done.clone(), finish.clone(), second_lease.clone());
+            async move {
+                while !leased_again.load(Ordering::SeqCst) {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                finish(&done);
+                Ok(job.payload)
+            }
+        });
+    tokio::time::timeout(LIMIT, worker.run()).await.expect("run finished").expect("run ok");
+    let leases = requests(&log, "POST", "/lease");
+    assert_eq!(leases[1].json()["max_jobs"], json!(2), "the second lease asks for the free slots");
+    // (None: the second lease even came before the acknowledgement was sent.)
+    let waited = *second_lease_after_ack.lock().unwrap();
+    if let Some(waited) = waited {
+        assert!(waited < ANSWER_AFTER, "the second lease waited for the acknowledgement's answer ({waited:?})");
+    }
 }
 
 /// The wait is bounded: a handler that runs on does not hold back a success already made.
