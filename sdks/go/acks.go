@@ -55,11 +55,12 @@ const defaultAckLinger = 2 * time.Millisecond
 
 // acker is the buffer and the flusher of one Run.
 type acker struct {
-	client *Client
-	log    *slog.Logger
-	ctx    context.Context // not cancelled by the shutdown: the buffer is flushed while draining
-	busy   func() bool     // a handler is running: its completion may join the next call
-	linger time.Duration   // how long a flush waits for busy handlers
+	client  *Client
+	log     *slog.Logger
+	ctx     context.Context // not cancelled by the shutdown: the buffer is flushed while draining
+	busy    func() bool     // a handler is running: its completion may join the next call
+	decided <-chan struct{} // signalled when a held job settles or ends: busy may have changed
+	linger  time.Duration   // how long a flush waits for busy handlers
 
 	mu   sync.Mutex
 	mode ackMode
@@ -71,8 +72,8 @@ type acker struct {
 }
 
 func startAcker(ctx context.Context, client *Client, log *slog.Logger, linger time.Duration,
-	busy func() bool) *acker {
-	a := &acker{client: client, log: log, ctx: ctx, busy: busy, linger: linger,
+	busy func() bool, decided <-chan struct{}) *acker {
+	a := &acker{client: client, log: log, ctx: ctx, busy: busy, decided: decided, linger: linger,
 		wake: make(chan struct{}, 1), quit: make(chan struct{}), exited: make(chan struct{})}
 	go a.run()
 	return a
@@ -165,9 +166,17 @@ func (a *acker) flush() bool {
 // leased, in the benchmark's drain), and every call costs the server as much as a lease.
 func (a *acker) gather() {
 	runtime.Gosched()
-	deadline := time.Now().Add(a.linger)
-	for a.busy() && a.size() < MaxCompletions && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Microsecond)
+	if a.linger <= 0 {
+		return
+	}
+	timer := time.NewTimer(a.linger)
+	defer timer.Stop()
+	for a.busy() && a.size() < MaxCompletions {
+		select {
+		case <-a.decided: // (a token left by an earlier change only makes it look again)
+		case <-timer.C:
+			return
+		}
 	}
 }
 

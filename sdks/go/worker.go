@@ -199,7 +199,16 @@ func (w *Worker) Run(ctx context.Context) error {
 	announced := false               // a lease call succeeded: the server knows what this worker is
 	bg := context.WithoutCancel(ctx) // held jobs outlive ctx: they drain
 	slots := make(chan struct{}, o.Concurrency)
-	freed := make(chan struct{}, 1)
+	freed := make(chan struct{}, 1)   // a held job settled or ended: the lease loop looks again
+	decided := make(chan struct{}, 1) // the same, for the acknowledgement flusher
+	signal := func() {
+		for _, ch := range [...]chan struct{}{freed, decided} {
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		}
+	}
 	var held atomic.Int64
 	// Held jobs whose handler is done and whose report is not answered yet: they take no handler
 	// slot, so leasing goes on while they settle (up to max(BatchSize, Concurrency) of them).
@@ -212,7 +221,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	var runErr error
 	// A held job not settling yet is waiting for its turn or running its handler: its completion
 	// may join the next batch call.
-	acks := startAcker(bg, w.client, log, o.AckLinger, func() bool { return held.Load() > settling.Load() })
+	acks := startAcker(bg, w.client, log, o.AckLinger, func() bool { return held.Load() > settling.Load() }, decided)
 
 	// Lease once there is room for half a batch (at least one job): with acknowledgements answered
 	// a few at a time, leasing at every freed place made most leases a job or two.
@@ -229,11 +238,8 @@ loop:
 		}
 		// Handlers finishing in parallel free the rest of the batch within moments: wait for them
 		// (briefly) rather than lease a part of it now and the rest in a call of its own.
-		for until := time.Now().Add(leaseLinger); time.Now().Before(until); {
-			if h := held.Load() - settling.Load(); h == 0 || int64(o.Concurrency)-h >= int64(o.BatchSize) {
-				break
-			}
-			time.Sleep(50 * time.Microsecond)
+		if !w.lingerForBatch(ctx, &held, &settling, freed) {
+			break
 		}
 		// At most BatchSize per lease; with BatchSize above Concurrency, up to BatchSize held.
 		h := int(held.Load() - settling.Load())
@@ -270,10 +276,7 @@ loop:
 				defer wg.Done()
 				defer func() {
 					held.Add(-1)
-					select {
-					case freed <- struct{}{}:
-					default:
-					}
+					signal()
 				}()
 				w.hold(bg, log, acks, tracer, &lj, slots, prev, mine, func(on bool) {
 					if on {
@@ -281,10 +284,7 @@ loop:
 					} else {
 						settling.Add(-1)
 					}
-					select {
-					case freed <- struct{}{}:
-					default:
-					}
+					signal()
 				})
 			}(turn, next)
 			turn = next
@@ -293,6 +293,31 @@ loop:
 	wg.Wait() // every held job reported: the acknowledgement buffer is empty
 	acks.stop()
 	return runErr
+}
+
+// lingerForBatch waits, up to leaseLinger, while handlers are still running and fewer than a
+// batch of slots is free; false when ctx ended meanwhile.
+func (w *Worker) lingerForBatch(ctx context.Context, held, settling *atomic.Int64, freed <-chan struct{}) bool {
+	o := w.opts
+	full := func() bool {
+		h := held.Load() - settling.Load()
+		return h == 0 || int64(o.Concurrency)-h >= int64(o.BatchSize)
+	}
+	if full() {
+		return true
+	}
+	timer := time.NewTimer(leaseLinger)
+	defer timer.Stop()
+	for !full() {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-timer.C:
+			return true
+		case <-freed:
+		}
+	}
+	return true
 }
 
 // hold owns one leased job from lease to report: it heartbeats it from the start (also while it
