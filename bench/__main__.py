@@ -52,9 +52,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument(
         "--remote-client",
-        choices=("raw", "sdk", "go-sdk", "rust-sdk"),
+        choices=("raw", "sdk", "go-sdk", "rust-sdk", "ts-sdk"),
         default="raw",
-        help="W1a: raw HTTP calls, or the Python, Go or Rust SDK's worker loop (needs --remote-processes)",
+        help="W1a: raw HTTP calls, or an SDK's worker loop: Python, Go, Rust, TypeScript (needs --remote-processes)",
     )
     p.add_argument("--latency-loops", type=int, default=4, help="W2: remote loops parked in long-poll")
     p.add_argument("--latency-max-jobs", type=int, default=1, help="W2: max_jobs of their lease calls")

@@ -12,7 +12,8 @@ batches of 1,000 *before* any worker runs, so the measurement is a pure drain of
   runs the Python SDK's worker loop in those processes instead (concurrency and batch size
   `remote_batch`), which acknowledges the way the SDK does; "go-sdk" runs the Go SDK's worker loop
   instead (`bench/gosdk`, built with the machine's Go toolchain), and "rust-sdk" the Rust SDK's
-  (its `bench_worker` example, built with cargo, on tokio's multi-threaded runtime).
+  (its `bench_worker` example, built with cargo, on tokio's multi-threaded runtime), and "ts-sdk"
+  the TypeScript SDK's (`bench/tssdk/main.mjs` under Node, the SDK's dist/ built first).
 - W1b: the backlog is enqueued through a separate `--mode api` process, which is then stopped;
   then `--mode all --workers N` starts and drains the default queue with the built-in `echo`.
 
@@ -60,7 +61,7 @@ async def _db_rate(conn, total: int) -> float:
 
 # --- W1a: remote HTTP workers ------------------------------------------------------------------------
 
-SDK_NAMES = {"sdk": "Python", "go-sdk": "Go", "rust-sdk": "Rust"}
+SDK_NAMES = {"sdk": "Python", "go-sdk": "Go", "rust-sdk": "Rust", "ts-sdk": "TypeScript"}
 
 
 def remote_figures(ctx: Context) -> list[Figure]:
@@ -98,6 +99,8 @@ async def remote_processes(ctx: Context, base_url: str) -> AsyncIterator[list[Ch
         program = [str(go_sdk_worker(ctx.out_dir))]
     elif ctx.remote_client == "rust-sdk":
         program = [str(rust_sdk_worker())]
+    elif ctx.remote_client == "ts-sdk":
+        program = ts_sdk_worker()
     argv = [
         *program,
         "--base-url",
@@ -111,7 +114,7 @@ async def remote_processes(ctx: Context, base_url: str) -> AsyncIterator[list[Ch
         "--wait-secs",
         "1",
     ]
-    if ctx.remote_client not in ("go-sdk", "rust-sdk"):
+    if ctx.remote_client not in ("go-sdk", "rust-sdk", "ts-sdk"):
         argv += ["--client", ctx.remote_client, "--ack", ctx.remote_ack]
     procs: list[ChildProcess] = []
     try:
@@ -152,6 +155,17 @@ def rust_sdk_worker() -> Path:
         ["cargo", "build", "--quiet", "--release", "--example", "bench_worker"], cwd=crate, check=True
     )
     return crate / "target" / "release" / "examples" / "bench_worker"
+
+
+def ts_sdk_worker() -> list[str]:
+    """bench/tssdk/main.mjs (the TypeScript SDK's worker loop, same line protocol) under the
+    machine's Node, after building the SDK's dist/ (tsc; a few seconds)."""
+    root = Path(__file__).resolve().parents[2]
+    sdk = root / "sdks" / "typescript"
+    if not (sdk / "node_modules").is_dir():
+        subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--loglevel=error"], cwd=sdk, check=True)
+    subprocess.run(["npm", "run", "--silent", "build"], cwd=sdk, check=True)
+    return ["node", str(root / "bench" / "tssdk" / "main.mjs")]
 
 
 async def _drain_in_processes(

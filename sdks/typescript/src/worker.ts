@@ -744,14 +744,21 @@ class WorkerLoop {
     if (this.batchAcks === false) return this.send(held, () => this.worker.complete(held.leased, result));
     return new Promise<void>((settle) => {
       this.acks.push({ held, result, deadline: this.reportDeadline(), lastError: undefined, settle });
-      if (!this.flushing) void this.flush();
+      if (!this.flushing) {
+        // The flush starts once this turn of the event loop is over, so that the handlers that
+        // finish in it (a lease's quick jobs) add their successes first: started at once, the
+        // first success of a lease went alone and the rest in a second call.
+        this.flushing = true;
+        setImmediate(() => void this.flush());
+      }
     });
   }
 
   /**
    * Sends the buffered acknowledgements until none is left, one call at a time: up to
    * {@link MAX_COMPLETIONS} per call, and whatever arrives while a call is in flight goes in the
-   * next one. There is no timer: the first success of an idle worker is sent at once.
+   * next one. There is no timer: the first success of an idle worker is sent in the event loop's
+   * next turn.
    */
   private async flush(): Promise<void> {
     this.flushing = true;

@@ -388,6 +388,30 @@ test("one batch call at a time: an idle worker acknowledges at once, the next ba
   }
 });
 
+test("handlers that finish in the same turn of the event loop share one batch call", async () => {
+  // Two leases of six: the first lease's successes wait for the /openapi.json probe anyway; the
+  // second's show whether the flush waits for the handlers finishing beside the first of them.
+  const fake = (await new FakeServer().start()).offerBatch();
+  fake.pending = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12].map((n) => fakeJob(`j${n}`, "ok", { n }));
+  const stop = stopAfter(12);
+  try {
+    await fake.client().worker.run(
+      "q",
+      {
+        ok: (job) => {
+          stop.tick();
+          return job.payload;
+        },
+      },
+      { waitSecs: 0, concurrency: 6, batchSize: 6, signal: stop.signal, onError: quiet },
+    );
+    const batches = fake.batches();
+    assert.deepEqual(batches.map((b) => b.length), [6, 6], `one call per lease: ${JSON.stringify(batches)}`);
+  } finally {
+    await fake.close();
+  }
+});
+
 test("more than 100 waiting successes go out 100 at a time", async () => {
   const fake = (await new FakeServer().start()).offerBatch();
   fake.pending = Array.from({ length: 130 }, (_, i) => fakeJob(`m${i}`, "t"));
