@@ -161,23 +161,13 @@ func (a *acker) flush() bool {
 }
 
 // gather lets the handlers still running add their completions before a call goes out, for
-// WorkerOptions.AckLinger at most and never past a full call. Handlers run in parallel with the flusher: sent
-// at once, the first success of a lease went almost alone (17 jobs a call on average against 50
-// leased, in the benchmark's drain), and every call costs the server as much as a lease.
+// WorkerOptions.AckLinger at most and never past a full call. Handlers run in parallel with the
+// flusher: sent at once, the first success of a lease went almost alone (17 jobs a call on
+// average against 50 leased, in the benchmark's drain), and every call costs the server as much
+// as a lease.
 func (a *acker) gather() {
 	runtime.Gosched()
-	if a.linger <= 0 {
-		return
-	}
-	timer := time.NewTimer(a.linger)
-	defer timer.Stop()
-	for a.busy() && a.size() < MaxCompletions {
-		select {
-		case <-a.decided: // (a token left by an earlier change only makes it look again)
-		case <-timer.C:
-			return
-		}
-	}
+	waitUntil(func() bool { return !a.busy() || a.size() >= MaxCompletions }, a.decided, a.linger, nil)
 }
 
 func (a *acker) size() int {

@@ -165,6 +165,10 @@ func fatalLeaseError(err error) bool {
 		e.Status != http.StatusTooManyRequests
 }
 
+// leaseLinger bounds how long a lease call waits, once half a batch of handler slots is free, for
+// the handlers still running to free the rest (a variable for the tests).
+var leaseLinger = time.Millisecond
+
 // Run leases and runs jobs until ctx is cancelled, then drains: it stops leasing, lets the held
 // jobs (running or waiting their turn) finish and be reported, and returns nil. A lease answered
 // with 401, 403 or another non-retryable 4xx ends Run with that *APIError (after draining).
@@ -180,10 +184,6 @@ func fatalLeaseError(err error) bool {
 // Every lease call names the worker (WorkerOptions.WorkerID), and until one succeeded it also says
 // what the worker is (WorkerInfo: hostname, SDK "go", Version, the handlers' task names). An
 // invalid WorkerID makes Run return an error wrapping ErrInvalidArgument at once.
-// leaseLinger bounds how long a lease call waits, once half a batch of handler slots is free, for
-// the handlers still running to free the rest (a variable for the tests).
-var leaseLinger = time.Millisecond
-
 func (w *Worker) Run(ctx context.Context) error {
 	if err := checkWorkerID(w.opts.WorkerID); err != nil {
 		return fmt.Errorf("queueflow: WorkerOptions.WorkerID: %w", err)
@@ -238,7 +238,11 @@ loop:
 		}
 		// Handlers finishing in parallel free the rest of the batch within moments: wait for them
 		// (briefly) rather than lease a part of it now and the rest in a call of its own.
-		if !w.lingerForBatch(ctx, &held, &settling, freed) {
+		batchFree := func() bool {
+			h := held.Load() - settling.Load()
+			return h == 0 || int64(o.Concurrency)-h >= int64(o.BatchSize)
+		}
+		if !waitUntil(batchFree, freed, leaseLinger, ctx.Done()) {
 			break
 		}
 		// At most BatchSize per lease; with BatchSize above Concurrency, up to BatchSize held.
@@ -295,26 +299,22 @@ loop:
 	return runErr
 }
 
-// lingerForBatch waits, up to leaseLinger, while handlers are still running and fewer than a
-// batch of slots is free; false when ctx ended meanwhile.
-func (w *Worker) lingerForBatch(ctx context.Context, held, settling *atomic.Int64, freed <-chan struct{}) bool {
-	o := w.opts
-	full := func() bool {
-		h := held.Load() - settling.Load()
-		return h == 0 || int64(o.Concurrency)-h >= int64(o.BatchSize)
-	}
-	if full() {
+// waitUntil waits until done() holds, asking again at each signal on changed, for at most
+// within (none when within <= 0); it reports false only when stop closed first. A token left on
+// changed by an earlier change only makes it ask once more.
+func waitUntil(done func() bool, changed <-chan struct{}, within time.Duration, stop <-chan struct{}) bool {
+	if within <= 0 || done() {
 		return true
 	}
-	timer := time.NewTimer(leaseLinger)
+	timer := time.NewTimer(within)
 	defer timer.Stop()
-	for !full() {
+	for !done() {
 		select {
-		case <-ctx.Done():
+		case <-stop:
 			return false
 		case <-timer.C:
 			return true
-		case <-freed:
+		case <-changed:
 		}
 	}
 	return true

@@ -457,19 +457,11 @@ impl Worker {
             }
             // Handlers finishing in parallel free the rest of the batch within moments: wait for
             // them (briefly) rather than lease a part of it now and the rest in a call of its own.
-            let deadline = Instant::now() + LEASE_LINGER;
-            loop {
-                let undecided = unsettled.running();
-                if undecided == 0 || opts.concurrency - undecided >= batch {
-                    break;
-                }
-                let changed = unsettled.changed.notified();
-                tokio::pin!(changed);
-                changed.as_mut().enable();
-                if unsettled.running() == undecided && tokio::time::timeout_at(deadline, changed).await.is_err() {
-                    break;
-                }
-            }
+            unsettled
+                .wait_until(Instant::now() + LEASE_LINGER, |undecided| {
+                    undecided == 0 || opts.concurrency - undecided >= batch
+                })
+                .await;
             let undecided = unsettled.running();
             let want = batch.min(opts.concurrency.saturating_sub(undecided).max(batch.saturating_sub(undecided)));
             let request = LeaseJobsRequest {
@@ -885,6 +877,22 @@ impl Unsettled {
     fn running(&self) -> usize {
         self.count.load(Ordering::SeqCst)
     }
+
+    /// Waits until `done(undecided)` holds, asked again each time a held job's outcome is
+    /// decided, or until `deadline`; `done` is asked once more then, and its last answer returned.
+    async fn wait_until(&self, deadline: Instant, mut done: impl FnMut(usize) -> bool) -> bool {
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable(); // registered before the check: no decision is missed
+            if done(self.running()) {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                return done(self.running());
+            }
+        }
+    }
 }
 
 /// One held job's place in [`Unsettled`], given up once (its outcome is decided, or it ends).
@@ -986,24 +994,14 @@ async fn flush_acks(
                 None => return,
             }
         }
-        while let Ok(pending) = buffered.try_recv() {
-            queue.push_back(pending);
-        }
-        let deadline = Instant::now() + linger;
-        while queue.len() < MAX_COMPLETIONS && unsettled.running() > 0 {
-            let changed = unsettled.changed.notified();
-            tokio::pin!(changed);
-            changed.as_mut().enable(); // registered before the re-check: no settlement is missed
-            if unsettled.running() > 0 && tokio::time::timeout_at(deadline, changed).await.is_err() {
-                break;
-            }
-            while let Ok(pending) = buffered.try_recv() {
-                queue.push_back(pending);
-            }
-        }
-        while let Ok(pending) = buffered.try_recv() {
-            queue.push_back(pending);
-        }
+        unsettled
+            .wait_until(Instant::now() + linger, |undecided| {
+                while let Ok(pending) = buffered.try_recv() {
+                    queue.push_back(pending);
+                }
+                undecided == 0 || queue.len() >= MAX_COMPLETIONS
+            })
+            .await;
         // A job the server took back meanwhile has nobody waiting for its answer.
         queue.retain(|pending| !pending.reply.is_closed());
         if queue.is_empty() {

@@ -489,6 +489,23 @@ fn batch_answer(req: &Req, special: &[(&str, u16)]) -> Resp {
     Resp::json(200, json!({"results": results}))
 }
 
+/// A server offering the batch route: `batches` answer the lease calls in turn, `answer` each
+/// batch acknowledgement, and every other call gets a 204.
+async fn serve_batch_route(
+    batches: Vec<Vec<serde_json::Value>>,
+    answer: impl Fn(&Req) -> Resp + Send + Sync + 'static,
+) -> (String, stub::Log) {
+    let lease = leases(batches);
+    serve(move |req| {
+        lease(req).unwrap_or_else(|| match req.path.as_str() {
+            "/openapi.json" => openapi(true),
+            BATCH => answer(req),
+            _ => Resp::empty(204),
+        })
+    })
+    .await
+}
+
 /// The ids of each batch acknowledgement call, in order.
 fn batches(log: &stub::Log) -> Vec<Vec<String>> {
     log.lock()
@@ -532,15 +549,8 @@ fn stopping_worker(base: &str, options: WorkerOptions, n: usize, delay: Duration
 #[tokio::test]
 async fn successes_go_through_the_batch_route_when_the_server_offers_it() {
     let batch: Vec<_> = (1..=4).map(|n| job(&format!("j{n}"), "t", json!({"n": n}))).collect();
-    let lease = leases(vec![batch]);
-    let (base, log) = serve(move |req| {
-        lease(req).unwrap_or_else(|| match req.path.as_str() {
-            "/openapi.json" => openapi(true),
-            BATCH => batch_answer(req, &[]).after(Duration::from_millis(300)),
-            _ => Resp::empty(204),
-        })
-    })
-    .await;
+    let (base, log) =
+        serve_batch_route(vec![batch], |req| batch_answer(req, &[]).after(Duration::from_millis(300))).await;
     // One handler at a time, each instant, and no lingering: the first success goes alone at once,
     // the other three finish while that call is in flight and go together in the next.
     let options = WorkerOptions {
@@ -575,13 +585,8 @@ async fn item_answers_are_final_failures_stay_per_job_and_a_stop_flushes_the_buf
         job("j4", "t", json!({})),
         job("j5", "bad", json!({})),
     ];
-    let lease = leases(vec![batch]);
-    let (base, log) = serve(move |req| {
-        lease(req).unwrap_or_else(|| match req.path.as_str() {
-            "/openapi.json" => openapi(true),
-            BATCH => batch_answer(req, &[("j2", 409), ("j3", 404), ("j4", 422)]).after(Duration::from_millis(400)),
-            _ => Resp::empty(204),
-        })
+    let (base, log) = serve_batch_route(vec![batch], |req| {
+        batch_answer(req, &[("j2", 409), ("j3", 404), ("j4", 422)]).after(Duration::from_millis(400))
     })
     .await;
     let options = WorkerOptions { wait_secs: 1, concurrency: 5, ..Default::default() };
@@ -653,15 +658,7 @@ async fn a_probe_without_an_answer_is_asked_again_at_the_next_flush() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn successes_of_handlers_still_running_join_the_same_call() {
     let batch: Vec<_> = (1..=4).map(|n| job(&format!("j{n}"), "t", json!({"n": n}))).collect();
-    let lease = leases(vec![batch]);
-    let (base, log) = serve(move |req| {
-        lease(req).unwrap_or_else(|| match req.path.as_str() {
-            "/openapi.json" => openapi(true),
-            BATCH => batch_answer(req, &[]),
-            _ => Resp::empty(204),
-        })
-    })
-    .await;
+    let (base, log) = serve_batch_route(vec![batch], |req| batch_answer(req, &[])).await;
     let options = WorkerOptions {
         wait_secs: 1,
         concurrency: 1,
@@ -755,15 +752,7 @@ async fn a_lease_does_not_wait_for_the_acknowledgement_of_jobs_already_done() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handler_still_running_does_not_hold_back_a_success_past_the_linger() {
     let batch = vec![job("fast", "t", json!({})), job("slow", "slow", json!({}))];
-    let lease = leases(vec![batch]);
-    let (base, log) = serve(move |req| {
-        lease(req).unwrap_or_else(|| match req.path.as_str() {
-            "/openapi.json" => openapi(true),
-            BATCH => batch_answer(req, &[]),
-            _ => Resp::empty(204),
-        })
-    })
-    .await;
+    let (base, log) = serve_batch_route(vec![batch], |req| batch_answer(req, &[])).await;
     let options = WorkerOptions {
         wait_secs: 1,
         concurrency: 2,

@@ -236,10 +236,10 @@ WITH flags AS MATERIALIZED (
 SELECT * FROM plain
 UNION ALL
 -- (The trace context, which a claim never changes, is read beside claim_limited's rows: migration
--- 18 added it to the jobs, not to that function's answer.)
--- One primary-key probe per leased job: OFFSET 0 keeps the subquery a per-row probe. As a plain join
--- the planner, which expects 1,000 rows of any function, hashed the whole jobs table instead while it
--- was small enough to look cheaper (20,000 waiting jobs: 8 ms of a 15 ms claim, on every claim).
+-- 18 added it to the jobs, not to that function's answer. One primary-key probe per leased job:
+-- OFFSET 0 keeps the subquery a per-row probe. As a plain join the planner, which expects 1,000
+-- rows of any function, hashed the whole jobs table instead while it was small enough to look
+-- cheaper: 20,000 waiting jobs, 8 ms of a 15 ms claim, on every claim.)
 SELECT l.*, t.traceparent, t.tracestate
 FROM queueflow.claim_limited($1, $2::int, $3::int, $4::int, $5::bigint, $6::uuid, $7::text, $8::text) l
 CROSS JOIN LATERAL (SELECT j.traceparent, j.tracestate FROM queueflow.jobs j WHERE j.id = l.id OFFSET 0) t
