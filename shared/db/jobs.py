@@ -23,6 +23,7 @@ from shared.db.pool import Connection, Executor, Pool, record, transaction
 from shared.db.queries import Q
 from shared.domain.errors import Conflict, DomainError, Gone, NotFound
 from shared.domain.jobs import (
+    DEFAULT_CONFIG,
     RETRYABLE_JOB_STATUSES,
     DeadLetter,
     Job,
@@ -64,7 +65,7 @@ class _InsertRow(msgspec.Struct, omit_defaults=True):
     id: uuid.UUID
     q: str
     t: str
-    c: JobConfig
+    c: msgspec.Raw  # _stored_config
     p: Object | None = None
     pr: int = 0
     s: datetime | None = None
@@ -80,6 +81,27 @@ class _InsertRow(msgspec.Struct, omit_defaults=True):
 
 
 _encode_rows = msgspec.json.Encoder().encode
+_CONFIG_FIELDS = JobConfig.__struct_fields__
+_CONFIG_DEFAULTS = msgspec.structs.astuple(DEFAULT_CONFIG)
+_NO_OVERRIDES = msgspec.Raw(b"{}")
+
+
+def _stored_config(config: JobConfig) -> msgspec.Raw:
+    """A job's config as its row stores it: only the fields that differ from the defaults, so a job
+    that gives no policy stores `{}` (the complete default config is two thirds of a row, written
+    again by the claim's and the outcome's row versions and their WAL). Readers decode it into a
+    complete JobConfig (msgspec fills the defaults), and every fallback in the schema names the
+    same defaults (tests/db/test_sql_defaults.py); rows stored complete read the same."""
+    if config is DEFAULT_CONFIG:
+        return _NO_OVERRIDES
+    given = {
+        name: value
+        for name, value, default in zip(
+            _CONFIG_FIELDS, msgspec.structs.astuple(config), _CONFIG_DEFAULTS, strict=True
+        )
+        if value != default
+    }
+    return msgspec.Raw(_encode_rows(given)) if given else _NO_OVERRIDES
 
 
 async def insert_jobs(db: Executor, tenant: str | None, jobs: Sequence[NewJob]) -> list[uuid.UUID]:
@@ -117,7 +139,7 @@ async def _insert_jobs(
             id=i,
             q=j.queue,
             t=j.task_name,
-            c=j.config,
+            c=_stored_config(j.config),
             p=j.payload or None,
             pr=j.config.priority,
             s=j.run_at,

@@ -11,12 +11,13 @@ import msgspec
 import pytest
 
 from shared.config import Settings
+from shared.db import jobs as jobs_db
 from shared.db.queries import Q
 from shared.domain.jobs import JobConfig
 
 DEFAULTS: dict[str, Any] = msgspec.to_builtins(JobConfig())
-# `COALESCE((config->>'field')::type, fallback)` and `COALESCE(config->>'field', 'fallback')`
-FALLBACK = re.compile(r"COALESCE\(\(?config->>'(\w+)'\)?(?:::[a-z ]+?)?,\s*'?([\w.]+)'?\)")
+# `COALESCE((config->>'field')::type, fallback)` (the column perhaps qualified, `j.config`) and `COALESCE(config->>'field', 'fallback')`
+FALLBACK = re.compile(r"COALESCE\(\(?(?:\w+\.)?config->>'(\w+)'\)?(?:::[a-z ]+?)?,\s*'?([\w.]+)'?\)")
 
 
 def _bounds() -> dict[str, tuple[float, float]]:
@@ -60,6 +61,7 @@ async def test_every_config_fallback_in_the_schema_and_queries_is_the_domain_def
     found = [m.groups() for text in [*functions, *Q.values()] for m in FALLBACK.finditer(text)]
     assert {name for name, _ in found} >= {
         "max_retries",
+        "timeout_secs",
         "retry_delay_secs",
         "retry_max_delay_secs",
         "jitter_factor",
@@ -75,3 +77,21 @@ async def test_the_sql_enqueue_default_queue_is_the_servers_default_queue(db):
         await db.fetchval("SELECT queue_name FROM queueflow.jobs WHERE id = $1", job_id)
         == Settings().default_queue
     )
+
+
+@pytest.mark.parametrize("config", ["{}", '{"limits": ["k"]}'], ids=["plain claim", "limited claim"])
+async def test_a_config_stored_without_its_timeout_leases_for_the_default_timeout(db, config):
+    """The server stores only a config's overrides (ADR 0016): both claims must read a missing
+    timeout_secs as the default, not as no timeout (a lease that would already have run out)."""
+    await db.execute(
+        "INSERT INTO queueflow.jobs (id, queue_name, task_name, config, tenant_id) "
+        "VALUES (gen_random_uuid(), 'sparse', 'echo', $1::text::jsonb, 't')",
+        config,
+    )
+    [lease] = await jobs_db.claim(db, "sparse", 10, lease_secs=1, timeout_grace=5)
+    assert lease.job.config.timeout_secs == DEFAULTS["timeout_secs"]
+    left = await db.fetchval(
+        "SELECT EXTRACT(EPOCH FROM locked_until - now())::float8 FROM queueflow.jobs WHERE id = $1",
+        lease.job.id,
+    )
+    assert DEFAULTS["timeout_secs"] < left <= DEFAULTS["timeout_secs"] + 5

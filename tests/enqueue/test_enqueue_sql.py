@@ -191,7 +191,6 @@ async def test_enqueue_writes_the_same_row_as_the_api(api, conn):
         "queue_name",
         "task_name",
         "payload",
-        "config",
         "status",
         "priority",
         "metadata",
@@ -204,7 +203,21 @@ async def test_enqueue_writes_the_same_row_as_the_api(api, conn):
         "error_message",
     )
     assert {k: via_sql[k] for k in same} == {k: via_api[k] for k in same}
-    assert via_sql["config"]["jitter_factor"] == DEFAULT_CONFIG["jitter_factor"]
+    # The API stores only what differs from the defaults; the function stores the config complete.
+    # Both read as the same config.
+    assert via_api["config"] == {
+        "priority": 5,
+        "max_retries": 7,
+        "timeout_secs": 90,
+        "retry_backoff": "linear",
+    }
+    assert via_sql["config"] == {**DEFAULT_CONFIG, **via_api["config"]}
+    answers = [
+        await (await client.get(f"/api/v1/jobs/{row['id']}", headers={"Authorization": "Bearer key1"})).json()
+        for row in (via_api, via_sql)
+    ]
+    assert answers[0]["config"] == answers[1]["config"]
+    assert answers[0]["config"]["jitter_factor"] == DEFAULT_CONFIG["jitter_factor"]
 
 
 async def test_defaults_make_a_complete_config_and_a_pending_job_on_the_default_queue(conn):

@@ -216,8 +216,9 @@ WITH flags AS MATERIALIZED (
         -- $6, a random key of this claim: should the answer be lost (the connection dropped after
         -- the commit), the claimer can still give its jobs back (release_unanswered_claim).
         claim_key = $6::uuid,
+        -- (a stored config may leave out the default timeout: ADR 0016)
         locked_until = now() + make_interval(secs => GREATEST($3::int,
-            COALESCE((j.config->>'timeout_secs')::int + $4::int, 0))),
+            COALESCE(COALESCE((j.config->>'timeout_secs')::int, 300) + $4::int, 0))),
         delivery_count = j.delivery_count + 1,
         started_at = COALESCE(j.started_at, now()),
         next_retry_at = NULL,
