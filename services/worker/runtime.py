@@ -211,7 +211,7 @@ class WorkerRuntime:
             # The pace is sampled claim to claim (not at every job counted out, whose intervals
             # are too short to say anything), and sizes this claim.
             q.budget.pace(loop.time())
-            free = q.budget.free
+            free = min(q.budget.free, q.budget.worth_claiming)
             if free <= 0:
                 continue
             try:
@@ -239,12 +239,25 @@ class WorkerRuntime:
                 q.budget.take()
                 self._claimed[lease.job.id] = item
                 q.ready.append(item)
-            self._pump(q)
-            if q.ready and q.keepalive is None:
-                self._arm_keepalive(q)
+            # Started in the loop's next turn: by then this loop has sent the next claim (when the
+            # budget allows one), so the database claims while these jobs are being started. (At
+            # a fast pace starting a claim's jobs costs about as long as the claim; one after the
+            # other, each of the two waited for the other.)
+            loop.call_soon(self._start_claimed, q)
+
+    def _start_claimed(self, q: _QueueRun) -> None:
+        self._pump(q)
+        if q.ready and not self._stopping:
+            self._arm_keepalive(q)
 
     def _arm_keepalive(self, q: _QueueRun) -> None:
+        """Time the next renewal of buffered jobs for the one due first: sooner than the armed
+        one, should a job with a shorter lease have joined the buffer."""
         due = min(item.renewed_at + item.keepalive for item in q.ready)
+        if q.keepalive is not None:
+            if q.keepalive.when() <= due:
+                return
+            q.keepalive.cancel()
         q.keepalive = asyncio.get_running_loop().call_at(due, self._keep_buffered_alive, q)
 
     def _keep_buffered_alive(self, q: _QueueRun) -> None:
@@ -266,7 +279,10 @@ class WorkerRuntime:
             self._arm_keepalive(q)
 
     def _pump(self, q: _QueueRun) -> None:
-        """Start buffered jobs while the queue has free run slots."""
+        """Start buffered jobs while the queue has free run slots (none once stopping: the
+        shutdown gives them back)."""
+        if self._stopping:
+            return
         while q.ready and q.running < q.workers:
             item = q.ready.popleft()
             if item.ctx.is_cancelled:  # cancelled through the API while it waited: never started
@@ -805,7 +821,7 @@ class _Claimed:
 # at the slowest pace; at a fast one, about AHEAD_SECS of work, up to MAX_AHEAD (see _Budget).
 HELD_PER_WORKER = 8
 AHEAD_SECS = 0.05
-MAX_AHEAD = 500
+MAX_AHEAD = 1000
 DEADLINE_TICK = 0.1  # seconds: the resolution of in-process handler time-outs
 
 
@@ -879,8 +895,9 @@ class _Budget:
 
     @property
     def worth_claiming(self) -> int:
-        """The fewest free places worth a claim: half the cap (a claim per job is what a slow
-        queue needs, a batch per claim what a fast one does)."""
+        """The fewest free places worth a claim, and the most one claim takes: half the cap (a
+        claim per job is what a slow queue needs, a batch per claim what a fast one does). Half,
+        so that the next claim is already out while the last one's jobs are being started."""
         return max(1, self.ahead // 2)
 
     def pace(self, now: float) -> None:
