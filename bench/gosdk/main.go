@@ -16,6 +16,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -30,6 +31,8 @@ func main() {
 	maxJobs := flag.Int("max-jobs", 50, "each worker's concurrency and lease batch")
 	waitSecs := flag.Int("wait-secs", 1, "long-poll wait per lease call")
 	token := flag.String("token", "bench", "bearer token (a --dev server takes any)")
+	cpuProfile := flag.String("cpuprofile", os.Getenv("GOSDK_CPUPROFILE"),
+		"write a CPU profile of the drain to this file plus \".<pid>\" (go tool pprof); default $GOSDK_CPUPROFILE")
 	flag.Parse()
 	if *baseURL == "" || *queue == "" {
 		fmt.Fprintln(os.Stderr, "--base-url and --queue are required")
@@ -48,6 +51,17 @@ func main() {
 	say("ready")
 	if !stdin.Scan() || strings.TrimSpace(stdin.Text()) != "go" {
 		return
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(fmt.Sprintf("%s.%d", *cpuProfile, os.Getpid()))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -77,6 +91,7 @@ func main() {
 	<-ctx.Done()
 	wg.Wait()
 	close(failures)
+	pprof.StopCPUProfile() // (before the answer: the harness may stop this process once it has it)
 	out, _ := json.Marshal(map[string]int64{"completed": completed.Load()})
 	say(string(out))
 	for err := range failures {
