@@ -83,25 +83,29 @@ class _InsertRow(msgspec.Struct, omit_defaults=True):
 _encode_rows = msgspec.json.Encoder().encode
 _CONFIG_FIELDS = JobConfig.__struct_fields__
 _CONFIG_DEFAULTS = msgspec.structs.astuple(DEFAULT_CONFIG)
-_NO_OVERRIDES = msgspec.Raw(b"{}")
+# Always stored, default or not: a server of an earlier version, still running beside this one
+# during a rolling upgrade, reads a missing timeout in its claim as none (migration 20).
+_ALWAYS_STORED = "timeout_secs"
+_DEFAULT_STORED = msgspec.Raw(_encode_rows({_ALWAYS_STORED: DEFAULT_CONFIG.timeout_secs}))
 
 
 def _stored_config(config: JobConfig) -> msgspec.Raw:
-    """A job's config as its row stores it: only the fields that differ from the defaults, so a job
-    that gives no policy stores `{}` (the complete default config is two thirds of a row, written
-    again by the claim's and the outcome's row versions and their WAL). Readers decode it into a
-    complete JobConfig (msgspec fills the defaults), and every fallback in the schema names the
-    same defaults (tests/db/test_sql_defaults.py); rows stored complete read the same."""
+    """A job's config as its row stores it: the fields that differ from the defaults, and the
+    timeout, so a job that gives no policy stores `{"timeout_secs": 300}` (the complete default
+    config was two thirds of a row, written again by the claim's and the outcome's row versions and
+    their WAL). Readers decode it into a complete JobConfig (msgspec fills the defaults), and every
+    fallback in the schema names the same defaults (tests/db/test_sql_defaults.py); rows stored
+    complete read the same (ADR 0016)."""
     if config is DEFAULT_CONFIG:
-        return _NO_OVERRIDES
+        return _DEFAULT_STORED
     given = {
         name: value
         for name, value, default in zip(
             _CONFIG_FIELDS, msgspec.structs.astuple(config), _CONFIG_DEFAULTS, strict=True
         )
-        if value != default
+        if value != default or name == _ALWAYS_STORED
     }
-    return msgspec.Raw(_encode_rows(given)) if given else _NO_OVERRIDES
+    return msgspec.Raw(_encode_rows(given))
 
 
 async def insert_jobs(db: Executor, tenant: str | None, jobs: Sequence[NewJob]) -> list[uuid.UUID]:

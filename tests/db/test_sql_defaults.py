@@ -81,8 +81,9 @@ async def test_the_sql_enqueue_default_queue_is_the_servers_default_queue(db):
 
 @pytest.mark.parametrize("config", ["{}", '{"limits": ["k"]}'], ids=["plain claim", "limited claim"])
 async def test_a_config_stored_without_its_timeout_leases_for_the_default_timeout(db, config):
-    """The server stores only a config's overrides (ADR 0016): both claims must read a missing
-    timeout_secs as the default, not as no timeout (a lease that would already have run out)."""
+    """A stored config may leave fields out (ADR 0016): both claims must read a missing
+    timeout_secs as the default, not as no timeout (a lease of lease_secs alone, which a longer
+    in-process handler outlives)."""
     await db.execute(
         "INSERT INTO queueflow.jobs (id, queue_name, task_name, config, tenant_id) "
         "VALUES (gen_random_uuid(), 'sparse', 'echo', $1::text::jsonb, 't')",

@@ -1,9 +1,11 @@
 -- QueueFlow schema, version 20: a job row may store only the config fields that differ from the
--- defaults (ADR 0016; the server's insert now writes `{}` for a job that gives no policy).
+-- defaults (ADR 0016; the server's insert writes `{"timeout_secs": 300}` for a job that gives no
+-- policy, and a row written another way may leave even that out).
 --
 -- Every reader of the column falls back to the defaults but one: the claim's lease length,
--- `COALESCE((j.config->>'timeout_secs')::int + $4::int, 0)`, fell back to no timeout at all, which
--- a stored config without `timeout_secs` would turn into a lease that has already run out. The
+-- `COALESCE((j.config->>'timeout_secs')::int + $4::int, 0)`, fell back to no timeout at all: a job
+-- stored without `timeout_secs` was leased for `--lease-secs` alone, and an in-process handler
+-- running longer was reclaimed while it ran (the worker relies on the claim's lease). The
 -- named claim statement (claim_jobs) is fixed in shared/db/queries/jobs.sql; the limited claim's
 -- function (version 17) takes the same one-expression fix here, patched into its definition rather
 -- than restated in full. The patch fails loudly should the expression not be there.
