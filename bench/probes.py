@@ -139,26 +139,23 @@ def established_sockets(local_port: int) -> int:
     return count
 
 
-async def prometheus_value(http: aiohttp.ClientSession, url: str, name: str) -> float | None:
-    """The value of an unlabelled sample `name` in the Prometheus text at `url`."""
-    async with http.get(url) as resp:
-        text = await resp.text()
-    for line in text.splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    return None
-
-
 async def prometheus_samples(http: aiohttp.ClientSession, url: str, name: str) -> list[tuple[str, float]]:
-    """Every sample of `name` in the Prometheus text at `url`: (its label text, its value)."""
+    """Every sample of `name` in the Prometheus text at `url`: (its label text, "" for an
+    unlabelled sample, and its value)."""
     async with http.get(url) as resp:
         text = await resp.text()
     out = []
     for line in text.splitlines():
-        if line.startswith(name + "{"):
-            labels, _, value = line[len(name) :].rpartition(" ")
-            out.append((labels, float(value)))
+        rest = line[len(name) :] if line.startswith(name) else ""
+        if rest[:1] in ("{", " ") and rest:
+            labels, _, value = rest.rpartition(" ")
+            out.append((labels.strip(), float(value)))
     return out
+
+
+async def prometheus_value(http: aiohttp.ClientSession, url: str, name: str) -> float | None:
+    """The value of the unlabelled sample `name` in the Prometheus text at `url`."""
+    return next((value for labels, value in await prometheus_samples(http, url, name) if not labels), None)
 
 
 PG_SETTINGS = (
