@@ -147,7 +147,7 @@ async def prometheus_samples(http: aiohttp.ClientSession, url: str, name: str) -
     out = []
     for line in text.splitlines():
         rest = line[len(name) :] if line.startswith(name) else ""
-        if rest[:1] in ("{", " ") and rest:
+        if rest[:1] in ("{", " "):
             labels, _, value = rest.rpartition(" ")
             out.append((labels.strip(), float(value)))
     return out

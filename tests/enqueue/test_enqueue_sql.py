@@ -203,7 +203,8 @@ async def test_enqueue_writes_the_same_row_as_the_api(api, conn):
         "error_message",
     )
     assert {k: via_sql[k] for k in same} == {k: via_api[k] for k in same}
-    # The API stores only what differs from the defaults; the function stores the config complete.
+    # The API stores what differs from the defaults (and the timeout); the function stores the
+    # config complete.
     # Both read as the same config.
     assert via_api["config"] == {
         "priority": 5,

@@ -291,7 +291,7 @@ async def test_workflow_steps_and_cron_schedules_carry_limits_to_their_jobs(api)
     assert cron.status == 201, await cron.text()
     db = database_of(client)
     await db.pool.execute("UPDATE queueflow.cron_schedules SET next_run_at = now() - interval '1 second'")
-    # (the app's own janitor loop may fire it first: either way, one firing)
+    # (the app's own janitor loop may fire it first)
     await janitor_of(client).fire_crons()
     fired = await eventually(
         lambda: db.pool.fetchval("SELECT config->'limits' FROM queueflow.jobs WHERE task_name = 't'")

@@ -879,17 +879,18 @@ impl Unsettled {
     }
 
     /// Waits until `done(undecided)` holds, asked again each time a held job's outcome is
-    /// decided, or until `deadline`; `done` is asked once more then, and its last answer returned.
-    async fn wait_until(&self, deadline: Instant, mut done: impl FnMut(usize) -> bool) -> bool {
+    /// decided, or until `deadline`, when `done` is asked once more (it may gather as it asks).
+    async fn wait_until(&self, deadline: Instant, mut done: impl FnMut(usize) -> bool) {
         loop {
             let changed = self.changed.notified();
             tokio::pin!(changed);
             changed.as_mut().enable(); // registered before the check: no decision is missed
             if done(self.running()) {
-                return true;
+                return;
             }
             if tokio::time::timeout_at(deadline, changed).await.is_err() {
-                return done(self.running());
+                done(self.running());
+                return;
             }
         }
     }

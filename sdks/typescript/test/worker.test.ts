@@ -301,6 +301,14 @@ test("invalid options are rejected", () => {
 
 // --- batch acknowledgement ----------------------------------------------------------------------
 
+/** A handler that counts toward `stop` and returns the job's payload. */
+const echoing =
+  (stop: { tick: () => void }) =>
+  (job: { payload: unknown }): unknown => {
+    stop.tick();
+    return job.payload;
+  };
+
 const completed = (items: BatchItem[]): { results: unknown[] } => ({
   results: items.map((i) => ({ id: i.id, outcome: "completed", status: 204 })),
 });
@@ -314,10 +322,7 @@ test("successes go through the batch route when /openapi.json offers it; failure
     await fake.client().worker.run(
       "q",
       {
-        ok: (job) => {
-          stop.tick();
-          return job.payload;
-        },
+        ok: echoing(stop),
         fails: () => {
           stop.tick();
           throw new NonRetryableError("invalid input");
@@ -397,12 +402,7 @@ test("handlers that finish in the same turn of the event loop share one batch ca
   try {
     await fake.client().worker.run(
       "q",
-      {
-        ok: (job) => {
-          stop.tick();
-          return job.payload;
-        },
-      },
+      { ok: echoing(stop) },
       { waitSecs: 0, concurrency: 6, batchSize: 6, signal: stop.signal, onError: quiet },
     );
     const batches = fake.batches();
