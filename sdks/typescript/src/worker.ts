@@ -761,7 +761,7 @@ class WorkerLoop {
    * next turn.
    */
   private async flush(): Promise<void> {
-    this.flushing = true;
+    // (`flushing` was set when this flush was scheduled; it is cleared when the buffer is empty)
     let taken: Ack[] = [];
     try {
       while (this.acks.length > 0) {
