@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+import weakref
+from dataclasses import dataclass, field
+
+import structlog
 
 from shared import metrics, tracing
 from shared.db import jobs as jobs_db
@@ -11,6 +15,45 @@ from shared.db.database import Database
 from shared.db.pool import is_unavailable
 from shared.domain.jobs import Lease
 from shared.runtime.keys import Lifecycle
+
+log = structlog.get_logger("queueflow.leasing")
+
+# Lease calls that wait together for a queue's claim gate share one claim when they lease on the
+# same terms (worker id, tenant, lease length): up to this many jobs for one claim. A claim's fixed
+# cost (its commit above all) is paid once for all of them, and the gate's places go to claims
+# that are many times larger instead of queueing small ones (docs/benchmarks.md, "fifth round").
+SHARED_CLAIM_MAX = 500
+
+
+@dataclass(frozen=True, slots=True)
+class _Terms:
+    queue: str
+    lease_secs: int
+    timeout_grace: int | None
+    tenant: str | None
+    worker_id: str | None
+
+
+@dataclass(slots=True)
+class _Ask:
+    max_jobs: int
+    will_wait: bool
+    answer: asyncio.Future[tuple[list[Lease], int]]
+
+
+@dataclass(eq=False, slots=True)
+class _SharedClaim:
+    """One claim for the lease calls that joined it before it passed the gate."""
+
+    terms: _Terms
+    asks: list[_Ask] = field(default_factory=list)
+    total: int = 0
+
+
+# Per database: the shared claim each set of terms may still join (it has not passed the gate).
+_OPEN: weakref.WeakKeyDictionary[Database, dict[_Terms, _SharedClaim]] = weakref.WeakKeyDictionary()
+# The claims under way (the event loop keeps only weak references to its tasks).
+_RUNNING: set[asyncio.Task[None]] = set()
 
 
 async def lease_jobs(
@@ -35,42 +78,20 @@ async def lease_jobs(
     nothing of the queue's other jobs, so it is not recorded as the queue being empty, and its
     waiter observes the queue's wake-ups rather than spending one meant for another tenant's job.
 
+    Calls on the same terms that wait for the queue's gate together share one claim (see
+    `SHARED_CLAIM_MAX`): each gets its `max_jobs` in claim order, the first to ask first.
+
     When the process exports traces, each leased job gets its `lease` span (shared/tracing.py)."""
     hub = db.hub
-    tracer = db.tracer
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait_secs
+    terms = _Terms(queue, lease_secs, timeout_grace, tenant, worker_id)
     while True:
         seen = hub.epoch(queue)  # read before the claim: a notification after it is never lost
-        async with hub.gate(queue):
-            if wait_secs > 0 and hub.known_empty(queue, seen, poll_secs):
-                # A long-poll, and nothing announced since the last empty claim: asking again is
-                # waste. (A call that will not wait always asks.)
-                leases = []
-            else:
-                key = uuid.uuid4()
-                claimed_at = tracing.now() if tracer is not None else 0
-                try:
-                    leases = await jobs_db.claim(
-                        db.pool,
-                        queue,
-                        max_jobs,
-                        lease_secs,
-                        timeout_grace,
-                        next(db.claim_turns),
-                        key,
-                        tenant=tenant,
-                        worker_id=worker_id,
-                    )
-                except Exception as err:
-                    if is_unavailable(err):  # it may have committed: its jobs must not sit leased
-                        db.give_back_unanswered_claim(queue, key)
-                    raise
-                if leases or tenant is None:
-                    hub.claimed(queue, seen, bool(leases))
+        leases, claimed_at = await _join(db, terms, max_jobs, wait_secs > 0, poll_secs)
         if leases:
-            if tracer is not None:  # a span per job, from the claim that leased it
-                tracer.leased(queue, leases, claimed_at)
+            if db.tracer is not None:  # a span per job, from the claim that leased it
+                db.tracer.leased(queue, leases, claimed_at)
             # started_at is this claim; a redelivery has no wait to measure
             metrics.observe_many(
                 metrics.QUEUE_WAIT.labels(queue),
@@ -91,3 +112,92 @@ async def lease_jobs(
             await hub.wait(queue, seen, min(remaining, poll_secs), observe=tenant is not None)
         finally:
             metrics.LONG_POLL_WAITERS.dec()
+
+
+def _join(
+    db: Database, terms: _Terms, max_jobs: int, will_wait: bool, poll_secs: float
+) -> asyncio.Future[tuple[list[Lease], int]]:
+    """This call's place in the open shared claim of its terms (a new one when there is none, or
+    when it has no room left): a future of its leases and the claim's start (for the spans)."""
+    opened = _OPEN.setdefault(db, {})
+    shared = opened.get(terms)
+    if shared is None or (shared.total and shared.total + max_jobs > SHARED_CLAIM_MAX):
+        shared = opened[terms] = _SharedClaim(terms)
+        task = asyncio.create_task(_claim(db, shared, poll_secs), name="queueflow-claim")
+        _RUNNING.add(task)
+        task.add_done_callback(_RUNNING.discard)
+    ask = _Ask(max_jobs, will_wait, asyncio.get_running_loop().create_future())
+    shared.asks.append(ask)
+    shared.total += max_jobs
+    return ask.answer
+
+
+async def _claim(db: Database, shared: _SharedClaim, poll_secs: float) -> None:
+    """Pass the queue's gate, close the shared claim to newcomers, claim for the calls still
+    waiting (a call that gave up, cancelled, is left out), and share the jobs out in claim order.
+    Jobs of a call that gave up after the claim go back at once (no retry spent)."""
+    hub, terms = db.hub, shared.terms
+    try:
+        async with hub.gate(terms.queue):
+            _close(db, shared)
+            asks = [ask for ask in shared.asks if not ask.answer.done()]
+            if not asks:
+                return
+            seen = hub.epoch(terms.queue)
+            claimed_at = 0
+            if not any(ask.will_wait is False for ask in asks) and hub.known_empty(
+                terms.queue, seen, poll_secs
+            ):
+                # Only long-polls, and nothing announced since the last empty claim: asking again
+                # is waste. (A call that will not wait always asks.)
+                leases: list[Lease] = []
+            else:
+                key = uuid.uuid4()
+                claimed_at = tracing.now() if db.tracer is not None else 0
+                try:
+                    leases = await jobs_db.claim(
+                        db.pool,
+                        terms.queue,
+                        sum(ask.max_jobs for ask in asks),
+                        terms.lease_secs,
+                        terms.timeout_grace,
+                        next(db.claim_turns),
+                        key,
+                        tenant=terms.tenant,
+                        worker_id=terms.worker_id,
+                    )
+                except Exception as err:
+                    if is_unavailable(err):  # it may have committed: its jobs must not sit leased
+                        db.give_back_unanswered_claim(terms.queue, key)
+                    for ask in asks:
+                        if not ask.answer.done():
+                            ask.answer.set_exception(err)
+                    return
+                if leases or terms.tenant is None:
+                    hub.claimed(terms.queue, seen, bool(leases))
+    except BaseException:  # cancelled (the process is stopping) while waiting or claiming
+        _close(db, shared)
+        for ask in shared.asks:
+            if not ask.answer.done():
+                ask.answer.cancel()
+        raise
+    unheard: list[Lease] = []
+    start = 0
+    for ask in asks:
+        mine = leases[start : start + ask.max_jobs]
+        start += ask.max_jobs
+        if ask.answer.done():
+            unheard.extend(mine)
+        else:
+            ask.answer.set_result((mine, claimed_at))
+    for lease in unheard:
+        try:
+            await jobs_db.release(db.pool, lease.job.id, lease.token)
+        except Exception:  # its lease then expires and the janitor reclaims it
+            log.exception("claim_give_back_failed", queue=terms.queue, job_id=str(lease.job.id))
+
+
+def _close(db: Database, shared: _SharedClaim) -> None:
+    opened = _OPEN.get(db)
+    if opened is not None and opened.get(shared.terms) is shared:
+        del opened[shared.terms]
