@@ -62,8 +62,7 @@ async def lease(request: web.Request) -> web.Response:
 
 
 async def _give_back(request: web.Request, leases: list[Lease]) -> None:
-    for gone in leases:
-        await jobs_db.release(db_of(request).pool, gone.job.id, gone.token)
+    await jobs_db.release(db_of(request).pool, [(gone.job.id, gone.token) for gone in leases])
 
 
 async def _worker_seen(

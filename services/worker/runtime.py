@@ -161,9 +161,10 @@ class WorkerRuntime:
             if ending:
                 await asyncio.wait(ending, timeout=2)
             released = 0
-            for item in give_back:
-                with contextlib.suppress(Exception):
-                    released += await jobs_db.release(self.db.pool, item.job.id, item.token)
+            with contextlib.suppress(Exception):
+                released = await jobs_db.release(
+                    self.db.pool, [(item.job.id, item.token) for item in give_back]
+                )
             log.warning("worker_released_jobs", jobs=len(give_back), released=released)
         # Outcomes of the handlers that finished are being written: let them land.
         with contextlib.suppress(TimeoutError):

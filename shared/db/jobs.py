@@ -493,10 +493,12 @@ async def fail(
     return answer
 
 
-async def release(db: Executor, job_id: uuid.UUID, token: uuid.UUID) -> bool:
-    """Give a job back unfinished (graceful shutdown): claimable again at once, no retry spent (the
-    attempt is in the history as released)."""
-    return await db.fetchval(Q.release_job, job_id, token) is not None
+async def release(db: Executor, leases: Sequence[tuple[uuid.UUID, uuid.UUID]]) -> int:
+    """Give jobs back unfinished, each (job id, lease token) whose lease is still held: claimable
+    again at once, no retry spent (each attempt is in the history as released). Returns how many."""
+    if not leases:
+        return 0
+    return cast(int, await db.fetchval(Q.release_jobs, [job for job, _ in leases], [token for _, token in leases]))
 
 
 # --- dead letters --------------------------------------------------------------------------------

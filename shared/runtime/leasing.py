@@ -190,11 +190,11 @@ async def _claim(db: Database, shared: _SharedClaim, poll_secs: float) -> None:
             unheard.extend(mine)
         else:
             ask.answer.set_result((mine, claimed_at))
-    for lease in unheard:
+    if unheard:
         try:
-            await jobs_db.release(db.pool, lease.job.id, lease.token)
-        except Exception:  # its lease then expires and the janitor reclaims it
-            log.exception("claim_give_back_failed", queue=terms.queue, job_id=str(lease.job.id))
+            await jobs_db.release(db.pool, [(lease.job.id, lease.token) for lease in unheard])
+        except Exception:  # their leases then expire and the janitor reclaims them
+            log.exception("claim_give_back_failed", queue=terms.queue, jobs=len(unheard))
 
 
 def _close(db: Database, shared: _SharedClaim) -> None:

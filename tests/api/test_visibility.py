@@ -362,7 +362,10 @@ async def test_a_released_attempt_is_in_the_history(api):
     client = await api()
     job_id = await create_job(client, config={"queue": "q-attrel"})
     [item] = await lease(client, "q-attrel", worker_id="leaving")
-    assert await jobs_db.release(database_of(client).pool, uuid.UUID(job_id), uuid.UUID(item["lease_token"]))
+    assert (
+        await jobs_db.release(database_of(client).pool, [(uuid.UUID(job_id), uuid.UUID(item["lease_token"]))])
+        == 1
+    )
     [item] = await lease(client, "q-attrel", worker_id="staying")
     await complete_job(client, job_id, item["lease_token"])
     assert _shape(await attempts(client, job_id)) == [(1, "released", "leaving"), (2, "completed", "staying")]

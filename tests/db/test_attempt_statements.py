@@ -20,7 +20,7 @@ SETS_JOB_STATUS = re.compile(r"UPDATE\s+queueflow\.jobs\b[^;]*?\bSET\s+status\s*
 
 def test_every_statement_that_sets_a_jobs_status_records_the_attempt_it_ends():
     setting = {name for name, sql in Q.items() if SETS_JOB_STATUS.search(sql)}
-    assert {"fail_job", "reclaim_expired", "cancel_job", "release_job", "cancel_workflow_jobs"} <= setting
+    assert {"fail_job", "reclaim_expired", "cancel_job", "release_jobs", "cancel_workflow_jobs"} <= setting
     missing = {
         name for name in setting - ENDS_NO_ATTEMPT if "INSERT INTO queueflow.job_attempts" not in Q[name]
     }

@@ -26,7 +26,7 @@ BY_ID = (
     "complete_jobs",
     "complete_jobs_traced",
     "fail_job",
-    "release_job",
+    "release_jobs",
     "lease_states",
     "cancel_job",
     "append_job_logs",

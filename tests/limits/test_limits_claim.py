@@ -147,7 +147,7 @@ async def test_a_slot_comes_back_on_every_way_out_of_running(api):
     assert await janitor_of(client).reclaim_expired() == 1
     # given back unfinished (a graceful shutdown's release)
     job = await take()
-    assert await jobs_db.release(db.pool, uuid.UUID(job["job"]["id"]), uuid.UUID(job["lease_token"]))
+    assert await jobs_db.release(db.pool, [(uuid.UUID(job["job"]["id"]), uuid.UUID(job["lease_token"]))]) == 1
     # deleted while running
     job = await take()
     await db.pool.execute("DELETE FROM queueflow.jobs WHERE id = $1", job["job"]["id"])

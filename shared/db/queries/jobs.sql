@@ -551,20 +551,22 @@ WITH released AS (
 )
 SELECT id FROM released;
 
--- name: release_job
--- Give a job back unfinished (graceful shutdown): claimable again at once, no retry consumed. The
--- attempt is in the history as released.
+-- name: release_jobs
+-- Give jobs back unfinished (graceful shutdown, a lease nobody will hear of): each job of $1 still
+-- running under its lease token in $2 is claimable again at once, no retry consumed. Each attempt
+-- so ended is in the history as released.
 WITH released AS (
-    UPDATE queueflow.jobs
-    SET status = CASE WHEN retry_count > 0 THEN 'retrying' ELSE 'pending' END,
+    UPDATE queueflow.jobs j
+    SET status = CASE WHEN j.retry_count > 0 THEN 'retrying' ELSE 'pending' END,
         locked_until = NULL, lease_token = NULL, scheduled_at = now()
-    WHERE id = $1 AND status = 'running' AND lease_token = $2
-    RETURNING id, delivery_count, worker_id, COALESCE(attempt_started_at, started_at) AS attempt_started_at
+    FROM unnest($1::uuid[], $2::uuid[]) AS u(id, token)
+    WHERE j.id = u.id AND j.status = 'running' AND j.lease_token = u.token
+    RETURNING j.id, j.delivery_count, j.worker_id, COALESCE(j.attempt_started_at, j.started_at) AS attempt_started_at
 ), attempt AS (
     INSERT INTO queueflow.job_attempts (job_id, attempt, worker_id, started_at, outcome)
     SELECT id, delivery_count, worker_id, attempt_started_at, 'released' FROM released
 )
-SELECT id FROM released;
+SELECT count(*) FROM released;
 
 -- name: append_job_logs
 -- Log lines from the holder of the job's latest lease ($2; lines sent after that attempt ended, a
