@@ -498,7 +498,9 @@ async def release(db: Executor, leases: Sequence[tuple[uuid.UUID, uuid.UUID]]) -
     again at once, no retry spent (each attempt is in the history as released). Returns how many."""
     if not leases:
         return 0
-    return cast(int, await db.fetchval(Q.release_jobs, [job for job, _ in leases], [token for _, token in leases]))
+    return cast(
+        int, await db.fetchval(Q.release_jobs, [job for job, _ in leases], [token for _, token in leases])
+    )
 
 
 # --- dead letters --------------------------------------------------------------------------------
