@@ -88,7 +88,15 @@ async def lease_jobs(
     terms = _Terms(queue, lease_secs, timeout_grace, tenant, worker_id)
     while True:
         seen = hub.epoch(queue)  # read before the claim: a notification after it is never lost
-        leases, claimed_at = await _join(db, terms, max_jobs, wait_secs > 0, poll_secs)
+        gate = hub.gate(queue)
+        if terms in _OPEN.get(db, ()) or gate.locked():
+            # Claims of the queue are under way: wait for a place in one shared claim.
+            leases, claimed_at = await _join(db, terms, max_jobs, wait_secs > 0, poll_secs)
+        else:
+            # A free place and no one waiting for one: claim at once, in this call (taking the
+            # place does not yield, so the claim goes out before anything else runs).
+            async with gate:
+                leases, claimed_at = await _claim_now(db, terms, max_jobs, wait_secs > 0, poll_secs)
         if leases:
             if db.tracer is not None:  # a span per job, from the claim that leased it
                 db.tracer.leased(queue, leases, claimed_at)
@@ -132,49 +140,63 @@ def _join(
     return ask.answer
 
 
+async def _claim_now(
+    db: Database, terms: _Terms, max_jobs: int, will_wait: bool, poll_secs: float
+) -> tuple[list[Lease], int]:
+    """One claim, its caller holding a place at the queue's gate: its leases, and its start (for
+    the spans). A claim whose answer was lost with its connection has its jobs given back."""
+    hub = db.hub
+    seen = hub.epoch(terms.queue)  # read before the claim: a notification after it is never lost
+    if will_wait and hub.known_empty(terms.queue, seen, poll_secs):
+        # Only long-polls, and nothing announced since the last empty claim: asking again is
+        # waste. (A call that will not wait always asks.)
+        return [], 0
+    key = uuid.uuid4()
+    claimed_at = tracing.now() if db.tracer is not None else 0
+    try:
+        leases = await jobs_db.claim(
+            db.pool,
+            terms.queue,
+            max_jobs,
+            terms.lease_secs,
+            terms.timeout_grace,
+            next(db.claim_turns),
+            key,
+            tenant=terms.tenant,
+            worker_id=terms.worker_id,
+        )
+    except Exception as err:
+        if is_unavailable(err):  # it may have committed: its jobs must not sit leased
+            db.give_back_unanswered_claim(terms.queue, key)
+        raise
+    if leases or terms.tenant is None:
+        hub.claimed(terms.queue, seen, bool(leases))
+    return leases, claimed_at
+
+
 async def _claim(db: Database, shared: _SharedClaim, poll_secs: float) -> None:
     """Pass the queue's gate, close the shared claim to newcomers, claim for the calls still
     waiting (a call that gave up, cancelled, is left out), and share the jobs out in claim order.
     Jobs of a call that gave up after the claim go back at once (no retry spent)."""
-    hub, terms = db.hub, shared.terms
     try:
-        async with hub.gate(terms.queue):
+        async with db.hub.gate(shared.terms.queue):
             _close(db, shared)
             asks = [ask for ask in shared.asks if not ask.answer.done()]
             if not asks:
                 return
-            seen = hub.epoch(terms.queue)
-            claimed_at = 0
-            if not any(ask.will_wait is False for ask in asks) and hub.known_empty(
-                terms.queue, seen, poll_secs
-            ):
-                # Only long-polls, and nothing announced since the last empty claim: asking again
-                # is waste. (A call that will not wait always asks.)
-                leases: list[Lease] = []
-            else:
-                key = uuid.uuid4()
-                claimed_at = tracing.now() if db.tracer is not None else 0
-                try:
-                    leases = await jobs_db.claim(
-                        db.pool,
-                        terms.queue,
-                        sum(ask.max_jobs for ask in asks),
-                        terms.lease_secs,
-                        terms.timeout_grace,
-                        next(db.claim_turns),
-                        key,
-                        tenant=terms.tenant,
-                        worker_id=terms.worker_id,
-                    )
-                except Exception as err:
-                    if is_unavailable(err):  # it may have committed: its jobs must not sit leased
-                        db.give_back_unanswered_claim(terms.queue, key)
-                    for ask in asks:
-                        if not ask.answer.done():
-                            ask.answer.set_exception(err)
-                    return
-                if leases or terms.tenant is None:
-                    hub.claimed(terms.queue, seen, bool(leases))
+            try:
+                leases, claimed_at = await _claim_now(
+                    db,
+                    shared.terms,
+                    sum(ask.max_jobs for ask in asks),
+                    all(ask.will_wait for ask in asks),
+                    poll_secs,
+                )
+            except Exception as err:
+                for ask in asks:
+                    if not ask.answer.done():
+                        ask.answer.set_exception(err)
+                return
     except BaseException:  # cancelled (the process is stopping) while waiting or claiming
         _close(db, shared)
         for ask in shared.asks:
@@ -194,7 +216,7 @@ async def _claim(db: Database, shared: _SharedClaim, poll_secs: float) -> None:
         try:
             await jobs_db.release(db.pool, [(lease.job.id, lease.token) for lease in unheard])
         except Exception:  # their leases then expire and the janitor reclaims them
-            log.exception("claim_give_back_failed", queue=terms.queue, jobs=len(unheard))
+            log.exception("claim_give_back_failed", queue=shared.terms.queue, jobs=len(unheard))
 
 
 def _close(db: Database, shared: _SharedClaim) -> None:

@@ -154,3 +154,22 @@ async def test_a_failed_shared_claim_fails_every_call_in_it(database: Database, 
     _open(database)
     for outcome in await asyncio.gather(*tasks, return_exceptions=True):
         assert isinstance(outcome, asyncpg.PostgresError)
+
+
+async def test_a_call_with_a_free_place_sends_its_claim_before_anything_else_runs(
+    database: Database, db, monkeypatch
+) -> None:
+    """The in-process worker starts a claim's jobs in the event loop's next turn, counting on its
+    next claim being sent first: a call that finds a free place claims in its own first step."""
+    await _jobs(db, 3)
+    order: list[str] = []
+    real_claim = jobs_db.claim
+
+    async def noting_claim(*args, **kwargs):
+        order.append("claim sent")
+        return await real_claim(*args, **kwargs)
+
+    monkeypatch.setattr(leasing.jobs_db, "claim", noting_claim)
+    asyncio.get_running_loop().call_soon(order.append, "scheduled before the call")
+    assert len(await _lease(database, 3)) == 3
+    assert order == ["claim sent", "scheduled before the call"]
