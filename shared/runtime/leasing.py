@@ -20,8 +20,8 @@ log = structlog.get_logger("queueflow.leasing")
 
 # Lease calls that wait together for a queue's claim gate share one claim when they lease on the
 # same terms (worker id, tenant, lease length): up to this many jobs for one claim. A claim's fixed
-# cost (its commit above all) is paid once for all of them, and the gate's places go to claims
-# that are many times larger instead of queueing small ones (docs/benchmarks.md, "fifth round").
+# cost is paid once for all of them, and the gate's two places go to claims many times larger
+# instead of queueing small ones (docs/benchmarks.md, "Speed work, fifth round").
 SHARED_CLAIM_MAX = 500
 
 
