@@ -10,6 +10,7 @@ OpenAPI document is generated from these types (services/api/openapi.py).
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime
 from typing import Annotated, Any, ClassVar, Literal, Self
 
@@ -199,7 +200,7 @@ class CreateJobResponse(Response):
 
 
 class CreateBatchJobsResponse(Response):
-    job_ids: list[str]
+    job_ids: list[uuid.UUID]  # (encoded by msgspec: a str() per id cost as much as making it)
     count: int
 
 

@@ -58,8 +58,7 @@ async def create_batch(request: web.Request) -> web.Response:
                 f"jobs[{index}]: {err.message.removeprefix('validation error: ')}"
             ) from None
     inserted = await enqueue_many(db_of(request), tenant_of(request).id, items, trace_headers(request))
-    ids = [str(i) for i in inserted]
-    return json_response(wire.CreateBatchJobsResponse(job_ids=ids, count=len(ids)), 201)
+    return json_response(wire.CreateBatchJobsResponse(job_ids=inserted, count=len(inserted)), 201)
 
 
 async def list_jobs(request: web.Request) -> web.Response:

@@ -38,10 +38,20 @@ def new_job_ids(count: int) -> list[uuid.UUID]:
     stamp = (time.time_ns() // 1_000_000) << 80 | _V7
     rand = os.urandom(10 * count)
     ids = []
+    # Built as the uuid module builds its own UUIDs, without uuid.UUID()'s checks of its arguments
+    # (the values are in range by construction): they were half the cost of a 1,000-job batch's ids.
+    new, put, unknown = _new_object, _set_attribute, uuid.SafeUUID.unknown
     for i in range(count):
         r = int.from_bytes(rand[10 * i : 10 * i + 10])
-        ids.append(uuid.UUID(int=stamp | (r >> 68 & _RAND_A) << 64 | (r & _RAND_B)))
+        made = new(uuid.UUID)
+        put(made, "int", stamp | (r >> 68 & _RAND_A) << 64 | (r & _RAND_B))
+        put(made, "is_safe", unknown)
+        ids.append(made)
     return ids
+
+
+_new_object = object.__new__
+_set_attribute = object.__setattr__
 
 
 class JobStatus(enum.StrEnum):
