@@ -47,7 +47,10 @@ class _SharedClaim:
 
     terms: _Terms
     asks: list[_Ask] = field(default_factory=list)
-    total: int = 0
+
+    def room(self) -> int:
+        """How many more jobs it may take before the cap."""
+        return SHARED_CLAIM_MAX - sum(ask.max_jobs for ask in self.asks)
 
 
 # Per database: the shared claim each set of terms may still join (it has not passed the gate).
@@ -129,14 +132,13 @@ def _join(
     when it has no room left): a future of its leases and the claim's start (for the spans)."""
     opened = _OPEN.setdefault(db, {})
     shared = opened.get(terms)
-    if shared is None or (shared.total and shared.total + max_jobs > SHARED_CLAIM_MAX):
+    if shared is None or (shared.asks and max_jobs > shared.room()):
         shared = opened[terms] = _SharedClaim(terms)
         task = asyncio.create_task(_claim(db, shared, poll_secs), name="queueflow-claim")
         _RUNNING.add(task)
         task.add_done_callback(_RUNNING.discard)
     ask = _Ask(max_jobs, will_wait, asyncio.get_running_loop().create_future())
     shared.asks.append(ask)
-    shared.total += max_jobs
     return ask.answer
 
 
