@@ -165,7 +165,8 @@ class JobConfigRequest(Request):
                 "jitter_factor": self.jitter_factor,
                 "limits": self.limits,
                 "unique": self.unique,
-            }
+            },
+            decoded=True,  # (the fields above carry the domain's own annotated types)
         )
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
-from typing import cast
+from typing import Any, cast
 
 import asyncpg
 import msgspec
@@ -81,31 +81,31 @@ class _InsertRow(msgspec.Struct, omit_defaults=True):
 
 
 _encode_rows = msgspec.json.Encoder().encode
-_CONFIG_FIELDS = JobConfig.__struct_fields__
-_CONFIG_DEFAULTS = msgspec.structs.astuple(DEFAULT_CONFIG)
 # Always stored, default or not: a server of an earlier version, still running beside this one
 # during a rolling upgrade, reads a missing timeout in its claim as none (migration 20).
 _ALWAYS_STORED = "timeout_secs"
 _DEFAULT_STORED = msgspec.Raw(_encode_rows({_ALWAYS_STORED: DEFAULT_CONFIG.timeout_secs}))
+# JobConfig's fields and defaults, encoded without the defaults, except the timeout's: its default
+# here is one no config has. (msgspec leaves them out in C: a dict of the differing fields cost a
+# limited job more than its key's checks.)
+_StoredConfig = msgspec.defstruct(
+    "_StoredConfig",
+    [(f.name, Any, -1 if f.name == _ALWAYS_STORED else f.default) for f in msgspec.structs.fields(JobConfig)],
+    omit_defaults=True,
+)
 
 
 def _stored_config(config: JobConfig) -> msgspec.Raw:
     """A job's config as its row stores it: the fields that differ from the defaults, and the
-    timeout, so a job that gives no policy stores `{"timeout_secs": 300}` (the complete default
+    timeout (msgspec drops a default by identity, so a default a client gave as a float or a large
+    number may be kept: it reads the same), so a job that gives no policy stores `{"timeout_secs": 300}` (the complete default
     config was two thirds of a row, written again by the claim's and the outcome's row versions and
     their WAL). Readers decode it into a complete JobConfig (msgspec fills the defaults), and every
     fallback in the schema names the same defaults (tests/db/test_sql_defaults.py); rows stored
     complete read the same (ADR 0016)."""
     if config is DEFAULT_CONFIG:
         return _DEFAULT_STORED
-    given = {
-        name: value
-        for name, value, default in zip(
-            _CONFIG_FIELDS, msgspec.structs.astuple(config), _CONFIG_DEFAULTS, strict=True
-        )
-        if value != default or name == _ALWAYS_STORED
-    }
-    return msgspec.Raw(_encode_rows(given))
+    return msgspec.Raw(_encode_rows(_StoredConfig(*msgspec.structs.astuple(config))))
 
 
 async def insert_jobs(db: Executor, tenant: str | None, jobs: Sequence[NewJob]) -> list[uuid.UUID]:

@@ -117,6 +117,16 @@ QUEUE_NAME_PATTERN = f"^[^{CONTROL_CHARS}{SPACE_CHARS}]+$"
 NON_BLANK_PATTERN = f"^[^\\x00]*[^\\x00{SPACE_CHARS}][^\\x00]*$"
 _BAD_QUEUE_CHARS = re.compile(f"[{CONTROL_CHARS}{SPACE_CHARS}]")
 
+
+def _is_name(text: str, max_bytes: int) -> bool:
+    """1 to `max_bytes` bytes of UTF-8 with no whitespace or control characters: a queue name's
+    rule, and a limit key's. (Printable ASCII is every ASCII character but the controls, and the
+    space is the one blank among them: the usual name is checked without the pattern.)"""
+    if text.isascii():
+        return 0 < len(text) <= max_bytes and text.isprintable() and " " not in text
+    return 0 < len(text.encode(errors="surrogateescape")) <= max_bytes and not _BAD_QUEUE_CHARS.search(text)
+
+
 Int32 = Annotated[int, Meta(ge=INT32_MIN, le=INT32_MAX)]
 MaxRetries = Annotated[int, Meta(ge=0, le=MAX_RETRIES)]
 TimeoutSecs = Annotated[int, Meta(ge=1, le=MAX_TIMEOUT_SECS)]
@@ -136,11 +146,11 @@ def check_limit_keys(keys: tuple[str, ...]) -> None:
     if len(keys) > MAX_LIMIT_KEYS:
         raise ValueError(f"limits takes at most {MAX_LIMIT_KEYS} keys, not {len(keys)}")
     for key in keys:
-        if len(key.encode(errors="surrogateescape")) > MAX_LIMIT_KEY_BYTES or _BAD_QUEUE_CHARS.search(key):
+        if not _is_name(key, MAX_LIMIT_KEY_BYTES):
             raise ValueError(
                 f"a limit key is 1 to {MAX_LIMIT_KEY_BYTES} bytes with no whitespace or control characters, not {key!r}"
             )
-    if len(set(keys)) != len(keys):
+    if len(keys) > 1 and len(set(keys)) != len(keys):
         raise ValueError("limits names a key twice")
 
 
@@ -203,17 +213,20 @@ class JobConfig(Struct, frozen=True, kw_only=True):
             check_limit_keys(self.limits)
 
     @classmethod
-    def of(cls, partial: Object | None = None) -> JobConfig:
+    def of(cls, partial: Object | None = None, *, decoded: bool = False) -> JobConfig:
         """The complete config for `partial` (stored field names; absent or null takes the default).
-        An unknown field or an out-of-range value is a ValidationFailed naming it."""
+        An unknown field or an out-of-range value is a ValidationFailed naming it. `decoded` says
+        the values were decoded against these fields' own annotated types (a wire or partial config
+        built from them): their bounds are not checked a second time, only the rules no annotation
+        can say (__post_init__)."""
         given = {k: v for k, v in (partial or {}).items() if v is not None and v is not UNSET}
         if not given.get("limits", True):
             del given["limits"]  # an empty list names no key
         if not given:
             return DEFAULT_CONFIG  # frozen: one shared instance (most jobs give no policy)
         try:
-            return msgspec.convert(given, cls)
-        except msgspec.ValidationError as err:
+            return cls(**given) if decoded else msgspec.convert(given, cls)
+        except (msgspec.ValidationError, ValueError) as err:
             raise ValidationFailed(f"config: {err}") from None
 
     def backoff_bounds(self, attempt: int) -> tuple[float, float]:
@@ -267,7 +280,7 @@ else:
 
 def resolve_partial(partial: PartialJobConfig | None) -> JobConfig:
     """The complete config for a partial one (its absent fields take their defaults)."""
-    return JobConfig() if partial is None else JobConfig.of(msgspec.structs.asdict(partial))
+    return JobConfig() if partial is None else JobConfig.of(msgspec.structs.asdict(partial), decoded=True)
 
 
 _EARLIEST = datetime(1, 1, 2, tzinfo=UTC)
@@ -295,7 +308,7 @@ def utc_text(at: datetime) -> str:
 def check_queue_name(name: str) -> str:
     """Wherever a queue is named (a job, a batch item, a step, a cron schedule, a lease, a pause):
     1 to 128 bytes of UTF-8 with no whitespace and no control characters."""
-    if not 0 < len(name.encode(errors="surrogateescape")) <= MAX_QUEUE_BYTES or _BAD_QUEUE_CHARS.search(name):
+    if not _is_name(name, MAX_QUEUE_BYTES):
         raise ValidationFailed(
             f"queue name must be 1 to {MAX_QUEUE_BYTES} bytes with no whitespace or control characters, not {name!r}"
         )

@@ -3,7 +3,6 @@ what a body may hold (nesting depth, NUL characters) checked before anything els
 
 from __future__ import annotations
 
-import re
 from typing import Any, TypeVar
 
 import msgspec
@@ -94,8 +93,10 @@ def _with_integral_floats(raw: bytes, typ: type[T], err: msgspec.ValidationError
     raise ValidationFailed(_validation_detail(err)) from None
 
 
-_NOT_STRUCTURE = bytes(range(256)).translate(None, b'{}[]"')
-_INNERMOST_PAIRS = re.compile(rb"\{\}|\[\]")
+# Square brackets read as braces (the depth does not care which kind: malformed JSON is refused
+# by the decoder anyway); every byte but brackets and quotes is deleted first.
+_SKELETON = bytes({ord("["): ord("{"), ord("]"): ord("}")}.get(b, b) for b in range(256))
+_NOT_STRUCTURE = bytes(b for b in range(256) if b not in b'{}[]"')
 
 
 def nested_deeper_than(raw: bytes, limit: int) -> bool:
@@ -105,12 +106,18 @@ def nested_deeper_than(raw: bytes, limit: int) -> bool:
     (For malformed JSON the answer is a guess, but such a body is refused either way.)"""
     if raw.count(b"{") + raw.count(b"[") <= limit:
         return False  # too few brackets to nest that deep
-    skeleton = raw.replace(b"\\\\", b"").replace(b'\\"', b"").translate(None, _NOT_STRUCTURE)
-    skeleton = b"".join(skeleton.split(b'"')[::2])  # the even pieces lie outside strings
+    if b"\\" in raw:
+        raw = raw.replace(b"\\\\", b"").replace(b'\\"', b"")
+    skeleton = raw.translate(_SKELETON, _NOT_STRUCTURE)
+    # Two quotes with nothing between close one string and open the next, or hold an empty one:
+    # dropping them leaves what lies outside the strings as it was. Most bodies keep no quote then.
+    skeleton = skeleton.replace(b'""', b"")
+    if b'"' in skeleton:
+        skeleton = b"".join(skeleton.split(b'"')[::2])  # the even pieces lie outside strings
     for _ in range(limit):
         if not skeleton:
             return False
-        skeleton = _INNERMOST_PAIRS.sub(b"", skeleton)
+        skeleton = skeleton.replace(b"{}", b"")  # one level: the scan never rereads what it joined
     return bool(skeleton)
 
 
