@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import uuid
+from collections.abc import Coroutine
+from typing import Any
 
 import structlog
 
@@ -18,6 +20,9 @@ from shared.db.pool import Pool, create_pool, until_answered
 from shared.tracing import Tracer
 
 log = structlog.get_logger("queueflow.db")
+
+# How long `close` waits for the background work under way (a claim takes milliseconds).
+CLOSE_WAIT_SECS = 10.0
 
 
 class Database:
@@ -33,6 +38,7 @@ class Database:
         # Fair share: each claim passes the next number, which rotates the tenant that leads.
         self.claim_turns = itertools.count()
         self._give_backs: set[asyncio.Task[None]] = set()
+        self._under_way: set[asyncio.Task[None]] = set()
 
     @classmethod
     async def open(
@@ -73,6 +79,14 @@ class Database:
         self._give_backs.add(task)
         task.add_done_callback(self._give_backs.discard)
 
+    def start(self, work: Coroutine[Any, Any, None], name: str) -> None:
+        """Run `work` in the background, to its end: `close` waits for it before it closes the
+        pool (a shared claim under way must hand its jobs out, or give back those no one heard
+        of, rather than leave them leased until their leases expire and a retry each)."""
+        task = asyncio.create_task(work, name=name)
+        self._under_way.add(task)
+        task.add_done_callback(self._under_way.discard)
+
     async def _give_back(self, queue: str, key: uuid.UUID) -> None:
         try:
             released = await until_answered(lambda: jobs_db.release_unanswered_claim(self.pool, queue, key))
@@ -83,6 +97,10 @@ class Database:
             log.warning("unanswered_claim_given_back", queue=queue, jobs=released)
 
     async def close(self) -> None:
+        if self._under_way:
+            _, late = await asyncio.wait(list(self._under_way), timeout=CLOSE_WAIT_SECS)
+            for task in late:
+                task.cancel()
         for task in list(self._give_backs):
             task.cancel()
         await self.inserter.close()

@@ -55,8 +55,6 @@ class _SharedClaim:
 
 # Per database: the shared claim each set of terms may still join (it has not passed the gate).
 _OPEN: weakref.WeakKeyDictionary[Database, dict[_Terms, _SharedClaim]] = weakref.WeakKeyDictionary()
-# The claims under way (the event loop keeps only weak references to its tasks).
-_RUNNING: set[asyncio.Task[None]] = set()
 
 
 async def lease_jobs(
@@ -134,9 +132,7 @@ def _join(
     shared = opened.get(terms)
     if shared is None or (shared.asks and max_jobs > shared.room()):
         shared = opened[terms] = _SharedClaim(terms)
-        task = asyncio.create_task(_claim(db, shared, poll_secs), name="queueflow-claim")
-        _RUNNING.add(task)
-        task.add_done_callback(_RUNNING.discard)
+        db.start(_claim(db, shared, poll_secs), name="queueflow-claim")
     ask = _Ask(max_jobs, will_wait, asyncio.get_running_loop().create_future())
     shared.asks.append(ask)
     return ask.answer

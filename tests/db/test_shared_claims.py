@@ -173,3 +173,34 @@ async def test_a_call_with_a_free_place_sends_its_claim_before_anything_else_run
     asyncio.get_running_loop().call_soon(order.append, "scheduled before the call")
     assert len(await _lease(database, 3)) == 3
     assert order == ["claim sent", "scheduled before the call"]
+
+
+async def test_closing_the_database_waits_for_a_shared_claim_to_give_back_what_no_one_heard(
+    database_url: str, db, monkeypatch
+) -> None:
+    await _jobs(db, 5)
+    closing_db = await Database.open(database_url, min_connections=1, max_connections=4, migrate=False)
+    real_claim = jobs_db.claim
+    claimed, answer = asyncio.Event(), asyncio.Event()
+
+    async def claim_then_wait(*args, **kwargs):
+        leases = await real_claim(*args, **kwargs)  # committed: 5 jobs leased
+        claimed.set()
+        await answer.wait()
+        return leases
+
+    monkeypatch.setattr(leasing.jobs_db, "claim", claim_then_wait)
+    [call] = await _behind_the_gate(closing_db, _lease(closing_db, 5))
+    _open(closing_db)
+    await claimed.wait()
+    call.cancel()  # its caller is gone (the process is stopping)
+    closing = asyncio.ensure_future(closing_db.close())
+    # Time enough to close the pool under the claim (which a close that does not wait does); the
+    # one bounded wait here.
+    done, _ = await asyncio.wait([closing], timeout=1.0)
+    answer.set()
+    await closing
+    assert not done  # it waited for the claim
+    # given back before the pool closed, not left leased until the janitor's reclaim spends a retry
+    rows = await db.fetch("SELECT status, retry_count FROM queueflow.jobs")
+    assert sorted((r["status"], r["retry_count"]) for r in rows) == [("pending", 0)] * 5
