@@ -4,12 +4,14 @@ new key gets one, with its policy; a known key costs one probe, however many key
 from __future__ import annotations
 
 from shared.db import jobs as jobs_db
+from shared.db.pool import init_connection
 from shared.domain.jobs import JobConfig, NewJob
 
 KNOWN = 5000
 
 
 async def test_an_insert_probes_its_known_keys_and_creates_the_new_ones_with_their_policy(db):
+    await init_connection(db)  # jsonb as Python objects, like the server's pool
     await db.execute(
         "INSERT INTO queueflow.limit_policies (tenant_key, key, concurrency) VALUES ('acme', 'c:*', 3)"
     )
