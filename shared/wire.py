@@ -22,6 +22,7 @@ from shared.domain.errors import ValidationFailed
 from shared.domain.events import Event
 from shared.domain.jobs import (
     ACTIVE_JOB_STATUSES,
+    DEFAULT_CONFIG,
     RETRYABLE_JOB_STATUSES,
     BackoffStrategy,
     DeadLetter,
@@ -154,20 +155,37 @@ class JobConfigRequest(Request):
     unique: UniquePolicy | None = None
 
     def to_config(self) -> JobConfig:
+        policy = (
+            self.priority,
+            self.max_retries,
+            self.timeout,
+            self.retry_backoff,
+            self.retry_delay_secs,
+            self.retry_max_delay_secs,
+            self.jitter_factor,
+            self.limits,
+            self.unique,
+        )
+        if policy.count(None) == len(policy):
+            return DEFAULT_CONFIG  # what JobConfig.of gives for nothing, without building it
         return JobConfig.of(
-            {
-                "priority": self.priority,
-                "max_retries": self.max_retries,
-                "timeout_secs": self.timeout,
-                "retry_backoff": self.retry_backoff,
-                "retry_delay_secs": self.retry_delay_secs,
-                "retry_max_delay_secs": self.retry_max_delay_secs,
-                "jitter_factor": self.jitter_factor,
-                "limits": self.limits,
-                "unique": self.unique,
-            },
+            dict(zip(_STORED_POLICY_NAMES, policy, strict=True)),
             decoded=True,  # (the fields above carry the domain's own annotated types)
         )
+
+
+# JobConfigRequest.to_config's policy fields, by their stored names (the wire says `timeout`).
+_STORED_POLICY_NAMES = (
+    "priority",
+    "max_retries",
+    "timeout_secs",
+    "retry_backoff",
+    "retry_delay_secs",
+    "retry_max_delay_secs",
+    "jitter_factor",
+    "limits",
+    "unique",
+)
 
 
 class CreateJobRequest(Request):
