@@ -97,10 +97,10 @@ _StoredConfig = msgspec.defstruct(
 
 def _stored_config(config: JobConfig) -> msgspec.Raw:
     """A job's config as its row stores it: the fields that differ from the defaults, and the
-    timeout (msgspec drops a default by identity, so a default a client gave as a float or a large
-    number may be kept: it reads the same), so a job that gives no policy stores `{"timeout_secs": 300}` (the complete default
+    timeout, so a job that gives no policy stores `{"timeout_secs": 300}` (the complete default
     config was two thirds of a row, written again by the claim's and the outcome's row versions and
-    their WAL). Readers decode it into a complete JobConfig (msgspec fills the defaults), and every
+    their WAL). (msgspec drops a default by identity: a default a client gave as a float or a large
+    number may be kept, and reads the same.) Readers decode it into a complete JobConfig (msgspec fills the defaults), and every
     fallback in the schema names the same defaults (tests/db/test_sql_defaults.py); rows stored
     complete read the same (ADR 0016)."""
     if config is DEFAULT_CONFIG:
@@ -129,26 +129,29 @@ async def insert_jobs(db: Executor, tenant: str | None, jobs: Sequence[NewJob]) 
 # parsed into rows, and its payloads and configs parsed again as jsonb), the same at 10 jobs
 # (docs/benchmarks.md, "Speed work, sixth round"). The same triggers run, and the same rows result.
 COPY_MIN_JOBS = 50
-_COPIED = (
-    "id", "queue_name", "task_name", "payload", "config", "priority", "metadata", "tenant_id",
-    "workflow_id", "workflow_step_id", "step_index", "step_attempt", "limit_keys", "traceparent",
-    "tracestate",
+# Every batch copies these; the rest only when a job sets one of them (the usual bulk enqueue sets
+# none and leaves them to their defaults: 0.7 ms less a 1,000-job batch).
+_COPIED = ("id", "queue_name", "task_name", "payload", "config", "tenant_id")
+_COPIED_REST = (
+    "priority", "metadata", "workflow_id", "workflow_step_id", "step_index", "step_attempt",
+    "limit_keys", "traceparent", "tracestate",
 )  # fmt: skip
-# A plain batch (the usual bulk enqueue: no priority, metadata, workflow, limit keys or trace)
-# copies these alone and leaves the rest to their defaults: 0.7 ms less a 1,000-job batch.
-_COPIED_PLAIN = ("id", "queue_name", "task_name", "payload", "config", "tenant_id")
+_REST_DEFAULTS: tuple[Any, ...] = (0, {}, None, None, None, None, None, None, None)
 
 
-def _plain(job: NewJob) -> bool:
-    return not (
-        job.config.priority
-        or job.metadata
-        or job.config.limits
-        or job.trace
-        or job.workflow_id
-        or job.workflow_step
-        or job.step_index is not None
-        or job.step_attempt is not None
+def _rest(job: NewJob) -> tuple[Any, ...]:
+    """A job's values for _COPIED_REST (_REST_DEFAULTS when it sets none)."""
+    trace = job.trace
+    return (
+        job.config.priority,
+        job.metadata,
+        job.workflow_id,
+        job.workflow_step,
+        job.step_index,
+        job.step_attempt,
+        job.config.limits or None,
+        trace.traceparent if trace else None,
+        trace.tracestate if trace else None,
     )
 
 
@@ -157,44 +160,22 @@ async def _copy_jobs(
 ) -> None:
     """insert_jobs' rows, by COPY. `timed`: every job has its run_at; else none has, and each
     takes the column's default (the transaction's now(), as insert_jobs' COALESCE gives)."""
-    when = ("scheduled_at",) if timed else ()
-    if all(_plain(j) for j in jobs):
-        columns: tuple[str, ...] = (*_COPIED_PLAIN, *when)
-        records = [
-            (
-                i,
-                j.queue,
-                j.task_name,
-                j.payload,
-                _stored_config(j.config),
-                tenant,
-                *((j.run_at,) if timed else ()),
-            )
-            for j, i in zip(jobs, ids, strict=True)
-        ]
-    else:
-        columns = (*_COPIED, *when)
-        records = [
-            (
-                i,
-                j.queue,
-                j.task_name,
-                j.payload,
-                _stored_config(j.config),
-                j.config.priority,
-                j.metadata,
-                tenant,
-                j.workflow_id,
-                j.workflow_step,
-                j.step_index,
-                j.step_attempt,
-                j.config.limits or None,
-                j.trace.traceparent if j.trace else None,
-                j.trace.tracestate if j.trace else None,
-                *((j.run_at,) if timed else ()),
-            )
-            for j, i in zip(jobs, ids, strict=True)
-        ]
+    rests = [_rest(j) for j in jobs]
+    plain = all(rest == _REST_DEFAULTS for rest in rests)
+    columns = (*_COPIED, *(() if plain else _COPIED_REST), *(("scheduled_at",) if timed else ()))
+    records = [
+        (
+            i,
+            j.queue,
+            j.task_name,
+            j.payload,
+            _stored_config(j.config),
+            tenant,
+            *(() if plain else rest),
+            *((j.run_at,) if timed else ()),
+        )
+        for j, i, rest in zip(jobs, ids, rests, strict=True)
+    ]
     status = await db.copy_records_to_table("jobs", schema_name="queueflow", records=records, columns=columns)
     if status != f"COPY {len(records)}":  # nothing keeps a row of such a batch out
         raise RuntimeError(f"copying {len(records)} jobs answered {status!r}")
