@@ -262,6 +262,37 @@ async def test_a_rate_of_one_per_window_starts_one_per_window(db):
     assert starts == 10
 
 
+async def test_a_keys_room_is_its_concurrency_left_with_unfolded_releases_and_its_rate_room(db):
+    # queueflow.limit_room, which the claim asks for each waiting key it visits one by one.
+    await db.execute(
+        """INSERT INTO queueflow.limit_state
+               (tenant_key, key, concurrency, running, rate_count, rate_per_secs, rate_start, rate_cur)
+           VALUES ('', 'free', NULL, 0, NULL, NULL, NULL, 0),
+                  ('', 'conc', 5, 4, NULL, NULL, NULL, 0),
+                  ('', 'full', 2, 2, NULL, NULL, NULL, 0),
+                  ('', 'rate', NULL, 0, 20, 60, now() - interval '1 second', 20),
+                  ('', 'both', 3, 0, 2, 60, NULL, 0),
+                  ('t', 'conc', 5, 0, NULL, NULL, NULL, 0)"""
+    )
+    await db.execute(
+        "INSERT INTO queueflow.limit_releases (tenant_key, key) VALUES ('', 'conc'), ('', 'conc'), ('t', 'free')"
+    )
+    rooms = {
+        (r["tenant_key"], r["key"]): r["room"]
+        for r in await db.fetch(
+            "SELECT tenant_key, key, queueflow.limit_room(s, 1000) AS room FROM queueflow.limit_state s"
+        )
+    }
+    assert rooms == {
+        ("", "free"): 1000,  # neither limit: the caller's `big`
+        ("", "conc"): 3,  # 5 - 4 running + 2 releases not yet folded in
+        ("", "full"): 0,
+        ("", "rate"): 0,  # 20 started in the current window
+        ("", "both"): 2,  # the rate's 2 below the concurrency's 3
+        ("t", "conc"): 5,  # another tenant's releases are not this key's
+    }
+
+
 async def test_workflow_steps_and_cron_schedules_carry_limits_to_their_jobs(api):
     client = await api(mode="all")
     dev = {"Authorization": "Bearer dev"}
