@@ -90,10 +90,12 @@ class Hub:
             and asyncio.get_running_loop().time() - sig.checked_at < max_age
         )
 
-    def claimed(self, queue: str, seen_epoch: int, found: bool) -> None:
+    def claimed(self, queue: str, seen_epoch: int, may_have_more: bool) -> None:
+        """A claim of every tenant's jobs ran, after reading `seen_epoch`: `may_have_more` unless
+        it left no claimable job behind (it found none, or fewer than it asked for)."""
         sig = self._signal(queue)
         sig.checked_at = asyncio.get_running_loop().time()
-        sig.empty_epoch = None if found else seen_epoch
+        sig.empty_epoch = None if may_have_more else seen_epoch
 
     def waiting(self, queue: str) -> int:
         sig = self._queues.get(queue)

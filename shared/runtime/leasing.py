@@ -167,8 +167,18 @@ async def _claim_now(
         if is_unavailable(err):  # it may have committed: its jobs must not sit leased
             db.give_back_unanswered_claim(terms.queue, key)
         raise
-    if leases or terms.tenant is None:
-        hub.claimed(terms.queue, seen, bool(leases))
+    if terms.tenant is None:
+        # Fewer jobs than asked for, none of them limited, and the claim left nothing claimable
+        # behind it: the next long-poll parks without asking, as after an empty claim, until
+        # something is announced. (A limited claim may stop at a window of its keys with jobs
+        # behind it; a worker key's claim says nothing of other tenants' jobs.)
+        hub.claimed(
+            terms.queue,
+            seen,
+            may_have_more=len(leases) >= max_jobs or any(lease.job.config.limits for lease in leases),
+        )
+    elif leases:
+        hub.claimed(terms.queue, seen, may_have_more=True)
     return leases, claimed_at
 
 

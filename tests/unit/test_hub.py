@@ -24,7 +24,7 @@ async def test_one_poke_wakes_one_waiter():
 async def test_known_empty_needs_a_connected_listener_an_unmoved_epoch_and_a_fresh_check():
     hub = Hub()
     seen = hub.epoch("q")
-    hub.claimed("q", seen, found=False)
+    hub.claimed("q", seen, may_have_more=False)
     assert hub.known_empty("q", seen, max_age=5) is False  # listener not connected: trust nothing
     hub.connected = True
     assert hub.known_empty("q", seen, max_age=5) is True
@@ -37,6 +37,6 @@ async def test_a_claim_that_found_work_clears_known_empty():
     hub = Hub()
     hub.connected = True
     seen = hub.epoch("q")
-    hub.claimed("q", seen, found=False)
-    hub.claimed("q", seen, found=True)
+    hub.claimed("q", seen, may_have_more=False)
+    hub.claimed("q", seen, may_have_more=True)
     assert hub.known_empty("q", seen, max_age=5) is False
