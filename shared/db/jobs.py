@@ -99,10 +99,10 @@ def _stored_config(config: JobConfig) -> msgspec.Raw:
     """A job's config as its row stores it: the fields that differ from the defaults, and the
     timeout, so a job that gives no policy stores `{"timeout_secs": 300}` (the complete default
     config was two thirds of a row, written again by the claim's and the outcome's row versions and
-    their WAL). (msgspec drops a default by identity: a default a client gave as a float or a large
-    number may be kept, and reads the same.) Readers decode it into a complete JobConfig (msgspec fills the defaults), and every
-    fallback in the schema names the same defaults (tests/db/test_sql_defaults.py); rows stored
-    complete read the same (ADR 0016)."""
+    their WAL). msgspec drops a default by identity: a default a client gave as a float or a large
+    number may be kept, and reads the same. Readers decode it into a complete JobConfig (msgspec
+    fills the defaults), and every fallback in the schema names the same defaults
+    (tests/db/test_sql_defaults.py); rows stored complete read the same (ADR 0016)."""
     if config is DEFAULT_CONFIG:
         return _DEFAULT_STORED
     return msgspec.Raw(_encode_rows(_StoredConfig(*msgspec.structs.astuple(config))))

@@ -91,8 +91,8 @@ class Hub:
         )
 
     def claimed(self, queue: str, seen_epoch: int, may_have_more: bool) -> None:
-        """A claim of every tenant's jobs ran, after reading `seen_epoch`: `may_have_more` unless
-        it left no claimable job behind (it found none, or fewer than it asked for)."""
+        """A claim ran after reading `seen_epoch`. `may_have_more` is False only when it left no
+        claimable job of the queue behind, which only a claim of every tenant's jobs can say."""
         sig = self._signal(queue)
         sig.checked_at = asyncio.get_running_loop().time()
         sig.empty_epoch = None if may_have_more else seen_epoch
