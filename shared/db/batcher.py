@@ -153,28 +153,51 @@ class CompletionBatcher(GroupCommit[jobs_db.Completion, None]):
         await self.submit((job_id, token, result))
 
 
-class InsertBatcher(GroupCommit[tuple[str | None, NewJob], uuid.UUID]):
+class InsertBatcher(GroupCommit[tuple[str | None, NewJob, jobs_db.Handoff | None], jobs_db.Inserted]):
     """Single enqueues: one transaction (one insert statement per tenant, one commit, one wake-up
-    per queue) for every POST /jobs in flight; a single tenant's group is one statement."""
+    per queue) for every POST /jobs in flight; a single tenant's group is one statement. A job
+    may come with a `Handoff`: it is then written leased on its terms (jobs.insert_handed_off)."""
 
     name = "inserter"
 
-    async def _write_many(self, items: list[tuple[str | None, NewJob]]) -> list[uuid.UUID | BaseException]:
-        by_tenant: dict[str | None, list[int]] = {}
-        for index, (tenant, _) in enumerate(items):
-            by_tenant.setdefault(tenant, []).append(index)
-        ids: list[uuid.UUID | BaseException] = [uuid.UUID(int=0)] * len(items)
-        # One tenant (the common case) is one statement, atomic on its own: no BEGIN and COMMIT
+    async def _write_many(
+        self, items: list[tuple[str | None, NewJob, jobs_db.Handoff | None]]
+    ) -> list[jobs_db.Inserted | BaseException]:
+        # One statement per tenant, and a second for its jobs handed off to a lease call (those
+        # are never kept out by a key: jobs.insert_handed_off).
+        groups: dict[tuple[str | None, bool], list[int]] = {}
+        for index, (tenant, _, handoff) in enumerate(items):
+            groups.setdefault((tenant, handoff is not None), []).append(index)
+        answers: list[jobs_db.Inserted | BaseException] = [(uuid.UUID(int=0), None)] * len(items)
+        # One group (the common case) is one statement, atomic on its own: no BEGIN and COMMIT
         # round trips around it.
         async with (
             self.pool.acquire() as conn,
-            conn.transaction() if len(by_tenant) > 1 else contextlib.nullcontext(),
+            conn.transaction() if len(groups) > 1 else contextlib.nullcontext(),
         ):
-            for tenant, indexes in by_tenant.items():
-                inserted = await jobs_db.insert_jobs(conn, tenant, [items[i][1] for i in indexes])
-                for index, job_id in zip(indexes, inserted, strict=True):
-                    ids[index] = job_id
-        return ids
+            for (tenant, handed_off), indexes in groups.items():
+                jobs = [items[i][1] for i in indexes]
+                if handed_off:
+                    handoffs = [items[i][2] for i in indexes]
+                    inserted = await jobs_db.insert_handed_off(conn, tenant, jobs, handoffs)
+                else:
+                    inserted = [(job_id, None) for job_id in await jobs_db.insert_jobs(conn, tenant, jobs)]
+                for index, answer in zip(indexes, inserted, strict=True):
+                    answers[index] = answer
+        return answers
 
     async def insert(self, tenant: str | None, job: NewJob) -> uuid.UUID:
-        return await self.submit((tenant, job))
+        job_id, _ = await self.submit((tenant, job, None))
+        return job_id
+
+    def hand_off(
+        self,
+        tenant: str | None,
+        job: NewJob,
+        handoff: jobs_db.Handoff,
+        written: Callable[[jobs_db.Inserted | BaseException], None],
+    ) -> None:
+        """Insert `job` leased on `handoff`'s terms when it may be (jobs.insert_handed_off);
+        `written` gets its id and that lease (None when it was written waiting instead), or the
+        error, once its group is written, whether or not anyone still waits for the job's id."""
+        self.submit_nowait((tenant, job, handoff), written)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, cast
 
@@ -78,7 +79,28 @@ class _InsertRow(msgspec.Struct, omit_defaults=True):
     lk: tuple[str, ...] | None = None
     tp: str | None = None
     ts: str | None = None
+    # A hand-off's lease (insert_jobs_handed_off): its token, claim key, length, grace and worker.
+    lt: uuid.UUID | None = None
+    ck: uuid.UUID | None = None
+    ls: int | None = None
+    lg: int | None = None
+    wk: str | None = None
 
+
+@dataclass(frozen=True, slots=True)
+class Handoff:
+    """A lease call's terms for a job inserted straight into its hands (insert_handed_off): the
+    lease as claim_jobs would write it, under a claim key of its own (release_unanswered_claim)."""
+
+    lease_secs: int
+    timeout_grace: int | None
+    worker_id: str | None
+    token: uuid.UUID = field(default_factory=uuid.uuid4)
+    key: uuid.UUID = field(default_factory=uuid.uuid4)
+
+
+# A job inserted: its id, and its lease when it was handed off (insert_handed_off).
+Inserted = tuple[uuid.UUID, Lease | None]
 
 _encode_rows = msgspec.json.Encoder().encode
 # Always stored, default or not: a server of an earlier version, still running beside this one
@@ -252,6 +274,44 @@ async def _insert_jobs(
     for position, n in enumerate(order):
         in_input_order[n] = answers[position]
     return in_input_order
+
+
+async def insert_handed_off(
+    db: Executor, tenant: str | None, jobs: Sequence[NewJob], handoffs: Sequence[Handoff | None]
+) -> list[Inserted]:
+    """Insert `jobs` in one statement, each with a `Handoff` written already leased on its terms
+    (unless it has limits, is not due, or its tenant's queue is paused: then it waits as any job).
+    Per job, in input order: its id, and its lease when it was leased. For jobs without an
+    idempotency or unique key (the caller's choice: such an insert may keep a row out)."""
+    rows = [
+        _InsertRow(
+            id=i,
+            q=j.queue,
+            t=j.task_name,
+            c=_stored_config(j.config),
+            p=j.payload or None,
+            pr=j.config.priority,
+            s=j.run_at,
+            m=j.metadata or None,
+            w=j.workflow_id,
+            st=j.workflow_step,
+            si=j.step_index,
+            sa=j.step_attempt,
+            lk=j.config.limits or None,
+            tp=j.trace.traceparent if j.trace else None,
+            ts=j.trace.tracestate if j.trace else None,
+            lt=h.token if h else None,
+            ck=h.key if h else None,
+            ls=h.lease_secs if h else None,
+            lg=h.timeout_grace if h else None,
+            wk=h.worker_id if h else None,
+        )
+        for j, i, h in zip(jobs, new_job_ids(len(jobs)), handoffs, strict=True)
+    ]
+    inserted = await db.fetch(Q.insert_jobs_handed_off, _encode_rows(rows).decode(), tenant)
+    metrics.JOBS_CREATED.inc(len(inserted))
+    by_id = {r["id"]: r for r in inserted}
+    return [(row.id, to_lease(r) if (r := by_id[row.id])["status"] == "running" else None) for row in rows]
 
 
 # --- reads and cancellation ----------------------------------------------------------------------

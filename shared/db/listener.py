@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 from collections import deque
 from collections.abc import Callable
+from typing import Any
 
 import asyncpg
 import structlog
@@ -45,10 +46,10 @@ class _QueueSignal:
 
     def __init__(self) -> None:
         self.epoch = 0
-        self.waiters: deque[asyncio.Future[None]] = deque()
+        self.waiters: deque[asyncio.Future[Any]] = deque()
         # Waiters that may take only some of the queue's jobs (a worker key's, its tenant's): every
         # poke wakes them all, and they never use up a wake-up another waiter would act on.
-        self.observers: set[asyncio.Future[None]] = set()
+        self.observers: set[asyncio.Future[Any]] = set()
         self.empty_epoch: int | None = None  # the epoch at which a claim last found nothing
         self.checked_at = float("-inf")  # when a claim last looked (loop time)
         self.gate = asyncio.Semaphore(CLAIMS_PER_QUEUE)
@@ -101,14 +102,24 @@ class Hub:
         sig = self._queues.get(queue)
         return 0 if sig is None else sum(1 for f in (*sig.waiters, *sig.observers) if not f.done())
 
-    async def wait(self, queue: str, seen_epoch: int, timeout: float, *, observe: bool = False) -> bool:
+    async def wait(
+        self,
+        queue: str,
+        seen_epoch: int,
+        timeout: float,
+        *,
+        observe: bool = False,
+        waiter: asyncio.Future[Any] | None = None,
+    ) -> bool:
         """Park until the queue is poked after `seen_epoch`, or `timeout`. True when poked.
         `observe`: the waiter claims only part of the queue's jobs, so a wake-up meant for a job it
-        cannot take must not be spent on it: every poke wakes it, beside the waiters it wakes."""
+        cannot take must not be spent on it: every poke wakes it, beside the waiters it wakes.
+        `waiter`: the future to park on (a poke sets its result to None), when the caller may also
+        be answered another way (a hand-off, shared/runtime/leasing.py); cancelled if unanswered."""
         sig = self._signal(queue)
         if sig.epoch != seen_epoch:
             return True
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        fut = waiter if waiter is not None else asyncio.get_running_loop().create_future()
         if observe:
             sig.observers.add(fut)
         else:
@@ -127,6 +138,14 @@ class Hub:
             sig.observers.discard(fut)
             with contextlib.suppress(ValueError):
                 sig.waiters.remove(fut)
+
+    def withdraw(self, queue: str, waiter: asyncio.Future[Any]) -> None:
+        """Take a parked `waiter` out of the queue's wake-ups: it will be answered another way
+        (its `wait` still ends at its timeout)."""
+        sig = self._signal(queue)
+        sig.observers.discard(waiter)
+        with contextlib.suppress(ValueError):
+            sig.waiters.remove(waiter)
 
     def poke(self, queue: str, wake: int = 1) -> None:
         """New work on `queue`: bump its epoch and wake up to `wake` parked waiters (FIFO).

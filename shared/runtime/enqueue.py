@@ -14,6 +14,7 @@ from shared.db import jobs as jobs_db
 from shared.db.database import Database
 from shared.domain.jobs import NewJob
 from shared.domain.traces import TraceContext
+from shared.runtime.leasing import insert_handing_off
 
 
 def _traced(job: NewJob, trace: TraceContext | None) -> NewJob:
@@ -23,12 +24,13 @@ def _traced(job: NewJob, trace: TraceContext | None) -> NewJob:
 async def enqueue_one(
     db: Database, tenant: str | None, job: NewJob, parent: TraceContext | None
 ) -> uuid.UUID:
-    """Insert one job (concurrent ones share a statement); its id."""
+    """Insert one job (concurrent ones share a statement), straight into the hands of a lease call
+    parked on its queue when one may take it (shared/runtime/leasing.py); its id."""
     tracer = db.tracer
     if tracer is None:
-        return await db.inserter.insert(tenant, _traced(job, parent))
+        return await insert_handing_off(db, tenant, _traced(job, parent))
     with tracer.enqueue(parent, tenant, [job]) as span:
-        job_id = await db.inserter.insert(tenant, _traced(job, span.context))
+        job_id = await insert_handing_off(db, tenant, _traced(job, span.context))
         span.jobs_created([job_id])
     return job_id
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 import weakref
+from collections import deque
 from dataclasses import dataclass, field
 
 import structlog
@@ -13,7 +15,7 @@ from shared import metrics, tracing
 from shared.db import jobs as jobs_db
 from shared.db.database import Database
 from shared.db.pool import is_unavailable
-from shared.domain.jobs import Lease
+from shared.domain.jobs import Lease, NewJob
 from shared.runtime.keys import Lifecycle
 
 log = structlog.get_logger("queueflow.leasing")
@@ -99,28 +101,164 @@ async def lease_jobs(
             async with gate:
                 leases, claimed_at = await _claim_now(db, terms, max_jobs, wait_secs > 0, poll_secs)
         if leases:
-            if db.tracer is not None:  # a span per job, from the claim that leased it
-                db.tracer.leased(queue, leases, claimed_at)
-            # started_at is this claim; a redelivery has no wait to measure
-            metrics.observe_many(
-                metrics.QUEUE_WAIT.labels(queue),
-                [
-                    max(0.0, (lease.job.started_at - lease.job.scheduled_at).total_seconds())
-                    for lease in leases
-                    if lease.job.delivery_count == 1 and lease.job.started_at is not None
-                ],
-            )
-            if len(leases) == max_jobs:
-                hub.poke(queue)  # more may be waiting: pass the wake-up on
-            return leases
+            return _leased(db, queue, leases, claimed_at, full=len(leases) == max_jobs)
         remaining = deadline - loop.time()
         if remaining <= 0 or lifecycle.draining:
             return []
-        metrics.LONG_POLL_WAITERS.inc()
-        try:
-            await hub.wait(queue, seen, min(remaining, poll_secs), observe=tenant is not None)
-        finally:
-            metrics.LONG_POLL_WAITERS.dec()
+        handed = await _park(db, terms, seen, min(remaining, poll_secs), poll_secs)
+        if handed:
+            # The enqueue's insert leased it: the queue had nothing else (no wake-up to pass on).
+            return _leased(db, queue, handed, tracing.now() if db.tracer is not None else 0, full=False)
+
+
+def _leased(db: Database, queue: str, leases: list[Lease], claimed_at: int, *, full: bool) -> list[Lease]:
+    """A lease call's jobs, with their spans and wait times observed; `full`: the claim took all
+    it asked for, so more may be waiting and the wake-up is passed on."""
+    if db.tracer is not None:  # a span per job, from the claim that leased it
+        db.tracer.leased(queue, leases, claimed_at)
+    # started_at is this claim; a redelivery has no wait to measure
+    metrics.observe_many(
+        metrics.QUEUE_WAIT.labels(queue),
+        [
+            max(0.0, (lease.job.started_at - lease.job.scheduled_at).total_seconds())
+            for lease in leases
+            if lease.job.delivery_count == 1 and lease.job.started_at is not None
+        ],
+    )
+    if full:
+        db.hub.poke(queue)  # more may be waiting: pass the wake-up on
+    return leases
+
+
+async def _park(db: Database, terms: _Terms, seen: int, timeout: float, poll_secs: float) -> list[Lease]:
+    """Wait for the queue's wake-up (then claim again) or, for a call that takes every tenant's
+    jobs, for a job handed off by an enqueue in this process: that job's lease, else []."""
+    hub = db.hub
+    metrics.LONG_POLL_WAITERS.inc()
+    idle = None
+    if terms.tenant is None:
+        idle = _Idle(terms, poll_secs, asyncio.get_running_loop().create_future())
+        _IDLE.setdefault(db, {}).setdefault(terms.queue, deque()).append(idle)
+    try:
+        await hub.wait(
+            terms.queue, seen, timeout, observe=terms.tenant is not None, waiter=idle.answer if idle else None
+        )
+    finally:
+        metrics.LONG_POLL_WAITERS.dec()
+        if idle is not None:
+            _forget(db, idle)
+    if idle is None or not idle.answer.done() or idle.answer.cancelled():
+        return []
+    return idle.answer.result() or []
+
+
+# --- the hand-off --------------------------------------------------------------------------------
+#
+# A lease call of every tenant's jobs that parks on its queue (the queue's last claim found nothing)
+# may be answered by an enqueue in the same process: the job is inserted already leased on the
+# call's terms, in the insert's own statement and commit (jobs.insert_handed_off), and the call
+# answered with it. The job skips its notification, the wake-up and a claim's commit: the latency
+# between a POST and a parked worker is one durable commit instead of two in a row (docs/
+# benchmarks.md, "Speed work, eighth round"). Only when the queue is known to hold nothing else
+# claimable, so no job is passed over, and only a job a claim would lease at once: due, without
+# limits (a claim takes their slots) and without an idempotency or unique key (its insert may
+# keep it out). Should the call have given up by the time the job is written, the job is given
+# back at once, as a claim's unheard jobs are.
+
+
+@dataclass(eq=False, slots=True)
+class _Idle:
+    """A parked lease call an enqueue may answer: `answer` gets None from the hub's wake-up, or
+    the jobs handed to it."""
+
+    terms: _Terms
+    poll_secs: float
+    answer: asyncio.Future[list[Lease] | None]
+
+
+# Per database and queue: the parked lease calls of every tenant's jobs, oldest first.
+_IDLE: weakref.WeakKeyDictionary[Database, dict[str, deque[_Idle]]] = weakref.WeakKeyDictionary()
+
+
+def _forget(db: Database, idle: _Idle) -> None:
+    idles = _IDLE.get(db, {}).get(idle.terms.queue)
+    if idles is not None:
+        with contextlib.suppress(ValueError):
+            idles.remove(idle)
+        if not idles:
+            del _IDLE[db][idle.terms.queue]
+
+
+def _take_idle(db: Database, queue: str) -> _Idle | None:
+    """The queue's oldest parked call, taken out of its wake-ups, when the queue's last claim found
+    nothing and nothing was announced since; else None."""
+    idles = _IDLE.get(db, {}).get(queue)
+    hub = db.hub
+    while idles:
+        idle = idles.popleft()
+        if idle.answer.done():
+            continue
+        if not hub.known_empty(queue, hub.epoch(queue), idle.poll_secs):
+            idles.appendleft(idle)
+            return None
+        hub.withdraw(queue, idle.answer)
+        return idle
+    return None
+
+
+def may_hand_off(job: NewJob) -> bool:
+    """Whether a claim would lease `job` the moment it is written (see "the hand-off")."""
+    return (
+        job.run_at is None
+        and not job.idempotency_key
+        and not job.config.unique
+        and not job.config.limits
+        and job.workflow_id is None
+    )
+
+
+async def insert_handing_off(db: Database, tenant: str | None, job: NewJob) -> uuid.UUID:
+    """Insert one job (concurrent ones share a statement), handed off to a lease call parked on
+    its queue when there is one it may go to; its id."""
+    idle = _take_idle(db, job.queue) if may_hand_off(job) else None
+    if idle is None:
+        return await db.inserter.insert(tenant, job)
+    terms = idle.terms
+    handoff = jobs_db.Handoff(terms.lease_secs, terms.timeout_grace, terms.worker_id)
+    inserted: asyncio.Future[uuid.UUID] = asyncio.get_running_loop().create_future()
+
+    def written(answer: jobs_db.Inserted | BaseException) -> None:
+        # Called by the group commit, whether or not this enqueue's caller still waits.
+        if isinstance(answer, BaseException):
+            _answer(idle, [])  # it claims as usual
+            if is_unavailable(answer):  # the insert may have committed, leased to no one
+                db.give_back_unanswered_claim(job.queue, handoff.key)
+            if not inserted.done():
+                inserted.set_exception(answer)
+            return
+        job_id, lease = answer
+        if not _answer(idle, [lease] if lease is not None else []) and lease is not None:
+            db.start(_give_back(db, job.queue, [lease]), name="queueflow-handoff-give-back")
+        if not inserted.done():
+            inserted.set_result(job_id)
+
+    db.inserter.hand_off(tenant, job, handoff, written)
+    return await inserted
+
+
+def _answer(idle: _Idle, leases: list[Lease]) -> bool:
+    """Wake the parked call with `leases` ([]: it claims as usual); False when it gave up."""
+    if idle.answer.done():
+        return False
+    idle.answer.set_result(leases)
+    return True
+
+
+async def _give_back(db: Database, queue: str, leases: list[Lease]) -> None:
+    try:
+        await jobs_db.release(db.pool, [(lease.job.id, lease.token) for lease in leases])
+    except Exception:  # their leases then expire and the janitor reclaims them
+        log.exception("handoff_give_back_failed", queue=queue, jobs=len(leases))
 
 
 def _join(

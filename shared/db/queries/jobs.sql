@@ -17,6 +17,41 @@ FROM json_to_recordset($1::json)
           si int, sa int, lk text[], tp text, ts text)
 RETURNING id;
 
+-- name: insert_jobs_handed_off
+-- insert_jobs for a group in which some jobs go straight to a lease call parked on their queue
+-- (shared/runtime/leasing.py, "hand-off"): such a row ($1's lt, the lease token) is written
+-- already leased, as claim_jobs would lease it (its claim key ck, lease secs ls, timeout grace lg,
+-- worker wk), unless it is not due or its tenant's queue is paused: then it waits as any job. A
+-- leased row announces nothing (the insert trigger wakes waiters for pending rows only). Every row
+-- comes back with claim_jobs' columns; the leased ones are the lease call's answer.
+INSERT INTO queueflow.jobs
+    (id, queue_name, task_name, payload, config, priority, scheduled_at, metadata, tenant_id,
+     idempotency_key, workflow_id, workflow_step_id, step_index, step_attempt, limit_keys, traceparent,
+     tracestate, status, lease_token, claim_key, locked_until, delivery_count, started_at,
+     attempt_started_at, worker_id)
+SELECT u.id, u.q, u.t, COALESCE(u.p, '{}'), u.c, COALESCE(u.pr, 0),
+       COALESCE(u.s, now()), COALESCE(u.m, '{}'), $2, u.k, u.w, u.st, u.si, u.sa, u.lk, u.tp, u.ts,
+       CASE WHEN l.leased THEN 'running' ELSE 'pending' END,
+       CASE WHEN l.leased THEN u.lt END,
+       CASE WHEN l.leased THEN u.ck END,
+       CASE WHEN l.leased THEN now() + make_interval(secs => GREATEST(u.ls,
+           COALESCE(COALESCE((u.c->>'timeout_secs')::int, 300) + u.lg, 0))) END,
+       CASE WHEN l.leased THEN 1 ELSE 0 END,
+       CASE WHEN l.leased THEN now() END,
+       CASE WHEN l.leased THEN now() END,
+       CASE WHEN l.leased THEN u.wk END
+FROM json_to_recordset($1::json)
+     AS u(id uuid, q text, t text, p jsonb, c jsonb, pr int, s timestamptz, m jsonb, k text, w text, st text,
+          si int, sa int, lk text[], tp text, ts text, lt uuid, ck uuid, ls int, lg int, wk text)
+CROSS JOIN LATERAL (
+    SELECT u.lt IS NOT NULL AND u.lk IS NULL AND COALESCE(u.s, now()) <= now()
+           AND NOT EXISTS (SELECT 1 FROM queueflow.tenant_queues t
+                           WHERE t.queue_name = u.q AND t.tenant_key = COALESCE($2, '') AND t.paused) AS leased
+) l
+RETURNING id, queue_name, task_name, payload, config::text AS config, status, retry_count, delivery_count,
+    created_at, scheduled_at, metadata, started_at, completed_at, next_retry_at, error_message, result,
+    idempotency_key, tenant_id, workflow_id, workflow_step_id, lease_token, priority, traceparent, tracestate;
+
 -- name: insert_jobs_idempotent
 -- insert_jobs for a batch that carries idempotency keys: a key the tenant already used inserts
 -- nothing (the caller looks the original up).
