@@ -33,6 +33,11 @@ JOBS_RETRIED_IN_PLACE = Counter(
 JOBS_CANCELLED = Counter(
     "queueflow_jobs_cancelled", "Jobs cancelled through this process.", registry=REGISTRY
 )
+JOBS_HANDED_OFF = Counter(
+    "queueflow_jobs_handed_off",
+    "Jobs this process inserted already leased to a lease call parked on their queue (the hand-off).",
+    registry=REGISTRY,
+)
 LEASES_RECLAIMED = Counter(
     "queueflow_leases_reclaimed", "Expired leases the janitor reclaimed.", registry=REGISTRY
 )

@@ -237,7 +237,10 @@ async def insert_handing_off(db: Database, tenant: str | None, job: NewJob) -> u
                 inserted.set_exception(answer)
             return
         job_id, lease = answer
-        if not _answer(idle, [lease] if lease is not None else []) and lease is not None:
+        if _answer(idle, [lease] if lease is not None else []):
+            if lease is not None:
+                metrics.JOBS_HANDED_OFF.inc()
+        elif lease is not None:
             db.start(_give_back(db, job.queue, [lease]), name="queueflow-handoff-give-back")
         if not inserted.done():
             inserted.set_result(job_id)

@@ -13,6 +13,7 @@ import asyncio
 import uuid
 from datetime import UTC, datetime, timedelta
 
+from shared import metrics
 from shared.db.database import Database
 from shared.domain.jobs import JobConfig, NewJob
 from shared.runtime import leasing
@@ -21,6 +22,10 @@ from tests.protocol.helpers import AUTH, complete, create_job, job_row, lease, p
 from tests.protocol.test_long_poll import NO_SAFETY_POLL, parked_lease
 from tests.support.api import database_of
 from tests.support.waiting import eventually
+
+
+def _handed_off() -> float:
+    return metrics.REGISTRY.get_sample_value("queueflow_jobs_handed_off_total") or 0.0
 
 
 async def _drained(client, queue: str) -> None:
@@ -32,10 +37,12 @@ async def test_a_job_posted_beside_a_parked_lease_call_is_leased_by_its_own_inse
     client = await api(worker_poll_secs=NO_SAFETY_POLL)
     await _drained(client, "direct")
     task = await parked_lease(client, "direct", max_jobs=5, lease_secs=45, worker_id="w-1")
+    handed_off = _handed_off()
 
     job_id = await create_job(client, queue="direct", payload={"n": 1})
 
     [leased] = await asyncio.wait_for(task, 10)
+    assert _handed_off() == handed_off + 1
     assert leased["job"]["id"] == job_id and leased["job"]["payload"] == {"n": 1}
     assert leased["job"]["status"] == "running" and leased["job"]["delivery_count"] == 1
     row = await job_row(db, job_id)
@@ -143,6 +150,7 @@ async def test_a_job_handed_to_a_call_that_gave_up_meanwhile_is_given_back(datab
         parked = asyncio.ensure_future(leasing.lease_jobs(database, Lifecycle(), "gone", 5, 30, 30, 60))
         await eventually(lambda: database.hub.waiting("gone") == 1)
 
+        handed_off = _handed_off()
         insert = asyncio.ensure_future(
             leasing.insert_handing_off(database, None, NewJob(task_name="t", queue="gone"))
         )
@@ -160,5 +168,6 @@ async def test_a_job_handed_to_a_call_that_gave_up_meanwhile_is_given_back(datab
         assert row["retry_count"] == 0  # no retry spent
         [lease_] = await leasing.lease_jobs(database, Lifecycle(), "gone", 5, 30, 0, 60)
         assert lease_.job.id == job_id
+        assert _handed_off() == handed_off  # a job given back is not counted
     finally:
         await database.close()
