@@ -99,15 +99,19 @@ async def test_retention_deletes_old_terminal_history_and_keeps_everything_else(
 
 
 async def _settled(db) -> bool:
-    """No row that retention should delete is left."""
-    return (
-        await db.fetchval(
-            "SELECT count(*) FROM queueflow.jobs j WHERE status IN ('completed', 'failed', 'cancelled') "
-            "AND completed_at < now() - interval '1 hour' "
-            "AND NOT EXISTS (SELECT 1 FROM queueflow.dead_letters d WHERE d.job_id = j.id)"
-        )
-        == 0
+    """No row that retention should delete is left: no job, and no workflow (a later round of the
+    same pruning than the jobs', so the jobs' being gone does not say the workflows are)."""
+    jobs = await db.fetchval(
+        "SELECT count(*) FROM queueflow.jobs j WHERE status IN ('completed', 'failed', 'cancelled') "
+        "AND completed_at < now() - interval '1 hour' "
+        "AND NOT EXISTS (SELECT 1 FROM queueflow.dead_letters d WHERE d.job_id = j.id)"
     )
+    workflows = await db.fetchval(
+        "SELECT count(*) FROM queueflow.workflows "
+        "WHERE status IN ('completed', 'failed', 'partially_failed', 'cancelled') "
+        "AND completed_at < now() - interval '1 hour'"
+    )
+    return jobs == 0 and workflows == 0
 
 
 async def test_a_dead_letter_that_survives_retention_can_still_be_replayed(api, db):
