@@ -60,7 +60,11 @@ async def test_kill_9_of_an_api_handing_jobs_to_parked_workers_loses_and_repeats
                 await complete(http, item["job"]["id"], item["lease_token"])
 
     async def post(http: aiohttp.ClientSession, n: int) -> None:
-        body = {"task_name": "t", "payload": {"n": n}, "config": {"queue": "crash", "max_retries": 5, "retry_delay_secs": 0}}
+        body = {
+            "task_name": "t",
+            "payload": {"n": n},
+            "config": {"queue": "crash", "max_retries": 5, "retry_delay_secs": 0},
+        }
         try:
             async with http.post(f"{base[0]}/api/v1/jobs", json=body) as resp:
                 if resp.status == 201:
