@@ -42,7 +42,7 @@ TIMER = "\0timers"
 
 
 class _QueueSignal:
-    __slots__ = ("checked_at", "empty_epoch", "epoch", "gate", "observers", "waiters")
+    __slots__ = ("checked_at", "empty_epoch", "epoch", "gate", "observers", "tenants_empty", "waiters")
 
     def __init__(self) -> None:
         self.epoch = 0
@@ -52,6 +52,9 @@ class _QueueSignal:
         self.observers: set[asyncio.Future[Any]] = set()
         self.empty_epoch: int | None = None  # the epoch at which a claim last found nothing
         self.checked_at = float("-inf")  # when a claim last looked (loop time)
+        # Per tenant: the epoch at which a claim of only that tenant's jobs (a worker key's) left
+        # none of them claimable, and when; emptied by the next poke.
+        self.tenants_empty: dict[str, tuple[int, float]] = {}
         self.gate = asyncio.Semaphore(CLAIMS_PER_QUEUE)
 
 
@@ -97,6 +100,29 @@ class Hub:
         sig = self._signal(queue)
         sig.checked_at = asyncio.get_running_loop().time()
         sig.empty_epoch = None if may_have_more else seen_epoch
+
+    def tenant_claimed(self, queue: str, tenant: str, seen_epoch: int, may_have_more: bool) -> None:
+        """A claim of only `tenant`'s jobs ran after reading `seen_epoch`; `may_have_more` is
+        False when it left none of that tenant's jobs claimable."""
+        sig = self._signal(queue)
+        if may_have_more:
+            sig.tenants_empty.pop(tenant, None)
+        else:
+            sig.tenants_empty[tenant] = (seen_epoch, asyncio.get_running_loop().time())
+
+    def tenant_known_empty(self, queue: str, tenant: str, seen_epoch: int, max_age: float) -> bool:
+        """`known_empty` for one tenant's jobs of the queue: true when the queue is known empty, or
+        when a claim of only that tenant's jobs found none left at `seen_epoch`, younger than
+        `max_age` seconds, and the listener is connected."""
+        if self.known_empty(queue, seen_epoch, max_age):
+            return True
+        recorded = self._signal(queue).tenants_empty.get(tenant)
+        return (
+            self.connected
+            and recorded is not None
+            and recorded[0] == seen_epoch
+            and asyncio.get_running_loop().time() - recorded[1] < max_age
+        )
 
     def waiting(self, queue: str) -> int:
         sig = self._queues.get(queue)
@@ -155,6 +181,8 @@ class Hub:
         """
         sig = self._signal(queue)
         sig.epoch += 1
+        if sig.tenants_empty:
+            sig.tenants_empty.clear()  # (their epochs are stale now; the dict stays small)
         for observer in sig.observers:
             if not observer.done():
                 observer.set_result(None)

@@ -131,39 +131,34 @@ def _leased(db: Database, queue: str, leases: list[Lease], claimed_at: int, *, f
 
 
 async def _park(db: Database, terms: _Terms, seen: int, timeout: float, poll_secs: float) -> list[Lease]:
-    """Wait for the queue's wake-up (then claim again) or, for a call that takes every tenant's
-    jobs, for a job handed off by an enqueue in this process: that job's lease, else []."""
+    """Wait for the queue's wake-up (then claim again) or for a job handed off by an enqueue in
+    this process: that job's lease, else []."""
     hub = db.hub
     metrics.LONG_POLL_WAITERS.inc()
-    idle = None
-    if terms.tenant is None:
-        idle = _Idle(terms, poll_secs, asyncio.get_running_loop().create_future())
-        _IDLE.setdefault(db, {}).setdefault(terms.queue, deque()).append(idle)
+    idle = _Idle(terms, poll_secs, asyncio.get_running_loop().create_future())
+    _IDLE.setdefault(db, {}).setdefault(terms.queue, deque()).append(idle)
     try:
-        await hub.wait(
-            terms.queue, seen, timeout, observe=terms.tenant is not None, waiter=idle.answer if idle else None
-        )
+        await hub.wait(terms.queue, seen, timeout, observe=terms.tenant is not None, waiter=idle.answer)
     finally:
         metrics.LONG_POLL_WAITERS.dec()
-        if idle is not None:
-            _forget(db, idle)
-    if idle is None or not idle.answer.done() or idle.answer.cancelled():
+        _forget(db, idle)
+    if not idle.answer.done() or idle.answer.cancelled():
         return []
     return idle.answer.result() or []
 
 
 # --- the hand-off --------------------------------------------------------------------------------
 #
-# A lease call of every tenant's jobs that parks on its queue (the queue's last claim found nothing)
-# may be answered by an enqueue in the same process: the job is inserted already leased on the
-# call's terms, in the insert's own statement and commit (jobs.insert_handed_off), and the call
-# answered with it. The job skips its notification, the wake-up and a claim's commit: the latency
-# between a POST and a parked worker is one durable commit instead of two in a row (docs/
-# benchmarks.md, "Speed work, eighth round"). Only when the queue is known to hold nothing else
-# claimable, so no job is passed over, and only a job a claim would lease at once: due, without
-# limits (a claim takes their slots) and without an idempotency or unique key (its insert may
-# keep it out). Should the call have given up by the time the job is written, the job is given
-# back at once, as a claim's unheard jobs are.
+# A lease call that parks on its queue may be answered by an enqueue in the same process: the job
+# is inserted already leased on the call's terms, in the insert's own statement and commit
+# (jobs.insert_handed_off), and the call answered with it. The job skips its notification, the
+# wake-up and a claim's commit: the latency between a POST and a parked worker is one durable
+# commit instead of two in a row (ADR 0018). Only when nothing else the call could take is
+# claimable, so no job is passed over: for a call of every tenant's jobs, the queue recorded empty;
+# for a worker key's, its tenant's jobs of the queue (and only that tenant's jobs go to it). Only a
+# job a claim would lease at once: due, without limits (a claim takes their slots) and without an
+# idempotency or unique key (its insert may keep it out). Should the call have given up by the
+# time the job is written, the job is given back at once, as a claim's unheard jobs are.
 
 
 @dataclass(eq=False, slots=True)
@@ -176,7 +171,7 @@ class _Idle:
     answer: asyncio.Future[list[Lease] | None]
 
 
-# Per database and queue: the parked lease calls of every tenant's jobs, oldest first.
+# Per database and queue: the parked lease calls, oldest first.
 _IDLE: weakref.WeakKeyDictionary[Database, dict[str, deque[_Idle]]] = weakref.WeakKeyDictionary()
 
 
@@ -189,18 +184,25 @@ def _forget(db: Database, idle: _Idle) -> None:
             del _IDLE[db][idle.terms.queue]
 
 
-def _take_idle(db: Database, queue: str) -> _Idle | None:
-    """The queue's oldest parked call, taken out of its wake-ups, when the queue's last claim found
-    nothing and nothing was announced since; else None."""
+def _take_idle(db: Database, queue: str, tenant: str | None) -> _Idle | None:
+    """The oldest parked call that may take a job of `tenant` on `queue` at once, taken out of its
+    wake-ups: a call of every tenant's jobs when the queue is known empty, or a call of only
+    `tenant`'s jobs (a worker key's) when that tenant's are. None when there is none."""
     idles = _IDLE.get(db, {}).get(queue)
+    if not idles:
+        return None
     hub = db.hub
-    while idles:
-        idle = idles.popleft()
+    epoch = hub.epoch(queue)
+    for idle in idles:
         if idle.answer.done():
             continue
-        if not hub.known_empty(queue, hub.epoch(queue), idle.poll_secs):
-            idles.appendleft(idle)
-            return None
+        mine = idle.terms.tenant
+        if mine is None:
+            if not hub.known_empty(queue, epoch, idle.poll_secs):
+                continue
+        elif mine != tenant or not hub.tenant_known_empty(queue, mine, epoch, idle.poll_secs):
+            continue
+        idles.remove(idle)
         hub.withdraw(queue, idle.answer)
         return idle
     return None
@@ -220,7 +222,7 @@ def may_hand_off(job: NewJob) -> bool:
 async def insert_handing_off(db: Database, tenant: str | None, job: NewJob) -> uuid.UUID:
     """Insert one job (concurrent ones share a statement), handed off to a lease call parked on
     its queue when there is one it may go to; its id."""
-    idle = _take_idle(db, job.queue) if may_hand_off(job) else None
+    idle = _take_idle(db, job.queue, tenant) if may_hand_off(job) else None
     if idle is None:
         return await db.inserter.insert(tenant, job)
     terms = idle.terms
@@ -318,8 +320,13 @@ async def _claim_now(
             seen,
             may_have_more=len(leases) >= max_jobs or any(lease.job.config.limits for lease in leases),
         )
-    elif leases:
-        hub.claimed(terms.queue, seen, may_have_more=True)
+    else:
+        # A worker key's claim: what it says of its own tenant's jobs (the hand-off's condition
+        # for that tenant), and, when it found some, that the queue is not empty.
+        more = len(leases) >= max_jobs or any(lease.job.config.limits for lease in leases)
+        hub.tenant_claimed(terms.queue, terms.tenant, seen, may_have_more=more)
+        if leases:
+            hub.claimed(terms.queue, seen, may_have_more=True)
     return leases, claimed_at
 
 

@@ -1,5 +1,6 @@
-"""The hand-off (shared/runtime/leasing.py): a job posted while a lease call of every tenant's jobs
-is parked on its queue, which its last claim found empty, is inserted already leased to that call,
+"""The hand-off (shared/runtime/leasing.py, ADR 0018): a job posted while a lease call is parked on
+its queue, which the call's last claim found empty (of every tenant's jobs for the worker token, of
+its own tenant's for a worker key), is inserted already leased to that call,
 in the insert's own statement and commit. The database shows it: such a job's lease began in the
 transaction that created it (started_at = created_at, one now()), where a claim's begins later.
 
@@ -18,6 +19,7 @@ from shared.db.database import Database
 from shared.domain.jobs import JobConfig, NewJob
 from shared.runtime import leasing
 from shared.runtime.keys import Lifecycle
+from tests.api.helpers import ACME, GLOBEX, STRICT
 from tests.protocol.helpers import AUTH, complete, create_job, job_row, lease, post
 from tests.protocol.test_long_poll import NO_SAFETY_POLL, parked_lease
 from tests.support.api import database_of
@@ -122,24 +124,45 @@ async def test_a_paused_queue_keeps_a_posted_job_waiting_beside_a_parked_call(ap
     assert row["status"] == "pending" and row["lease_token"] is None and row["delivery_count"] == 0
 
 
-async def test_a_worker_keys_parked_call_is_not_handed_jobs(api, db):
-    client = await api(worker_poll_secs=NO_SAFETY_POLL)
-    resp = await client.post("/api/v1/worker-keys", json={"name": "w", "queues": ["mine"]}, headers=AUTH)
+async def test_a_worker_keys_parked_call_is_handed_its_own_tenants_jobs_only(api, db):
+    client = await api(worker_poll_secs=NO_SAFETY_POLL, **STRICT)
+    resp = await client.post("/api/v1/worker-keys", json={"name": "w", "queues": ["mine"]}, headers=ACME)
     assert resp.status == 201, await resp.text()
-    key = (await resp.json())["token"]
-    await _drained(client, "mine")
-    task = asyncio.create_task(
-        lease(client, "mine", headers={"Authorization": f"Bearer {key}"}, wait_secs=10)
-    )
+    key = {"Authorization": f"Bearer {(await resp.json())['token']}"}
     hub = database_of(client).hub
-    await eventually(lambda: hub.waiting("mine") == 1)
 
-    job_id = await create_job(client, queue="mine")
+    def parked_empty() -> bool:  # the key's call parked after a claim that found none of acme's
+        return hub.waiting("mine") == 1 and hub.tenant_known_empty("mine", "acme", hub.epoch("mine"), 60)
+
+    assert await lease(client, "mine", headers=key, wait_secs=0) == []
+    task = asyncio.create_task(lease(client, "mine", headers=key, wait_secs=10))
+    await eventually(parked_empty)
+
+    theirs = await create_job(client, queue="mine", headers=GLOBEX)  # another tenant's job
+    row = await job_row(db, theirs)
+    assert row["status"] == "pending" and row["lease_token"] is None
+    await eventually(parked_empty)  # (its notification woke the call, which claimed and parked)
+    assert not task.done()
+
+    ours = await create_job(client, queue="mine", headers=ACME)
 
     [leased] = await asyncio.wait_for(task, 10)
-    assert leased["job"]["id"] == job_id
-    row = await job_row(db, job_id)
-    assert row["started_at"] > row["created_at"]  # claimed on its wake-up, not by the insert
+    assert leased["job"]["id"] == ours
+    row = await job_row(db, ours)
+    assert row["started_at"] == row["created_at"] and str(row["lease_token"]) == leased["lease_token"]
+    assert (await job_row(db, theirs))["status"] == "pending"
+
+
+async def test_a_worker_keys_call_is_not_handed_jobs_while_its_tenant_has_some_waiting(api, db):
+    client = await api(worker_poll_secs=NO_SAFETY_POLL, **STRICT)
+    resp = await client.post("/api/v1/worker-keys", json={"name": "w", "queues": ["full"]}, headers=ACME)
+    key = {"Authorization": f"Bearer {(await resp.json())['token']}"}
+    await create_job(client, queue="full", headers=ACME)
+    await create_job(client, queue="full", headers=ACME)
+    # A claim that took all it asked for: more of acme's jobs may wait, so none is handed off.
+    assert len(await lease(client, "full", headers=key, wait_secs=0, max_jobs=1)) == 1
+    hub = database_of(client).hub
+    assert not hub.tenant_known_empty("full", "acme", hub.epoch("full"), 60)
 
 
 async def test_a_job_handed_to_a_call_that_gave_up_meanwhile_is_given_back(database_url, db):
