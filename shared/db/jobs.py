@@ -203,6 +203,33 @@ async def _copy_jobs(
         raise RuntimeError(f"copying {len(records)} jobs answered {status!r}")
 
 
+def _insert_row(j: NewJob, job_id: uuid.UUID, h: Handoff | None = None) -> _InsertRow:
+    """A job's row of the insert statements' JSON parameter (with a hand-off's lease terms)."""
+    return _InsertRow(
+        id=job_id,
+        q=j.queue,
+        t=j.task_name,
+        c=_stored_config(j.config),
+        p=j.payload or None,
+        pr=j.config.priority,
+        s=j.run_at,
+        m=j.metadata or None,
+        k=j.idempotency_key,
+        w=j.workflow_id,
+        st=j.workflow_step,
+        si=j.step_index,
+        sa=j.step_attempt,
+        lk=j.config.limits or None,
+        tp=j.trace.traceparent if j.trace else None,
+        ts=j.trace.tracestate if j.trace else None,
+        lt=h.token if h else None,
+        ck=h.key if h else None,
+        ls=h.lease_secs if h else None,
+        lg=h.timeout_grace if h else None,
+        wk=h.worker_id if h else None,
+    )
+
+
 def _lock_order(job: NewJob) -> str:
     # Jobs go in ordered by unique key (stable: a batch's own duplicates keep their order), so two
     # concurrent batches take their keys' rows in the same order and cannot deadlock.
@@ -224,27 +251,7 @@ async def _insert_jobs(
             await _copy_jobs(db, tenant, jobs, ids, timed=timed > 0)
             metrics.JOBS_CREATED.inc(len(jobs))
             return ids
-    rows = [
-        _InsertRow(
-            id=i,
-            q=j.queue,
-            t=j.task_name,
-            c=_stored_config(j.config),
-            p=j.payload or None,
-            pr=j.config.priority,
-            s=j.run_at,
-            m=j.metadata or None,
-            k=j.idempotency_key,
-            w=j.workflow_id,
-            st=j.workflow_step,
-            si=j.step_index,
-            sa=j.step_attempt,
-            lk=j.config.limits or None,
-            tp=j.trace.traceparent if j.trace else None,
-            ts=j.trace.tracestate if j.trace else None,
-        )
-        for j, i in zip(jobs, ids, strict=True)
-    ]
+    rows = [_insert_row(j, i) for j, i in zip(jobs, ids, strict=True)]
     statement = Q.insert_jobs_idempotent if keyed else Q.insert_jobs
     inserted = await db.fetch(statement, _encode_rows(rows).decode(), tenant)
     metrics.JOBS_CREATED.inc(len(inserted))
@@ -283,31 +290,7 @@ async def insert_handed_off(
     (unless it has limits, is not due, or its tenant's queue is paused: then it waits as any job).
     Per job, in input order: its id, and its lease when it was leased. For jobs without an
     idempotency or unique key (the caller's choice: such an insert may keep a row out)."""
-    rows = [
-        _InsertRow(
-            id=i,
-            q=j.queue,
-            t=j.task_name,
-            c=_stored_config(j.config),
-            p=j.payload or None,
-            pr=j.config.priority,
-            s=j.run_at,
-            m=j.metadata or None,
-            w=j.workflow_id,
-            st=j.workflow_step,
-            si=j.step_index,
-            sa=j.step_attempt,
-            lk=j.config.limits or None,
-            tp=j.trace.traceparent if j.trace else None,
-            ts=j.trace.tracestate if j.trace else None,
-            lt=h.token if h else None,
-            ck=h.key if h else None,
-            ls=h.lease_secs if h else None,
-            lg=h.timeout_grace if h else None,
-            wk=h.worker_id if h else None,
-        )
-        for j, i, h in zip(jobs, new_job_ids(len(jobs)), handoffs, strict=True)
-    ]
+    rows = [_insert_row(j, i, h) for j, i, h in zip(jobs, new_job_ids(len(jobs)), handoffs, strict=True)]
     inserted = await db.fetch(Q.insert_jobs_handed_off, _encode_rows(rows).decode(), tenant)
     metrics.JOBS_CREATED.inc(len(inserted))
     by_id = {r["id"]: r for r in inserted}
