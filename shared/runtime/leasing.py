@@ -310,20 +310,16 @@ async def _claim_now(
         if is_unavailable(err):  # it may have committed: its jobs must not sit leased
             db.give_back_unanswered_claim(terms.queue, key)
         raise
+    # Fewer jobs than asked for, none of them limited: the claim left nothing it could take
+    # claimable behind it. (A limited claim may stop at a window of its keys with jobs behind it.)
+    more = len(leases) >= max_jobs or any(lease.job.config.limits for lease in leases)
     if terms.tenant is None:
-        # Fewer jobs than asked for, none of them limited, and the claim left nothing claimable
-        # behind it: the next long-poll parks without asking, as after an empty claim, until
-        # something is announced. (A limited claim may stop at a window of its keys with jobs
-        # behind it; a worker key's claim says nothing of other tenants' jobs.)
-        hub.claimed(
-            terms.queue,
-            seen,
-            may_have_more=len(leases) >= max_jobs or any(lease.job.config.limits for lease in leases),
-        )
+        # The next long-poll parks without asking, as after an empty claim, until something is
+        # announced.
+        hub.claimed(terms.queue, seen, may_have_more=more)
     else:
-        # A worker key's claim: what it says of its own tenant's jobs (the hand-off's condition
-        # for that tenant), and, when it found some, that the queue is not empty.
-        more = len(leases) >= max_jobs or any(lease.job.config.limits for lease in leases)
+        # A worker key's claim says that of its own tenant's jobs only (the hand-off's condition
+        # for that tenant) and, when it found some, that the queue is not empty.
         hub.tenant_claimed(terms.queue, terms.tenant, seen, may_have_more=more)
         if leases:
             hub.claimed(terms.queue, seen, may_have_more=True)

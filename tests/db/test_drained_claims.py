@@ -2,7 +2,8 @@
 queue with nothing claimable: the hub records the queue as empty, so the next long-poll parks
 without a claim of its own (one database transaction less per job delivered to a parked worker),
 until something is announced (shared/runtime/leasing.py, `_claim_now`). A full claim, a claim that
-leased limited jobs, and a worker key's claim record nothing of the kind."""
+leased limited jobs, and a worker key's claim record nothing of the kind (a worker key's claim
+records only its own tenant's jobs as drained: tests/unit/test_hub.py, tests/protocol/test_handoff.py)."""
 
 from __future__ import annotations
 

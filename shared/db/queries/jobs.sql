@@ -18,8 +18,8 @@ FROM json_to_recordset($1::json)
 RETURNING id;
 
 -- name: insert_jobs_handed_off
--- insert_jobs for a group in which some jobs go straight to a lease call parked on their queue
--- (shared/runtime/leasing.py, "hand-off"): such a row ($1's lt, the lease token) is written
+-- insert_jobs for jobs that go straight to a lease call parked on their queue
+-- (shared/runtime/leasing.py, "hand-off"): a row with a lease token ($1's lt) is written
 -- already leased, as claim_jobs would lease it (its claim key ck, lease secs ls, timeout grace lg,
 -- worker wk), unless it is not due or its tenant's queue is paused: then it waits as any job. A
 -- leased row announces nothing (the insert trigger wakes waiters for pending rows only). Every row
