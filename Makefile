@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install tools run test test-sdks image image-test bench bench-peers bench-compare soak lint fmt clean
+.PHONY: install tools run test test-sdks image image-test bench bench-peers bench-compare bench-dbtime soak lint fmt clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -63,6 +63,11 @@ bench-peers: $(STAMP)
 # peers"). ARGS passes options through, e.g. `make bench-compare ARGS=--quick`.
 bench-compare: bench-peers
 	$(BIN)/python -m bench.compare $(ARGS)
+
+# Where each system's in-process drain spends PostgreSQL's time, statement by statement
+# (pg_stat_statements; docs/benchmarks.md, "Speed work, ninth round").
+bench-dbtime: bench-peers
+	$(BIN)/python -m bench.dbtime $(ARGS)
 
 # The soak (not part of `test`): SOAK_MINUTES (default 30) of mixed load against real server
 # processes with a SIGKILL of one service every 2 minutes; report in bench/out/soak/ (soak.md,

@@ -57,12 +57,13 @@ def _on_sigterm(signum: int, frame: Any) -> None:
 
 
 @contextlib.contextmanager
-def cluster(prefix: str) -> Iterator[PgServer]:
+def cluster(prefix: str, settings: Mapping[str, str] | None = None) -> Iterator[PgServer]:
     """The embedded PostgreSQL of one harness invocation (durable: fsync and synchronous_commit on)
-    in a new temporary directory. On the way out, however it is left, every process the harness
-    started is stopped first, then the cluster, and its directory is removed."""
+    in a new temporary directory, with `settings` (server settings) on top. On the way out, however
+    it is left, every process the harness started is stopped first, then the cluster, and its
+    directory is removed."""
     print("[bench] starting an embedded PostgreSQL (fsync on) ...", file=sys.stderr, flush=True)
-    with throwaway_cluster(prefix, fsync=True, application_name=BENCH_APP) as pg:
+    with throwaway_cluster(prefix, fsync=True, application_name=BENCH_APP, settings=settings) as pg:
         try:
             yield pg
         finally:

@@ -27,7 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -182,13 +182,19 @@ class EmbeddedPostgres:
     `initdb` runs only when `data_dir` is missing or empty, so a persistent directory keeps its
     databases across restarts. `fsync=False` trades durability for speed (tests); `fsync=True`
     keeps PostgreSQL's durable defaults (development). Connections: trust auth on 127.0.0.1.
+    `settings` are passed to the server as `-c name=value`, after (and over) the ones chosen here.
     """
 
     def __init__(
-        self, data_dir: str | os.PathLike[str], port: int | None = None, fsync: bool = False
+        self,
+        data_dir: str | os.PathLike[str],
+        port: int | None = None,
+        fsync: bool = False,
+        settings: Mapping[str, str] | None = None,
     ) -> None:
         self.data_dir = Path(data_dir).absolute()
         self.fsync = fsync
+        self.settings = dict(settings or {})
         self._requested_port = port
         self._port: int | None = None
         self._socket_dir: Path | None = None
@@ -341,6 +347,7 @@ class EmbeddedPostgres:
                 max_connections="400",
                 shared_buffers="128MB",
             )
+        settings.update(self.settings)
         # pg_ctl hands this string to /bin/sh, hence the quoting.
         args = ["-p", str(port), "-k", str(self._socket_dir)]
         for name, value in settings.items():
@@ -512,7 +519,10 @@ class PgServer:
 
 @contextlib.contextmanager
 def throwaway_cluster(
-    prefix: str, fsync: bool = False, application_name: str | None = None
+    prefix: str,
+    fsync: bool = False,
+    application_name: str | None = None,
+    settings: Mapping[str, str] | None = None,
 ) -> Iterator[PgServer]:
     """A new cluster in a new temporary directory, started; stopped and removed afterwards.
 
@@ -520,7 +530,7 @@ def throwaway_cluster(
     private to root), because the server runs as `postgres` when this process is root.
     """
     base = Path(tempfile.mkdtemp(prefix=prefix))
-    cluster = EmbeddedPostgres(base / "data", fsync=fsync)
+    cluster = EmbeddedPostgres(base / "data", fsync=fsync, settings=settings)
     try:
         yield PgServer(cluster.start(), embedded=cluster, application_name=application_name)
     finally:

@@ -59,6 +59,14 @@ def test_restart_over_an_existing_data_dir_keeps_its_databases(data_dir: Path) -
         assert pg.psql("SELECT note FROM marker", dbname="kept").strip() == "survived"
 
 
+def test_settings_go_to_the_server_over_the_chosen_ones(data_dir: Path) -> None:
+    settings = {"max_connections": "150", "shared_preload_libraries": "pg_stat_statements"}
+    with EmbeddedPostgres(data_dir, fsync=True, settings=settings) as pg:
+        assert pg.psql("SHOW max_connections").strip() == "150"  # over the durable default of 200
+        assert pg.psql("SHOW shared_preload_libraries").strip() == "pg_stat_statements"
+        assert pg.psql("SHOW fsync").strip() == "on"
+
+
 def test_start_recovers_after_the_postmaster_was_killed(data_dir: Path) -> None:
     killed = EmbeddedPostgres(data_dir)
     killed.start()
