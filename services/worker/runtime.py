@@ -365,7 +365,7 @@ class WorkerRuntime:
             return _Finished(result=returned.value)
         except (Exception, asyncio.CancelledError) as raised:
             self._duration(item.task.name).observe(loop.time() - now)
-            return _Finished(error=raised)
+            return _Finished(error=_without_catcher(raised))
         handler = loop.create_task(_resumed(coro, waiting_on), context=context)
         item.handler = handler
         self._deadlines.add(item, now + item.timeout)
@@ -478,6 +478,9 @@ class WorkerRuntime:
     def _done(self, item: _Claimed) -> None:
         """The job is no longer this process's: outcome written, refused, or owned by the server."""
         self._claimed.pop(item.job.id, None)
+        # Its completion callback holds the item: dropped, so the item and its context are freed
+        # at once instead of waiting, a cycle, for the garbage collector.
+        item.answered = None
         item.ended()
 
     async def _fail(self, item: _Claimed, error: str, retryable: bool, reason: str | None = None) -> None:
@@ -627,8 +630,8 @@ class WorkerRuntime:
                 handler.cancel()
                 raise
             # the handler itself ended cancelled (its time-out, the API's cancel, or its own doing)
-        except Exception:  # read below, from the handler
-            pass
+        except Exception as raised:  # read below, from the handler
+            _without_catcher(raised)  # (the handler's future holds it: no cycle through this frame)
         finally:
             timer.cancel()
             self._duration(item.task.name).observe(loop.time() - item.started)
@@ -683,6 +686,15 @@ class _Deadlines:
             heapq.heappop(self._ticks)  # stale: every job of that tick finished
         if self._ticks:
             self._arm(self._ticks[0])
+
+
+def _without_catcher(err: BaseException) -> BaseException:
+    """`err` with the first entry of its traceback, the frame that caught it, dropped (the
+    handler's own frames stay). That frame's locals, or its caller's, hold what holds `err` (the
+    outcome made of it, the handler's future): a reference cycle per failed job, which only the
+    garbage collector would free."""
+    tb = err.__traceback__
+    return err.with_traceback(tb.tb_next if tb is not None else None)
 
 
 class _Finished:

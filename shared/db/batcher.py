@@ -87,9 +87,13 @@ class GroupCommit(Generic[In, Out]):
             self._wakeup.clear()
             self._idle.clear()
             while self._pending:
-                batch, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch :]
-                self._flushing = batch
-                await self._flush(batch)
+                # (no local name for the batch: this coroutine would hold the last one, and every
+                # caller's callback in it, until the next flush)
+                self._flushing, self._pending = (
+                    self._pending[: self.max_batch],
+                    self._pending[self.max_batch :],
+                )
+                await self._flush(self._flushing)
                 self._flushing = []
             self._idle.set()
 
