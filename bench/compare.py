@@ -525,17 +525,26 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=harness.OUT_DIR / "compare.json", help="results JSON path")
     p.add_argument("--markdown", action="store_true", help="print --out as a Markdown table and exit")
     args = p.parse_args(argv)
+    try:
+        args.systems = chosen_systems(args.systems)
+    except ValueError as err:
+        p.error(str(err))
+    args.runs = args.runs or (1 if args.quick else 3)
+    return args
+
+
+def chosen_systems(text: str) -> list[str]:
+    """The systems a `--systems` value names (comma-separated, any of NAMES), in its order, each
+    once; ValueError for an unknown name or none."""
     chosen: list[str] = []
-    for name in (x.strip().lower() for x in args.systems.split(",") if x.strip()):
+    for name in (x.strip().lower() for x in text.split(",") if x.strip()):
         if name not in NAMES:
-            p.error(f"unknown system {name!r} (choose from qf, graphile, pgboss, pgqueuer)")
+            raise ValueError(f"unknown system {name!r} (choose from qf, graphile, pgboss, pgqueuer)")
         if NAMES[name] not in chosen:
             chosen.append(NAMES[name])
     if not chosen:
-        p.error("--systems names none")
-    args.systems = chosen
-    args.runs = args.runs or (1 if args.quick else 3)
-    return args
+        raise ValueError("--systems names none")
+    return chosen
 
 
 def main(argv: list[str] | None = None) -> int:

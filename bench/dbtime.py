@@ -181,11 +181,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--top", type=int, default=8, help="statements shown per system")
     p.add_argument("--out", type=Path, default=harness.OUT_DIR / "dbtime.json", help="results JSON path")
     args = p.parse_args(argv)
-    names = [x.strip().lower() for x in args.systems.split(",") if x.strip()]
-    unknown = [n for n in names if n not in compare.NAMES]
-    if unknown or not names:
-        p.error(f"unknown or no systems: {unknown} (choose from qf, graphile, pgboss, pgqueuer)")
-    args.systems = list(dict.fromkeys(compare.NAMES[n] for n in names))
+    try:
+        args.systems = compare.chosen_systems(args.systems)
+    except ValueError as err:
+        p.error(str(err))
     return args
 
 
