@@ -1,0 +1,52 @@
+"""A limited claim reads the release rows of its own keys only (migration 24), through their index,
+even in a session whose plans were made while no release was waiting (every server's at start)."""
+
+from __future__ import annotations
+
+import uuid
+
+from shared.db import jobs as jobs_db
+from shared.db.pool import init_connection
+from shared.domain.jobs import JobConfig, NewJob
+
+OTHERS = 5000  # releases of other keys, waiting for their fold
+
+
+async def test_a_limited_claim_folds_its_own_keys_releases_without_reading_the_others(db):
+    await init_connection(db)  # jsonb as Python objects, like the server's pool
+    await db.execute(
+        "INSERT INTO queueflow.limit_policies (tenant_key, key, concurrency) VALUES ('', 'c:*', 1)"
+    )
+    jobs = [NewJob(task_name="t", queue="q", config=JobConfig(limits=(f"c:{n % 20}",))) for n in range(60)]
+    await jobs_db.insert_jobs(db, None, jobs)
+
+    # The session's first claim plans the claim with an empty releases table: one job per key.
+    first = await jobs_db.claim(db, "q", 60, 60, rotation=0, key=uuid.uuid4())
+    assert sorted(lease.job.config.limits[0] for lease in first) == sorted(f"c:{n}" for n in range(20))
+    done = await jobs_db.complete_many(db, [(lease.job.id, lease.token, {}) for lease in first])
+    assert done == [None] * 20  # each completion appends a release row of its key
+    await db.execute(
+        "INSERT INTO queueflow.limit_releases (tenant_key, key) SELECT '', 'z:' || g FROM generate_series(1, $1::int) g",
+        OTHERS,
+    )
+
+    async with db.transaction():
+        second = await jobs_db.claim(db, "q", 60, 60, rotation=1, key=uuid.uuid4())
+        scans = await db.fetchrow(
+            "SELECT seq_scan, idx_scan FROM pg_stat_xact_user_tables"
+            " WHERE relid = 'queueflow.limit_releases'::regclass"
+        )
+    # The slots the completions gave back are found and taken again: one more job per key.
+    assert sorted(lease.job.config.limits[0] for lease in second) == sorted(f"c:{n}" for n in range(20))
+    # Version 12's claim counted every key's waiting releases and folded through a hash join: both
+    # read the whole table, so a claim's cost grew with every other key's unfolded releases.
+    assert scans["seq_scan"] == 0 and scans["idx_scan"] > 0, dict(scans)
+    left = await db.fetch(
+        "SELECT key, count(*) AS n FROM queueflow.limit_releases GROUP BY key HAVING key LIKE 'c:%'"
+    )
+    assert left == []  # this claim folded its keys' releases
+    assert await db.fetchval("SELECT count(*) FROM queueflow.limit_releases") == OTHERS
+    running = await db.fetch(
+        "SELECT key, running FROM queueflow.limit_state WHERE key LIKE 'c:%' ORDER BY key"
+    )
+    assert {r["key"]: r["running"] for r in running} == {f"c:{n}": 1 for n in range(20)}
