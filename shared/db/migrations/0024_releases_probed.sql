@@ -10,47 +10,67 @@
 -- other keys (docs/benchmarks.md, "Speed work, ninth round"). A slower claim folds less often,
 -- so releases pile up faster.
 --
--- Both reads now go through two small PL/pgSQL functions that plan with sequential scans off and
--- probe the index key by key, whatever the table's size when they are planned. queueflow.limit_room (the key-by-key visit, version 22) counts through the
--- same function. claim_limited is patched, not restated, as version 20 patched it; the patch fails
--- loudly should the text it replaces not be there.
+-- Both reads now go through two small PL/pgSQL functions, each called once a claim with the
+-- claim's keys. They look at how many releases wait each time: up to a thousand are read at once,
+-- more are probed key by key through the index, whatever the table's size was when the plans were
+-- made (sequential scans are off in them). queueflow.limit_room (the key-by-key visit, version 22)
+-- plans with sequential scans off too. claim_limited is patched, not restated, as version 20
+-- patched it; the patch fails loudly should the text it replaces not be there.
 
-CREATE FUNCTION queueflow.pending_releases(tenant_key text, key text) RETURNS integer
+-- How many releases wait, up to the first FEW: below it the functions below read them all at once
+-- (a claim's window may name hundreds of keys, and a probe a key would cost more than that read);
+-- from it on, they probe the index key by key.
+CREATE FUNCTION queueflow.few_releases_waiting() RETURNS boolean
+LANGUAGE sql STABLE AS $$
+    SELECT count(*) < 1000 FROM (SELECT 1 FROM queueflow.limit_releases LIMIT 1000) AS waiting
+$$;
+
+-- The releases waiting for each of the given keys (pairs of the two arrays; a pair may repeat).
+-- With many waiting, one index probe a key (OFFSET 0 keeps each probe a per-key subquery, which
+-- no plan can turn into a read of the whole table).
+CREATE FUNCTION queueflow.pending_releases(tenant_keys text[], keys text[])
+RETURNS TABLE (pending_tenant_key text, pending_key text, pending integer)
 LANGUAGE plpgsql STABLE SET enable_seqscan = off AS $$
 BEGIN
-    RETURN (SELECT count(*)::integer FROM queueflow.limit_releases r
-            WHERE r.tenant_key = pending_releases.tenant_key AND r.key = pending_releases.key);
+    IF queueflow.few_releases_waiting() THEN
+        RETURN QUERY
+        SELECT r.tenant_key, r.key, count(*)::integer FROM queueflow.limit_releases r
+        GROUP BY r.tenant_key, r.key;
+    ELSE
+        RETURN QUERY
+        SELECT k.tenant_key, k.key, p.n
+        FROM (SELECT DISTINCT u.tenant_key, u.key FROM unnest(tenant_keys, keys) AS u(tenant_key, key)) AS k
+        CROSS JOIN LATERAL (SELECT count(*)::integer AS n FROM queueflow.limit_releases x
+                            WHERE x.tenant_key = k.tenant_key AND x.key = k.key OFFSET 0) AS p;
+    END IF;
 END
 $$;
 
--- The releases of the given keys (pairs of the two arrays), deleted: one row per release. Each key
--- is one probe of the releases' index (OFFSET 0 keeps the probe a per-key subquery, which no plan
--- can turn into a walk of the whole index), and the rows found are deleted by their place.
+-- The releases of the given keys (pairs of the two arrays), deleted: one row per release. With
+-- many waiting, each key is one probe of the index and the rows found are deleted by their place.
 CREATE FUNCTION queueflow.take_releases(tenant_keys text[], keys text[])
 RETURNS TABLE (released_tenant_key text, released_key text)
 LANGUAGE plpgsql VOLATILE SET enable_seqscan = off AS $$
 BEGIN
-    RETURN QUERY
-    DELETE FROM queueflow.limit_releases r
-    WHERE r.ctid = ANY (ARRAY(
-        SELECT p.ctid FROM unnest(tenant_keys, keys) AS k(tenant_key, key)
-        CROSS JOIN LATERAL (SELECT x.ctid FROM queueflow.limit_releases x
-                            WHERE x.tenant_key = k.tenant_key AND x.key = k.key OFFSET 0) AS p))
-    RETURNING r.tenant_key, r.key;
+    IF queueflow.few_releases_waiting() THEN
+        RETURN QUERY
+        DELETE FROM queueflow.limit_releases r USING unnest(tenant_keys, keys) AS k(tenant_key, key)
+        WHERE r.tenant_key = k.tenant_key AND r.key = k.key
+        RETURNING r.tenant_key, r.key;
+    ELSE
+        RETURN QUERY
+        DELETE FROM queueflow.limit_releases r
+        WHERE r.ctid = ANY (ARRAY(
+            SELECT p.ctid FROM unnest(tenant_keys, keys) AS k(tenant_key, key)
+            CROSS JOIN LATERAL (SELECT x.ctid FROM queueflow.limit_releases x
+                                WHERE x.tenant_key = k.tenant_key AND x.key = k.key OFFSET 0) AS p))
+        RETURNING r.tenant_key, r.key;
+    END IF;
 END
 $$;
 
-CREATE OR REPLACE FUNCTION queueflow.limit_room(s queueflow.limit_state, big integer) RETURNS integer
-LANGUAGE plpgsql STABLE AS $$
-BEGIN
-    RETURN LEAST(
-        CASE WHEN s.concurrency IS NULL THEN big
-             ELSE s.concurrency - s.running + queueflow.pending_releases(s.tenant_key, s.key) END,
-        CASE WHEN s.rate_count IS NULL THEN big
-             ELSE (SELECT w.room FROM queueflow.rate_window(s.rate_count, s.rate_per_secs, s.rate_start,
-                                                            s.rate_prev, s.rate_cur, now()) w) END);
-END
-$$;
+-- The key-by-key visit's count (version 22's limit_room) plans with sequential scans off too.
+ALTER FUNCTION queueflow.limit_room(queueflow.limit_state, integer) SET enable_seqscan = off;
 
 DO $migration$
 DECLARE
@@ -58,7 +78,10 @@ DECLARE
     def     text := pg_get_functiondef(fn);
     counted text := E'LEFT JOIN (SELECT r.tenant_key, r.key, count(*)::int AS n FROM queueflow.limit_releases r\n'
                     '                   GROUP BY r.tenant_key, r.key) AS r ON r.tenant_key = s.tenant_key AND r.key = s.key';
-    probed  text := 'CROSS JOIN LATERAL (SELECT queueflow.pending_releases(s.tenant_key, s.key) AS n) AS r';
+    probed  text := E'LEFT JOIN queueflow.pending_releases(\n'
+                    '            ARRAY(SELECT p.tenant_key FROM walk_pairs p ORDER BY p.tenant_key, p.key),\n'
+                    '            ARRAY(SELECT p.key FROM walk_pairs p ORDER BY p.tenant_key, p.key)) AS r (tenant_key, key, n)\n'
+                    '            ON r.tenant_key = s.tenant_key AND r.key = s.key';
     deleted text := E'folded AS (\n'
                     '        DELETE FROM queueflow.limit_releases r USING locked l\n'
                     '        WHERE r.tenant_key = l.tenant_key AND r.key = l.key\n'
