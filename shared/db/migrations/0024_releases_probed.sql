@@ -1,14 +1,13 @@
--- QueueFlow schema, version 24: a limited claim reads the release rows (version 12) of its own keys
--- only, through their index, however many other keys have releases waiting to be folded.
+-- QueueFlow schema, version 24: what a limited claim spends reading the release rows (version 12)
+-- no longer grows with the releases other keys have waiting to be folded.
 --
 -- The limited claim (queueflow.claim_limited) read them twice. It counted every key's waiting
 -- releases, grouped, to judge its window, and its fold deleted its locked keys' releases through a
 -- hash join. Both read the whole table. The function's plans are generic and made once per
 -- session. A session that first claimed while the table was small (every server at start) keeps
 -- those sequential scans for good. A claim of 80 limited jobs took 11 ms with no release waiting,
--- 18 ms with 1,000 (the 1,000-key benchmark's level), 52 ms with 10,000 and 62 ms with 50,000 of
--- other keys (docs/benchmarks.md, "Speed work, ninth round"). A slower claim folds less often,
--- so releases pile up faster.
+-- 18 ms with 1,000, 52 ms with 10,000 and 62 ms with 50,000 of other keys (docs/benchmarks.md,
+-- "Speed work, ninth round"). A slower claim folds less often, so releases pile up faster.
 --
 -- Both reads now go through two small PL/pgSQL functions, each called once a claim with the
 -- claim's keys. They look at how many releases wait each time: up to a thousand are read at once,
@@ -17,9 +16,9 @@
 -- plans with sequential scans off too. claim_limited is patched, not restated, as version 20
 -- patched it; the patch fails loudly should the text it replaces not be there.
 
--- How many releases wait, up to the first FEW: below it the functions below read them all at once
+-- Whether fewer than a thousand releases wait: then the functions below read them all at once
 -- (a claim's window may name hundreds of keys, and a probe a key would cost more than that read);
--- from it on, they probe the index key by key.
+-- otherwise they probe the index key by key.
 CREATE FUNCTION queueflow.few_releases_waiting() RETURNS boolean
 LANGUAGE sql STABLE AS $$
     SELECT count(*) < 1000 FROM (SELECT 1 FROM queueflow.limit_releases LIMIT 1000) AS waiting
