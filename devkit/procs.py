@@ -244,6 +244,10 @@ class ServiceProcess(ChildProcess):
     def ready_url(self) -> str:
         return f"{self.base_url if self.mode in API_MODES else self.metrics_url}/ready"
 
+    @property
+    def ready_port(self) -> int:
+        return self.api_port if self.mode in API_MODES else self.metrics_port
+
     async def start(self, ready_within: float = 30.0) -> ServiceProcess:
         """Launch the process and return once its /ready endpoint answers 200. A port picked here
         can be taken by another process before the server binds it: then the server exits at
@@ -292,12 +296,45 @@ class ServiceProcess(ChildProcess):
             raise RuntimeError(f"{self.name} exited with {code} before it was ready\n" + self.describe())
         with contextlib.suppress(aiohttp.ClientError, TimeoutError):
             async with http.get(self.ready_url) as response:
-                return response.status == 200
+                # Only this process's answer counts: a port picked for it and taken meanwhile by
+                # another server answers 200 too, while this one is still starting (it then exits,
+                # unable to bind, and is launched again on new ports).
+                return response.status == 200 and listens_on(self.pid, self.ready_port)
         return False
 
 
 class _PortTaken(RuntimeError):
     """The server exited at start because a port picked for it was taken meanwhile."""
+
+
+def listens_on(pid: int, port: int) -> bool:
+    """Whether process `pid` holds a TCP socket listening on `port` (Linux's /proc). True where
+    /proc cannot say (another system): the caller then trusts the answer on the port alone."""
+    inodes: set[str] = set()
+    readable = False
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        readable = True
+        for row in rows:
+            fields = row.split()
+            local, state, inode = fields[1], fields[3], fields[9]
+            if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
+                inodes.add(inode)
+    if not readable:
+        return True
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            if target.startswith("socket:[") and target[len("socket:[") : -1] in inodes:
+                return True
+    return False
 
 
 def _two_free_ports() -> tuple[int, int]:

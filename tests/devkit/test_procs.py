@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -107,3 +108,35 @@ async def test_a_server_whose_port_was_taken_meanwhile_is_started_again_on_new_p
             assert "address already in use" in proc.log_text()
         finally:
             await proc.terminate()
+
+
+async def test_a_ready_answer_from_another_server_on_a_taken_port_is_not_taken_for_this_ones(
+    database_url, tmp_path
+) -> None:
+    """Another server that took the port picked for this one answers /ready with 200 while this
+    one is still starting. start() waits for this process's own listener: this one exits, unable
+    to bind, and is launched again on new ports (a janitor replica of the topology test once came
+    back 'started' from a port another test's server held, and was dead)."""
+    from aiohttp import web
+
+    from devkit.procs import ServiceProcess, listens_on
+
+    proc = ServiceProcess(database_url, mode="janitor", log_dir=tmp_path)
+    taken = proc.metrics_port
+    async def ready(_: web.Request) -> web.Response:
+        return web.json_response({"status": "ready"})
+
+    impostor = web.Application()
+    impostor.router.add_get("/ready", ready)
+    runner = web.AppRunner(impostor)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", taken).start()
+    try:
+        assert listens_on(os.getpid(), taken) and not listens_on(os.getpid(), proc.api_port)
+        await proc.start()
+        assert proc.metrics_port != taken and proc.returncode is None
+        assert listens_on(proc.pid, proc.metrics_port) and not listens_on(proc.pid, taken)
+        assert "address already in use" in proc.log_text()
+    finally:
+        await proc.terminate()
+        await runner.cleanup()
