@@ -123,6 +123,7 @@ async def test_a_ready_answer_from_another_server_on_a_taken_port_is_not_taken_f
 
     proc = ServiceProcess(database_url, mode="janitor", log_dir=tmp_path)
     taken = proc.metrics_port
+
     async def ready(_: web.Request) -> web.Response:
         return web.json_response({"status": "ready"})
 
