@@ -3,7 +3,8 @@ where each system's in-process drain spends PostgreSQL's time, statement by stat
 
 The drains are bench.compare's (QueueFlow: W1b, `--mode all --workers 16`; each peer: its
 program's `drain` figure, 20,000 no-op jobs enqueued in bulk and then drained), on one embedded
-PostgreSQL started with `pg_stat_statements` (top-level statements, utility statements left out).
+PostgreSQL started with `pg_stat_statements` (top-level statements; utility ones, COPY among them,
+included).
 The statistics are reset before each drain and read after it, so each system's figures cover one
 database's life: its schema set-up, the enqueue, the claims and the completions.
 
@@ -127,12 +128,9 @@ def render(result: dict[str, Any], width: int = 110) -> str:
     return "\n".join(lines)
 
 
-async def _statements(admin_dsn: str, reset: bool = False) -> list[Statement]:
+async def _statements(admin_dsn: str) -> list[Statement]:
     conn = await asyncpg.connect(admin_dsn)
     try:
-        if reset:
-            await conn.execute("SELECT pg_stat_statements_reset()")
-            return []
         return [statement(*r) for r in await conn.fetch(STATEMENTS)]
     finally:
         await conn.close()
@@ -150,19 +148,14 @@ async def drain(ctx: Context, system: str, run_no: int, workers: int) -> tuple[i
 async def measure(
     ctx: Context, systems: list[str], runs: int, workers: int, top: int
 ) -> list[dict[str, Any]]:
-    admin = ctx.pg.dsn
-    conn = await asyncpg.connect(admin)
-    try:
-        await conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
-    finally:
-        await conn.close()
+    await ctx.pg.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
     results = []
     for run_no in range(1, runs + 1):
         for system in compare.rotation(systems, run_no):
             print(f"[dbtime] run {run_no}/{runs}: {system} ...", file=sys.stderr, flush=True)
-            await _statements(admin, reset=True)
+            await ctx.pg.execute("SELECT pg_stat_statements_reset()")
             jobs, rate = await drain(ctx, system, run_no, workers)
-            result = {"run": run_no, **summary(system, jobs, rate, await _statements(admin), top)}
+            result = {"run": run_no, **summary(system, jobs, rate, await _statements(ctx.pg.dsn), top)}
             print(render(result), flush=True)
             results.append(result)
     return results
