@@ -48,6 +48,20 @@ def _plain_batch(queue: str, run_at: datetime | None) -> list[NewJob]:
     ]
 
 
+def _limited_batch(queue: str, run_at: datetime | None) -> list[NewJob]:
+    """One of the optional columns set (the copy writes it and leaves the others to their defaults)."""
+    return [
+        NewJob(
+            task_name="t",
+            queue=queue,
+            config=JobConfig.of({"limits": [f"c:{n % 7}", "all"] if n % 2 else []}),
+            payload={"n": n},
+            run_at=run_at,
+        )
+        for n in range(N)
+    ]
+
+
 def _batch(queue: str, run_at: datetime | None) -> list[NewJob]:
     trace = TraceContext(traceparent="00-" + "ab" * 16 + "-" + "cd" * 8 + "-01", tracestate="k=v")
     return [
@@ -93,7 +107,9 @@ async def _rows(conn: asyncpg.Connection, ids: list[uuid.UUID]) -> list[dict]:
     return [{k: v for k, v in rows[i].items() if k != "id"} for i in ids]
 
 
-@pytest.mark.parametrize("shape", [_batch, _plain_batch], ids=["every-column", "plain"])
+@pytest.mark.parametrize(
+    "shape", [_batch, _limited_batch, _plain_batch], ids=["every-column", "one-column", "plain"]
+)
 @pytest.mark.parametrize("run_at", [None, datetime.now(UTC) + timedelta(hours=1)], ids=["due", "delayed"])
 async def test_a_copied_batch_writes_the_rows_the_insert_statement_writes(
     conn, monkeypatch, run_at, shape
@@ -119,7 +135,7 @@ async def test_a_copied_batch_writes_the_rows_the_insert_statement_writes(
         )
         == 1
     )
-    limited = 7 if shape is _batch else 0
+    limited = {_batch: 7, _limited_batch: 8, _plain_batch: 0}[shape]
     assert (
         await conn.fetchval("SELECT count(*) FROM queueflow.limit_state WHERE tenant_key = 'acme'") == limited
     )
