@@ -1,0 +1,45 @@
+"""A limited claim reads the state rows of its own keys only (migration 26), even in a session
+whose plans were made while few keys were known (every server's, on a young database)."""
+
+from __future__ import annotations
+
+import uuid
+
+from shared.db import jobs as jobs_db
+from shared.db.pool import init_connection
+from shared.domain.jobs import JobConfig, NewJob
+
+OTHERS = 20_000  # keys named by no waiting job (other customers', say)
+
+
+async def test_a_limited_claim_probes_its_keys_state_however_many_keys_are_known(db):
+    await init_connection(db)  # jsonb as Python objects, like the server's pool
+    await db.execute(
+        "INSERT INTO queueflow.limit_policies (tenant_key, key, concurrency) VALUES ('', 'c:*', 1)"
+    )
+    jobs = [NewJob(task_name="t", queue="q", config=JobConfig(limits=(f"c:{n % 40}",))) for n in range(120)]
+    await jobs_db.insert_jobs(db, None, jobs)
+    await db.execute("ANALYZE queueflow.limit_state")
+
+    # The session's first claim plans the claim while 40 keys are known: one job per key.
+    first = await jobs_db.claim(db, "q", 30, 60, rotation=0, key=uuid.uuid4())
+    assert len({lease.job.config.limits[0] for lease in first}) == 30
+    await db.execute(
+        "INSERT INTO queueflow.limit_state (tenant_key, key, concurrency)"
+        " SELECT '', 'z:' || g, 1 FROM generate_series(1, $1::int) g",
+        OTHERS,
+    )
+    await db.execute("ANALYZE queueflow.limit_state")
+
+    async with db.transaction():
+        second = await jobs_db.claim(db, "q", 30, 60, rotation=1, key=uuid.uuid4())
+        scans = await db.fetchrow(
+            "SELECT seq_scan, idx_scan FROM pg_stat_xact_user_tables"
+            " WHERE relid = 'queueflow.limit_state'::regclass"
+        )
+    # The ten keys the first claim did not reach, and nothing of the thirty it holds (concurrency 1).
+    held = {lease.job.config.limits[0] for lease in first}
+    assert {lease.job.config.limits[0] for lease in second} == {f"c:{n}" for n in range(40)} - held
+    # Version 25 joined the window's keys to the whole table, read in full in a plan made while it
+    # was small: a claim's cost grew with every key ever named.
+    assert scans["seq_scan"] == 0 and scans["idx_scan"] > 0, dict(scans)
