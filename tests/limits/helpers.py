@@ -1,9 +1,13 @@
 """Shared steps of the flow-control tests: a strict app (two tenants, a worker token), enqueue with
-limits, lease, complete."""
+limits, lease, complete; and a claim with what it did to a table, for the tests of its plans."""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
+
+from shared.db import jobs as jobs_db
+from shared.domain.jobs import Lease
 
 TENANTS = "ka:acme,kb:globex,kr:acme:ro"
 A = {"Authorization": "Bearer ka"}
@@ -51,3 +55,17 @@ async def put_limit(client: Any, key: str, body: dict[str, Any], headers=A) -> d
     resp = await client.put(f"/api/v1/limits/{key}", json=body, headers=headers)
     assert resp.status == 200, await resp.text()
     return await resp.json()
+
+
+async def claim_with_scans(
+    db: Any, table: str, max_jobs: int, rotation: int, lease_secs: int = 60
+) -> tuple[list[Lease], dict[str, int]]:
+    """One claim of queue `q` in a transaction of its own, and what it did to `queueflow.<table>`:
+    its sequential scans, index scans and the rows those fetched (pg_stat_xact_user_tables)."""
+    async with db.transaction():
+        leases = await jobs_db.claim(db, "q", max_jobs, lease_secs, rotation=rotation, key=uuid.uuid4())
+        scans = await db.fetchrow(
+            "SELECT seq_scan, idx_scan, idx_tup_fetch FROM pg_stat_xact_user_tables WHERE relid = $1::regclass",
+            f"queueflow.{table}",
+        )
+    return leases, dict(scans)

@@ -9,6 +9,7 @@ import uuid
 from shared.db import jobs as jobs_db
 from shared.db.pool import init_connection
 from shared.domain.jobs import JobConfig, NewJob
+from tests.limits.helpers import claim_with_scans
 
 OTHERS = 5000  # releases of other keys, waiting for their fold
 FEW_OTHERS = 600  # fewer than the thousand above which a claim counts its keys' releases key by key
@@ -39,17 +40,12 @@ async def _first_claim_then_releases(db, others: int) -> None:
 async def test_a_limited_claim_folds_its_own_keys_releases_without_reading_the_others(db):
     await _first_claim_then_releases(db, OTHERS)
 
-    async with db.transaction():
-        second = await jobs_db.claim(db, "q", 60, 60, rotation=1, key=uuid.uuid4())
-        scans = await db.fetchrow(
-            "SELECT seq_scan, idx_scan FROM pg_stat_xact_user_tables"
-            " WHERE relid = 'queueflow.limit_releases'::regclass"
-        )
+    second, scans = await claim_with_scans(db, "limit_releases", 60, rotation=1)
     # The slots the completions gave back are found and taken again: one more job per key.
     assert sorted(lease.job.config.limits[0] for lease in second) == sorted(f"c:{n}" for n in range(20))
     # Version 12's claim counted every key's waiting releases and folded through a hash join: both
     # read the whole table, so a claim's cost grew with every other key's unfolded releases.
-    assert scans["seq_scan"] == 0 and scans["idx_scan"] > 0, dict(scans)
+    assert scans["seq_scan"] == 0 and scans["idx_scan"] > 0, scans
     left = await db.fetch(
         "SELECT key, count(*) AS n FROM queueflow.limit_releases GROUP BY key HAVING key LIKE 'c:%'"
     )
@@ -64,11 +60,8 @@ async def test_a_limited_claim_folds_its_own_keys_releases_without_reading_the_o
 async def test_with_a_few_hundred_releases_waiting_the_fold_reads_only_its_own_keys(db):
     await _first_claim_then_releases(db, FEW_OTHERS)
 
-    async with db.transaction():
-        second = await jobs_db.claim(db, "q", 60, 60, rotation=1, key=uuid.uuid4())
-        read = await db.fetchval(
-            "SELECT idx_tup_fetch FROM pg_stat_xact_user_tables WHERE relid = 'queueflow.limit_releases'::regclass"
-        )
+    second, scans = await claim_with_scans(db, "limit_releases", 60, rotation=1)
+    read = scans["idx_tup_fetch"]
     assert sorted(lease.job.config.limits[0] for lease in second) == sorted(f"c:{n}" for n in range(20))
     assert await db.fetchval("SELECT count(*) FROM queueflow.limit_releases") == FEW_OTHERS
     # Reading the waiting releases: counting them (up to a thousand) and the window's count, which

@@ -8,6 +8,7 @@ import uuid
 from shared.db import jobs as jobs_db
 from shared.db.pool import init_connection
 from shared.domain.jobs import JobConfig, NewJob
+from tests.limits.helpers import claim_with_scans
 
 KEYS = 200
 
@@ -26,11 +27,8 @@ async def test_a_claim_of_saturated_keys_counts_each_once_without_probing_them_a
     first = await jobs_db.claim(db, "q", KEYS, 600, rotation=0, key=uuid.uuid4())
     assert len(first) == KEYS  # every key's slot is taken
 
-    async with db.transaction():
-        second = await jobs_db.claim(db, "q", KEYS, 600, rotation=1, key=uuid.uuid4())
-        probes = await db.fetchval(
-            "SELECT idx_scan FROM pg_stat_xact_user_tables WHERE relid = 'queueflow.limit_state'::regclass"
-        )
+    second, scans = await claim_with_scans(db, "limit_state", KEYS, rotation=1, lease_secs=600)
+    probes = scans["idx_scan"]
     assert second == []
     # Every walked job's key was counted as throttled, once per job the window saw.
     throttled = await db.fetchval("SELECT sum(throttled) FROM queueflow.limit_state")

@@ -8,6 +8,7 @@ import uuid
 from shared.db import jobs as jobs_db
 from shared.db.pool import init_connection
 from shared.domain.jobs import JobConfig, NewJob
+from tests.limits.helpers import claim_with_scans
 
 OTHERS = 20_000  # keys named by no waiting job (other customers', say)
 
@@ -31,15 +32,10 @@ async def test_a_limited_claim_probes_its_keys_state_however_many_keys_are_known
     )
     await db.execute("ANALYZE queueflow.limit_state")
 
-    async with db.transaction():
-        second = await jobs_db.claim(db, "q", 30, 60, rotation=1, key=uuid.uuid4())
-        scans = await db.fetchrow(
-            "SELECT seq_scan, idx_scan FROM pg_stat_xact_user_tables"
-            " WHERE relid = 'queueflow.limit_state'::regclass"
-        )
+    second, scans = await claim_with_scans(db, "limit_state", 30, rotation=1)
     # The ten keys the first claim did not reach, and nothing of the thirty it holds (concurrency 1).
     held = {lease.job.config.limits[0] for lease in first}
     assert {lease.job.config.limits[0] for lease in second} == {f"c:{n}" for n in range(40)} - held
     # Version 25 joined the window's keys to the whole table, read in full in a plan made while it
     # was small: a claim's cost grew with every key ever named.
-    assert scans["seq_scan"] == 0 and scans["idx_scan"] > 0, dict(scans)
+    assert scans["seq_scan"] == 0 and scans["idx_scan"] > 0, scans
