@@ -1,6 +1,7 @@
 """A limited claim reads the release rows of its own keys only (migration 24), through their index,
 even in a session whose plans were made while no release was waiting (every server's at start);
-and takes them key by key however few wait (migration 25)."""
+takes them key by key however few wait (migration 25); and counts a walked key's releases only when
+its recorded room is short of its walked jobs (migration 28)."""
 
 from __future__ import annotations
 
@@ -64,8 +65,33 @@ async def test_with_a_few_hundred_releases_waiting_the_fold_reads_only_its_own_k
     read = scans["idx_tup_fetch"]
     assert sorted(lease.job.config.limits[0] for lease in second) == sorted(f"c:{n}" for n in range(20))
     assert await db.fetchval("SELECT count(*) FROM queueflow.limit_releases") == FEW_OTHERS
-    # Reading the waiting releases: counting them (up to a thousand) and the window's count, which
-    # reads them all when few wait (one read beats a probe a key there), each see all 620; the fold
-    # reads its 20 keys' 20. Version 24 folded by a join planned on the empty table, which read
-    # every waiting release once more (and the key list once for each of them): 1,880 here.
-    assert read <= 2 * (FEW_OTHERS + 20) + 20, read
+    # Each key is at its concurrency by its recorded count, so the window counts its one release
+    # (20), and the fold reads them again (20). Version 24 folded by a join planned on the empty
+    # table, which read every waiting release once more (and the key list once for each of them):
+    # 1,880 here; versions 25 to 27 read all 620 for the window's count (1,260).
+    assert read <= 4 * 20, read
+
+
+async def test_a_window_whose_keys_have_room_counts_none_of_their_releases(db):
+    """Concurrency 3 and one job of each key running by the recorded count: the window's two jobs a
+    key fit without the waiting releases, so only the fold reads them."""
+    await init_connection(db)
+    await db.execute(
+        "INSERT INTO queueflow.limit_policies (tenant_key, key, concurrency) VALUES ('', 'c:*', 3)"
+    )
+    jobs = [NewJob(task_name="t", queue="q", config=JobConfig(limits=(f"c:{n % 20}",))) for n in range(60)]
+    await jobs_db.insert_jobs(db, None, jobs)
+    first = await jobs_db.claim(db, "q", 20, 60, rotation=0, key=uuid.uuid4())
+    assert sorted(lease.job.config.limits[0] for lease in first) == sorted(f"c:{n}" for n in range(20))
+    await jobs_db.complete_many(db, [(lease.job.id, lease.token, {}) for lease in first])
+    await db.execute(
+        "INSERT INTO queueflow.limit_releases (tenant_key, key) SELECT '', 'z:' || g FROM generate_series(1, $1::int) g",
+        FEW_OTHERS,
+    )
+
+    second, scans = await claim_with_scans(db, "limit_releases", 20, rotation=1)
+    assert sorted(lease.job.config.limits[0] for lease in second) == sorted(f"c:{n}" for n in range(20))
+    # The fold reads its 20 keys' 20 releases; version 27 read all 620 once more for the window.
+    assert scans["idx_tup_fetch"] <= 2 * 20, scans
+    running = await db.fetch("SELECT key, running FROM queueflow.limit_state WHERE key LIKE 'c:%'")
+    assert {r["key"]: r["running"] for r in running} == {f"c:{n}": 1 for n in range(20)}
