@@ -190,22 +190,29 @@ SELECT status, workflow_id FROM queueflow.jobs WHERE id = $1 AND tenant_id = $2;
 -- queueflow.claim_limited instead, which enforces them: one index probe tells which. The fair
 -- share below is written there too, on purpose: one function for both kinds of queue (tried) cost
 -- the remote drain of queues without limits about a sixth (9,000 against 11,000 jobs/s).
+-- The queue ($1) and the batch size ($2) are read through scalar subqueries, which the planner
+-- cannot see into: its estimates, and so the plan, are the same whatever queue and size a call
+-- names, and PostgreSQL keeps the one generic plan after its first five calls. With $1 visible, a
+-- large backlog of another queue made every call's custom plan look cheaper than the generic one
+-- (a queue the statistics have not seen holds no job in them), and each claim was planned again:
+-- about 0.7 ms of a claim of 50 beside a 1,000,000-job backlog (docs/benchmarks.md, "Speed work,
+-- eleventh round").
 WITH flags AS MATERIALIZED (
     -- Any tenant's: one probe of jobs_claim_limited_order_idx. (In the index's order: without it a
     -- generic plan may read the table from its first page to the queue's first limited job.)
     SELECT (SELECT 1 FROM queueflow.jobs j
-            WHERE j.queue_name = $1 AND j.status IN ('pending', 'retrying') AND j.limit_keys IS NOT NULL
+            WHERE j.queue_name = (SELECT $1::text) AND j.status IN ('pending', 'retrying') AND j.limit_keys IS NOT NULL
             ORDER BY j.queue_name, COALESCE(j.tenant_id, ''), j.priority DESC, j.scheduled_at, j.created_at
             LIMIT 1) IS NOT NULL AS limited
 ), tenants AS (
     SELECT t.tenant_key, row_number() OVER (ORDER BY t.tenant_key) AS pos
     FROM queueflow.tenant_queues t
-    WHERE t.queue_name = $1 AND NOT t.paused AND ($7::text IS NULL OR t.tenant_key = $7)
+    WHERE t.queue_name = (SELECT $1::text) AND NOT t.paused AND ($7::text IS NULL OR t.tenant_key = $7)
       AND NOT (SELECT limited FROM flags)
       -- One probe per tenant: a scalar subquery, which the planner cannot turn into a hash of every
       -- due job of the queue (as it may an EXISTS when its statistics are stale).
       AND (SELECT 1 FROM queueflow.jobs j
-           WHERE j.queue_name = $1 AND COALESCE(j.tenant_id, '') = t.tenant_key
+           WHERE j.queue_name = (SELECT $1::text) AND COALESCE(j.tenant_id, '') = t.tenant_key
              AND j.status IN ('pending', 'retrying') AND j.limit_keys IS NULL AND j.scheduled_at <= now()
            ORDER BY j.queue_name, COALESCE(j.tenant_id, ''), j.priority DESC, j.scheduled_at, j.created_at
            LIMIT 1) IS NOT NULL
@@ -219,7 +226,7 @@ WITH flags AS MATERIALIZED (
     FROM tenants t CROSS JOIN share
     CROSS JOIN LATERAL (
         SELECT j.id, j.priority, j.scheduled_at, j.created_at FROM queueflow.jobs j
-        WHERE j.queue_name = $1 AND COALESCE(j.tenant_id, '') = t.tenant_key
+        WHERE j.queue_name = (SELECT $1::text) AND COALESCE(j.tenant_id, '') = t.tenant_key
           AND j.status IN ('pending', 'retrying') AND j.limit_keys IS NULL AND j.scheduled_at <= now()
         ORDER BY j.priority DESC, j.scheduled_at, j.created_at
         LIMIT share.n
@@ -233,7 +240,7 @@ WITH flags AS MATERIALIZED (
     FROM tenants t CROSS JOIN share
     CROSS JOIN LATERAL (
         SELECT j.id, j.priority, j.scheduled_at, j.created_at FROM queueflow.jobs j
-        WHERE j.queue_name = $1 AND COALESCE(j.tenant_id, '') = t.tenant_key
+        WHERE j.queue_name = (SELECT $1::text) AND COALESCE(j.tenant_id, '') = t.tenant_key
           AND j.status IN ('pending', 'retrying') AND j.limit_keys IS NULL AND j.scheduled_at <= now()
           AND j.id NOT IN (SELECT id FROM first_pass)
         ORDER BY j.priority DESC, j.scheduled_at, j.created_at
@@ -243,7 +250,7 @@ WITH flags AS MATERIALIZED (
 ), chosen AS (
     SELECT id FROM (SELECT * FROM first_pass UNION ALL SELECT * FROM fill) AS candidates
     ORDER BY round, lead, priority DESC, scheduled_at, created_at
-    LIMIT $2
+    LIMIT (SELECT $2::int)
 ), plain AS (
     UPDATE queueflow.jobs j
     SET status = 'running',
