@@ -20,7 +20,9 @@ async def test_a_claim_beside_another_queues_backlog_keeps_its_generic_plan(db):
     )
     await db.execute("ANALYZE queueflow.jobs")
     # Jobs of a queue the statistics have not seen, as a new or quiet queue's are.
-    await jobs_db.insert_jobs(db, None, [NewJob(task_name="t", queue="q", config=JobConfig()) for _ in range(200)])
+    await jobs_db.insert_jobs(
+        db, None, [NewJob(task_name="t", queue="q", config=JobConfig()) for _ in range(200)]
+    )
 
     claimed = []
     for _ in range(20):
