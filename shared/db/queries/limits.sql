@@ -66,19 +66,31 @@ WHERE q IS NOT NULL;
 SELECT min(wake_at) AS at, now() AS now FROM queueflow.limit_state WHERE wake_at IS NOT NULL;
 
 -- name: limit_key_figures
--- Per key, fleet-wide, for /metrics: running (less unfolded releases) and throttled claims. The
--- busiest $1 keys by name; the rest summed into one row with a NULL key.
-WITH figures AS (
-    SELECT s.tenant_key, s.key,
-           s.running - (SELECT count(*) FROM queueflow.limit_releases r
-                        WHERE r.tenant_key = s.tenant_key AND r.key = s.key) AS running,
-           s.throttled
-    FROM queueflow.limit_state s
-    WHERE s.running > 0 OR s.throttled > 0
+-- Per key, fleet-wide, for /metrics: the keys of running jobs (their count is the key's running
+-- figure), the busiest $1 of them by name with their throttled claims, and one row with a NULL key
+-- for the rest: their running jobs, and the throttled claims of every other key (the totals less
+-- the named keys'). Reads the running jobs and their keys' rows, never every key ever named.
+WITH running AS (
+    SELECT COALESCE(j.tenant_id, '') AS tenant_key, k.key, count(*) AS running
+    FROM queueflow.jobs j CROSS JOIN LATERAL unnest(j.limit_keys) AS k(key)
+    WHERE j.status = 'running' AND j.locked_until IS NOT NULL AND j.limit_keys IS NOT NULL
+    GROUP BY 1, 2
+), figures AS (
+    -- (A scalar subquery: one probe of a running key's row, never a join over every key's.)
+    SELECT r.tenant_key, r.key, r.running,
+           COALESCE((SELECT s.throttled FROM queueflow.limit_state s
+                     WHERE s.tenant_key = r.tenant_key AND s.key = r.key), 0) AS throttled
+    FROM running r
 ), ranked AS (
     SELECT *, row_number() OVER (ORDER BY running DESC, throttled DESC, tenant_key, key) AS n FROM figures
+), named AS MATERIALIZED (
+    SELECT tenant_key, key, running, throttled FROM ranked WHERE n <= $1
+), rest AS (
+    SELECT (SELECT COALESCE(sum(running), 0) FROM ranked WHERE n > $1)::bigint AS running,
+           GREATEST(0, (SELECT COALESCE(sum(claims), 0) FROM queueflow.limit_throttle_totals)
+                       - (SELECT COALESCE(sum(throttled), 0) FROM named))::bigint AS throttled
 )
-SELECT tenant_key, key, running, throttled FROM ranked WHERE n <= $1
+SELECT tenant_key, key, running, throttled FROM named
 UNION ALL
-SELECT NULL, NULL, COALESCE(sum(running), 0)::bigint, COALESCE(sum(throttled), 0)::bigint
-FROM ranked WHERE n > $1 HAVING count(*) > 0;
+SELECT NULL, NULL, running, throttled FROM rest WHERE running > 0 OR throttled > 0;
+
