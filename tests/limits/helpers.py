@@ -61,11 +61,12 @@ async def claim_with_scans(
     db: Any, table: str, max_jobs: int, rotation: int, lease_secs: int = 60
 ) -> tuple[list[Lease], dict[str, int]]:
     """One claim of queue `q` in a transaction of its own, and what it did to `queueflow.<table>`:
-    its sequential scans, index scans and the rows those fetched (pg_stat_xact_user_tables)."""
+    its sequential scans, index scans and the rows those fetched (pg_stat_xact_user_tables, read
+    before and after: PostgreSQL 15 also shows there what the session's earlier transactions did,
+    until it reports them)."""
+    stats = "SELECT seq_scan, idx_scan, idx_tup_fetch FROM pg_stat_xact_user_tables WHERE relid = $1::regclass"
     async with db.transaction():
+        before = await db.fetchrow(stats, f"queueflow.{table}")
         leases = await jobs_db.claim(db, "q", max_jobs, lease_secs, rotation=rotation, key=uuid.uuid4())
-        scans = await db.fetchrow(
-            "SELECT seq_scan, idx_scan, idx_tup_fetch FROM pg_stat_xact_user_tables WHERE relid = $1::regclass",
-            f"queueflow.{table}",
-        )
-    return leases, dict(scans)
+        after = await db.fetchrow(stats, f"queueflow.{table}")
+    return leases, {name: after[name] - before[name] for name in ("seq_scan", "idx_scan", "idx_tup_fetch")}
