@@ -64,7 +64,9 @@ async def claim_with_scans(
     its sequential scans, index scans and the rows those fetched (pg_stat_xact_user_tables, read
     before and after: PostgreSQL 15 also shows there what the session's earlier transactions did,
     until it reports them)."""
-    stats = "SELECT seq_scan, idx_scan, idx_tup_fetch FROM pg_stat_xact_user_tables WHERE relid = $1::regclass"
+    stats = (
+        "SELECT seq_scan, idx_scan, idx_tup_fetch FROM pg_stat_xact_user_tables WHERE relid = $1::regclass"
+    )
     async with db.transaction():
         before = await db.fetchrow(stats, f"queueflow.{table}")
         leases = await jobs_db.claim(db, "q", max_jobs, lease_secs, rotation=rotation, key=uuid.uuid4())
