@@ -172,7 +172,7 @@ class Settings:
         "--limit-metrics-keys",
         "QUEUEFLOW_LIMIT_METRICS_KEYS",
         100,
-        "limit keys labelled one by one on /metrics (the busiest; the rest are summed as key _other)",
+        "limit keys labelled one by one on /metrics (the busiest of those with jobs running; the rest are summed as key _other)",
     )
     event_retention_secs: float = option(
         "--event-retention-secs",

@@ -93,4 +93,3 @@ WITH running AS (
 SELECT tenant_key, key, running, throttled FROM named
 UNION ALL
 SELECT NULL, NULL, running, throttled FROM rest WHERE running > 0 OR throttled > 0;
-
