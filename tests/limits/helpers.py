@@ -7,7 +7,8 @@ import uuid
 from typing import Any
 
 from shared.db import jobs as jobs_db
-from shared.domain.jobs import Lease
+from shared.db.pool import init_connection
+from shared.domain.jobs import JobConfig, Lease, NewJob
 
 TENANTS = "ka:acme,kb:globex,kr:acme:ro"
 A = {"Authorization": "Bearer ka"}
@@ -55,6 +56,28 @@ async def put_limit(client: Any, key: str, body: dict[str, Any], headers=A) -> d
     resp = await client.put(f"/api/v1/limits/{key}", json=body, headers=headers)
     assert resp.status == 200, await resp.text()
     return await resp.json()
+
+
+async def limited_backlog(db: Any, concurrency: int, keys: int, jobs: int) -> None:
+    """On a test's own connection: a policy `c:*` of `concurrency`, and `jobs` jobs of queue `q`
+    with one key each, c:0 to c:<keys - 1> in turn, written in one batch."""
+    await init_connection(db)  # jsonb as Python objects, like the server's pool
+    await db.execute(
+        "INSERT INTO queueflow.limit_policies (tenant_key, key, concurrency) VALUES ('', 'c:*', $1)",
+        concurrency,
+    )
+    batch = [
+        NewJob(task_name="t", queue="q", config=JobConfig(limits=(f"c:{n % keys}",))) for n in range(jobs)
+    ]
+    await jobs_db.insert_jobs(db, None, batch)
+
+
+async def other_keys_releases(db: Any, n: int) -> None:
+    """`n` waiting releases of keys no job of the test names (z:1 to z:<n>)."""
+    await db.execute(
+        "INSERT INTO queueflow.limit_releases (tenant_key, key) SELECT '', 'z:' || g FROM generate_series(1, $1::int) g",
+        n,
+    )
 
 
 async def claim_with_scans(

@@ -7,8 +7,7 @@ import uuid
 
 from shared.db import jobs as jobs_db
 from shared.db import limits as limits_db
-from shared.db.pool import init_connection
-from shared.domain.jobs import JobConfig, NewJob
+from tests.limits.helpers import limited_backlog
 
 IDLE = 20_000  # keys named once, long ago, with throttled claims and nothing running
 
@@ -20,12 +19,7 @@ async def _totals(db) -> tuple[int, int]:
 
 
 async def test_every_throttled_claim_is_added_to_the_totals_too(db):
-    await init_connection(db)
-    await db.execute(
-        "INSERT INTO queueflow.limit_policies (tenant_key, key, concurrency) VALUES ('', 'c:*', 1)"
-    )
-    jobs = [NewJob(task_name="t", queue="q", config=JobConfig(limits=(f"c:{n % 3}",))) for n in range(9)]
-    await jobs_db.insert_jobs(db, None, jobs)
+    await limited_backlog(db, concurrency=1, keys=3, jobs=9)
 
     # One job per key: the window saw room for one of each and picked only those.
     first = await jobs_db.claim(db, "q", 10, 60, rotation=0, key=uuid.uuid4())
@@ -42,12 +36,7 @@ async def test_every_throttled_claim_is_added_to_the_totals_too(db):
 
 
 async def test_the_figures_name_the_running_keys_and_sum_the_rest_without_reading_every_key(db):
-    await init_connection(db)
-    await db.execute(
-        "INSERT INTO queueflow.limit_policies (tenant_key, key, concurrency) VALUES ('', 'c:*', 2)"
-    )
-    jobs = [NewJob(task_name="t", queue="q", config=JobConfig(limits=(f"c:{n % 4}",))) for n in range(4 * 3)]
-    await jobs_db.insert_jobs(db, None, jobs)
+    await limited_backlog(db, concurrency=2, keys=4, jobs=4 * 3)
     claimed = await jobs_db.claim(db, "q", 6, 60, rotation=0, key=uuid.uuid4())
     done = [lease for lease in claimed if lease.job.config.limits[0] == "c:0"]
     assert len(done) == 2

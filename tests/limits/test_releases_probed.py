@@ -8,9 +8,7 @@ from __future__ import annotations
 import uuid
 
 from shared.db import jobs as jobs_db
-from shared.db.pool import init_connection
-from shared.domain.jobs import JobConfig, NewJob
-from tests.limits.helpers import claim_with_scans
+from tests.limits.helpers import claim_with_scans, limited_backlog, other_keys_releases
 
 OTHERS = 5000  # releases of other keys, waiting for their fold
 FEW_OTHERS = 600  # fewer than the thousand above which a claim counts its keys' releases key by key
@@ -20,22 +18,14 @@ async def _first_claim_then_releases(db, others: int) -> None:
     """60 jobs over 20 keys of concurrency 1; the session's first claim (which plans the claim
     with an empty releases table) takes one job per key and completes it, leaving one release per
     key; then `others` releases of other keys."""
-    await init_connection(db)  # jsonb as Python objects, like the server's pool
-    await db.execute(
-        "INSERT INTO queueflow.limit_policies (tenant_key, key, concurrency) VALUES ('', 'c:*', 1)"
-    )
-    jobs = [NewJob(task_name="t", queue="q", config=JobConfig(limits=(f"c:{n % 20}",))) for n in range(60)]
-    await jobs_db.insert_jobs(db, None, jobs)
+    await limited_backlog(db, concurrency=1, keys=20, jobs=60)
 
     # The session's first claim plans the claim with an empty releases table: one job per key.
     first = await jobs_db.claim(db, "q", 60, 60, rotation=0, key=uuid.uuid4())
     assert sorted(lease.job.config.limits[0] for lease in first) == sorted(f"c:{n}" for n in range(20))
     done = await jobs_db.complete_many(db, [(lease.job.id, lease.token, {}) for lease in first])
     assert done == [None] * 20  # each completion appends a release row of its key
-    await db.execute(
-        "INSERT INTO queueflow.limit_releases (tenant_key, key) SELECT '', 'z:' || g FROM generate_series(1, $1::int) g",
-        others,
-    )
+    await other_keys_releases(db, others)
 
 
 async def test_a_limited_claim_folds_its_own_keys_releases_without_reading_the_others(db):
@@ -75,19 +65,11 @@ async def test_with_a_few_hundred_releases_waiting_the_fold_reads_only_its_own_k
 async def test_a_window_whose_keys_have_room_counts_none_of_their_releases(db):
     """Concurrency 3 and one job of each key running by the recorded count: the window's two jobs a
     key fit without the waiting releases, so only the fold reads them."""
-    await init_connection(db)
-    await db.execute(
-        "INSERT INTO queueflow.limit_policies (tenant_key, key, concurrency) VALUES ('', 'c:*', 3)"
-    )
-    jobs = [NewJob(task_name="t", queue="q", config=JobConfig(limits=(f"c:{n % 20}",))) for n in range(60)]
-    await jobs_db.insert_jobs(db, None, jobs)
+    await limited_backlog(db, concurrency=3, keys=20, jobs=60)
     first = await jobs_db.claim(db, "q", 20, 60, rotation=0, key=uuid.uuid4())
     assert sorted(lease.job.config.limits[0] for lease in first) == sorted(f"c:{n}" for n in range(20))
     await jobs_db.complete_many(db, [(lease.job.id, lease.token, {}) for lease in first])
-    await db.execute(
-        "INSERT INTO queueflow.limit_releases (tenant_key, key) SELECT '', 'z:' || g FROM generate_series(1, $1::int) g",
-        FEW_OTHERS,
-    )
+    await other_keys_releases(db, FEW_OTHERS)
 
     second, scans = await claim_with_scans(db, "limit_releases", 20, rotation=1)
     assert sorted(lease.job.config.limits[0] for lease in second) == sorted(f"c:{n}" for n in range(20))

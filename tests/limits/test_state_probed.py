@@ -6,20 +6,13 @@ from __future__ import annotations
 import uuid
 
 from shared.db import jobs as jobs_db
-from shared.db.pool import init_connection
-from shared.domain.jobs import JobConfig, NewJob
-from tests.limits.helpers import claim_with_scans
+from tests.limits.helpers import claim_with_scans, limited_backlog
 
 OTHERS = 20_000  # keys named by no waiting job (other customers', say)
 
 
 async def test_a_limited_claim_probes_its_keys_state_however_many_keys_are_known(db):
-    await init_connection(db)  # jsonb as Python objects, like the server's pool
-    await db.execute(
-        "INSERT INTO queueflow.limit_policies (tenant_key, key, concurrency) VALUES ('', 'c:*', 1)"
-    )
-    jobs = [NewJob(task_name="t", queue="q", config=JobConfig(limits=(f"c:{n % 40}",))) for n in range(120)]
-    await jobs_db.insert_jobs(db, None, jobs)
+    await limited_backlog(db, concurrency=1, keys=40, jobs=120)
     await db.execute("ANALYZE queueflow.limit_state")
 
     # The session's first claim plans the claim while 40 keys are known: one job per key.
