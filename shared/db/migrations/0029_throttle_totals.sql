@@ -24,11 +24,9 @@ INSERT INTO queueflow.limit_throttle_totals (shard, claims)
 SELECT g, CASE WHEN g = 0 THEN (SELECT COALESCE(sum(throttled), 0) FROM queueflow.limit_state) ELSE 0 END
 FROM generate_series(0, 15) AS g;
 
-DO $migration$
-DECLARE
-    fn       regprocedure := 'queueflow.claim_limited(text, integer, integer, integer, bigint, uuid, text, text)';
-    def      text := pg_get_functiondef(fn);
-    patches  text[][] := ARRAY[
+SELECT queueflow.edit_function(
+    'queueflow.claim_limited(text, integer, integer, integer, bigint, uuid, text, text)',
+    ARRAY[
         -- the walked jobs of keys with no room, as counted on their rows
         ARRAY[E'          AND NOT EXISTS (SELECT 1 FROM pairs x WHERE x.tenant_key = h.tenant_key AND x.key = h.key)\n'
               '    ), walked_enough AS (\n',
@@ -51,14 +49,5 @@ DECLARE
               '                     + (SELECT COALESCE(sum(refused), 0) FROM bumped) AS n) AS x\n'
               '        WHERE t.shard = pg_backend_pid() % 16 AND x.n > 0\n'
               '    )\n'
-              '    UPDATE queueflow.jobs j\n']];
-    i        int;
-BEGIN
-    FOR i IN 1 .. array_length(patches, 1) LOOP
-        IF (length(def) - length(replace(def, patches[i][1], ''))) / length(patches[i][1]) <> 1 THEN
-            RAISE EXCEPTION 'migration 29: queueflow.claim_limited does not read as expected (part %)', i;
-        END IF;
-        def := replace(def, patches[i][1], patches[i][2]);
-    END LOOP;
-    EXECUTE def;
-END $migration$;
+              '    UPDATE queueflow.jobs j\n']],
+    'migration 29');
