@@ -31,6 +31,12 @@ STALLED_AFTER_SECS = 30.0
 # up to this many; beyond, the sweep goes round in passes (1,000,000 live: about 3 hours), each
 # about 0.1 s however many workflows live.
 HEAL_SCAN = 5_000
+# Limit keys (docs/limits.md): a key's state row is deleted once no claim has granted one of its
+# jobs for this long and nothing of it is running or due (the next claim that meets one of its
+# jobs makes it again). Each housekeeping pass looks at up to LIMIT_KEY_PAGES pages of
+# 10 x --janitor-batch keys, going round the table in key order.
+LIMIT_KEY_IDLE_SECS = 3600.0
+LIMIT_KEY_PAGES = 10
 
 
 class Janitor:
@@ -42,6 +48,7 @@ class Janitor:
         self._stopping = False
         self._unwatch = lambda: None
         self._heal_after: workflows_db.HealCursor = None
+        self._limit_keys_after: tuple[str, str] = ("", "")
 
     async def start(self) -> None:
         self._unwatch = self.db.hub.watch_delayed(lambda _queue: self._poke.set())
@@ -108,6 +115,21 @@ class Janitor:
             log.warning("workflows_healed", workflows=count)
         return count
 
+    async def prune_idle_limit_keys(self) -> int:
+        """Delete idle limit keys' state rows, a few pages further round the table each pass."""
+        pruned = 0
+        for _ in range(LIMIT_KEY_PAGES):
+            _, deleted, after = await limits.prune_idle_keys(
+                self.db.pool, self._limit_keys_after, 10 * self.settings.janitor_batch, LIMIT_KEY_IDLE_SECS
+            )
+            pruned += deleted
+            self._limit_keys_after = after or ("", "")
+            if after is None:  # round the whole table: the next pass starts again
+                break
+        if pruned:
+            log.info("limit_keys_pruned", keys=pruned)
+        return pruned
+
     async def prune(self, older_than_hours: float) -> int:
         deleted = await janitor.prune(self.db.pool, older_than_hours)
         if deleted:
@@ -139,6 +161,7 @@ class Janitor:
                     await janitor.prune_lapsed_unique_keys(self.db.pool, 10 * s.janitor_batch)
                     await events.prune_expired(self.db.pool, 10 * s.janitor_batch)
                     await self.heal_stalled_workflows()
+                    await self.prune_idle_limit_keys()
                 if s.retention_hours is not None and loop.time() >= next_retention:
                     next_retention = loop.time() + s.retention_interval_secs
                     await self.prune(s.retention_hours)

@@ -77,6 +77,17 @@ async def wake_limited_queues(db: Executor) -> int:
     return int(await db.fetchval(Q.wake_limited_queues) or 0)
 
 
+async def prune_idle_keys(
+    db: Executor, after: tuple[str, str], max_keys: int, idle_secs: float
+) -> tuple[int, int, tuple[str, str] | None]:
+    """Delete the state rows of idle keys among the next `max_keys` after `after` (key order):
+    how many were looked at and deleted, and where the next page starts (None: past the last)."""
+    r = await db.fetchrow(Q.prune_limit_state, after[0], after[1], max_keys, idle_secs)
+    assert r is not None  # (a function's one row)
+    start = None if r["last_tenant"] is None else (r["last_tenant"], r["last_key"])
+    return r["seen"], r["pruned"], start
+
+
 async def key_figures(db: Executor, max_keys: int) -> list[KeyFigures]:
     return [
         KeyFigures(r["tenant_key"], r["key"], max(0, r["running"]), r["throttled"])

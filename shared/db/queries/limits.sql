@@ -93,3 +93,8 @@ WITH running AS (
 SELECT tenant_key, key, running, throttled FROM named
 UNION ALL
 SELECT NULL, NULL, running, throttled FROM rest WHERE running > 0 OR throttled > 0;
+
+-- name: prune_limit_state
+-- One page of state rows in key order after ($1, $2), up to $3: deletes those of keys idle for $4
+-- seconds (migration 31). Its figures, and the next page's start (NULLs after the last page).
+SELECT seen, pruned, last_tenant, last_key FROM queueflow.prune_limit_state($1, $2, $3, $4);
