@@ -174,6 +174,14 @@ class Settings:
         100,
         "limit keys labelled one by one on /metrics (the busiest of those with jobs running; the rest are summed as key _other)",
     )
+    limit_key_idle_secs: float = option(
+        "--limit-key-idle-secs",
+        "QUEUEFLOW_LIMIT_KEY_IDLE_SECS",
+        3600.0,
+        "how long no job of a limit key may be granted before the janitor deletes the key's state row"
+        " (the next claim of one of its jobs makes it again)",
+        at_least=0,
+    )
     event_retention_secs: float = option(
         "--event-retention-secs",
         "QUEUEFLOW_EVENT_RETENTION_SECS",

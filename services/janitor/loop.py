@@ -32,10 +32,9 @@ STALLED_AFTER_SECS = 30.0
 # about 0.1 s however many workflows live.
 HEAL_SCAN = 5_000
 # Limit keys (docs/limits.md): a key's state row is deleted once no claim has granted one of its
-# jobs for this long and nothing of it is running or due (the next claim that meets one of its
-# jobs makes it again). Each housekeeping pass looks at up to LIMIT_KEY_PAGES pages of
+# jobs for --limit-key-idle-secs and nothing of it is running or due (the next claim that meets
+# one of its jobs makes it again). Each housekeeping pass looks at up to LIMIT_KEY_PAGES pages of
 # 10 x --janitor-batch keys, going round the table in key order.
-LIMIT_KEY_IDLE_SECS = 3600.0
 LIMIT_KEY_PAGES = 10
 
 
@@ -120,7 +119,10 @@ class Janitor:
         pruned = 0
         for _ in range(LIMIT_KEY_PAGES):
             _, deleted, after = await limits.prune_idle_keys(
-                self.db.pool, self._limit_keys_after, 10 * self.settings.janitor_batch, LIMIT_KEY_IDLE_SECS
+                self.db.pool,
+                self._limit_keys_after,
+                10 * self.settings.janitor_batch,
+                self.settings.limit_key_idle_secs,
             )
             pruned += deleted
             self._limit_keys_after = after or ("", "")

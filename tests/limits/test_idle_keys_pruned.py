@@ -5,11 +5,11 @@ meets a job of a pruned key makes its row again, with its policy."""
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 
 import asyncpg
 
-from services.janitor import loop
 from shared.db import jobs as jobs_db
 from shared.db import limits
 from shared.db.pool import init_connection
@@ -78,7 +78,7 @@ async def test_the_pruning_goes_round_the_table_a_page_at_a_time(db):
     assert await keys(db) == set()
 
 
-async def test_the_janitor_prunes_an_idle_key_and_its_next_job_makes_its_row_again(api, monkeypatch):
+async def test_the_janitor_prunes_an_idle_key_and_its_next_job_makes_its_row_again(api):
     client = await strict(api)
     await put_limit(client, "c:*", {"concurrency": 1})
     await enqueue(client, 2, ["c:1"])
@@ -88,9 +88,9 @@ async def test_the_janitor_prunes_an_idle_key_and_its_next_job_makes_its_row_aga
     janitor = janitor_of(client)
     pool = janitor.db.pool
     assert await keys(pool) == {"c:1"}
-    assert await janitor.prune_idle_limit_keys() == 0  # used a moment ago
+    assert await janitor.prune_idle_limit_keys() == 0  # used a moment ago (the default: an hour)
 
-    monkeypatch.setattr(loop, "LIMIT_KEY_IDLE_SECS", 0.0)
+    janitor.settings = dataclasses.replace(janitor.settings, limit_key_idle_secs=0.0)
     assert await janitor.prune_idle_limit_keys() == 1
     assert await keys(pool) == set()
 
