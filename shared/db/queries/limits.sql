@@ -44,9 +44,12 @@ ORDER BY p.key;
 SELECT queueflow.fold_limit_releases($1);
 
 -- name: wake_limited_queues
--- Keys whose wake-up time came: wake their queue's waiters when the rate has room now, else move
+-- Keys whose wake-up time came: wake their queues' waiters when the rate has room now, else move
 -- the wake-up to when it will (so a key whose room a clock's rounding hid is never left asleep).
-WITH due AS (
+-- The queues: the one whose claim used the rate up, and the tenant's others where a waiting job's
+-- first key is this one (one probe of jobs_claim_limited_idx each), which would otherwise wait
+-- for their next poll.
+WITH due AS MATERIALIZED (
     SELECT s.tenant_key, s.key, s.wake_queue, w.room, w.next_at
     FROM queueflow.limit_state s
     CROSS JOIN LATERAL queueflow.rate_window(s.rate_count, s.rate_per_secs, s.rate_start, s.rate_prev,
@@ -59,8 +62,14 @@ WITH due AS (
     FROM due d WHERE s.tenant_key = d.tenant_key AND s.key = d.key
 )
 SELECT count(pg_notify('queueflow_work', q)) AS woken
-FROM (SELECT DISTINCT wake_queue AS q FROM due WHERE room >= 1 OR next_at IS NULL) AS d
-WHERE q IS NOT NULL;
+FROM (SELECT d.wake_queue AS q FROM due d WHERE (d.room >= 1 OR d.next_at IS NULL) AND d.wake_queue IS NOT NULL
+      UNION
+      SELECT t.queue_name FROM due d JOIN queueflow.tenant_queues t ON t.tenant_key = d.tenant_key
+      WHERE (d.room >= 1 OR d.next_at IS NULL) AND NOT t.paused
+        AND (SELECT 1 FROM queueflow.jobs j
+             WHERE j.queue_name = t.queue_name AND COALESCE(j.tenant_id, '') = t.tenant_key
+               AND j.limit_keys[1] = d.key AND j.status IN ('pending', 'retrying') AND j.limit_keys IS NOT NULL
+             LIMIT 1) IS NOT NULL) AS w;
 
 -- name: next_limit_wake
 SELECT min(wake_at) AS at, now() AS now FROM queueflow.limit_state WHERE wake_at IS NOT NULL;
