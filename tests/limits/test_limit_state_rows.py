@@ -152,3 +152,25 @@ async def test_plans_made_while_the_state_table_was_empty_probe_only_the_claims_
     # A plan made for an empty table reads every row to find a few: 20,000 and more a claim here,
     # without the statistics' refresh of version 30 or the probes of its window.
     assert scans["seq_scan"] == 0 and scans["idx_tup_fetch"] < 1000, scans
+
+
+async def test_a_claim_by_a_role_that_does_not_own_the_state_table_makes_rows_without_a_warning(db):
+    # The servers may run as a role that does not own the tables (docs/deployment.md): it may not
+    # refresh the statistics, and must not try on every claim that makes a row.
+    role = f"qf_server_{uuid.uuid4().hex[:8]}"
+    await db.execute(f"CREATE ROLE {role}")
+    try:
+        await db.execute(f"GRANT USAGE ON SCHEMA queueflow TO {role}")
+        await db.execute(f"GRANT ALL ON ALL TABLES IN SCHEMA queueflow TO {role}")
+        await limited_backlog(db, concurrency=1, keys=5, jobs=10)
+        notices: list[str] = []
+        db.add_log_listener(lambda _conn, message: notices.append(str(message)))
+        await db.execute(f"SET ROLE {role}")
+        leases = await jobs_db.claim(db, "q", 10, 60, rotation=0, key=uuid.uuid4())
+        await db.execute("RESET ROLE")
+        assert len(leases) == 5
+        assert notices == []
+    finally:
+        await db.execute("RESET ROLE")
+        await db.execute(f"DROP OWNED BY {role}")
+        await db.execute(f"DROP ROLE {role}")
