@@ -21,7 +21,16 @@ import msgspec
 
 from shared import metrics, tracing
 from shared.db.listing import fetch_page
-from shared.db.pool import Connection, Executor, Pool, record, transaction
+from shared.db.pool import (
+    Connection,
+    Executor,
+    Pool,
+    copy_rows,
+    jsonb_binary,
+    record,
+    text_array,
+    transaction,
+)
 from shared.db.queries import Q
 from shared.domain.errors import Conflict, DomainError, Gone, NotFound
 from shared.domain.jobs import (
@@ -142,6 +151,14 @@ def _encoded(config: JobConfig) -> msgspec.Raw:
 _encoded_once = functools.lru_cache(maxsize=4096)(_encoded)
 
 
+def _stored_jsonb(config: JobConfig) -> bytes:
+    """_stored_config in the jsonb binary form copy_rows takes."""
+    return _DEFAULT_JSONB if config is DEFAULT_CONFIG else jsonb_binary(_stored_config(config))
+
+
+_DEFAULT_JSONB = jsonb_binary(_DEFAULT_STORED)
+
+
 async def insert_jobs(db: Executor, tenant: str | None, jobs: Sequence[NewJob]) -> list[uuid.UUID]:
     """Insert `jobs` in one statement; returns their ids in input order. A job whose idempotency key
     the tenant already used gets the original job's id and inserts nothing; so does one whose unique
@@ -171,6 +188,7 @@ _COPIED_REST = (
     "priority", "metadata", "workflow_id", "workflow_step_id", "step_index", "step_attempt",
     "limit_keys", "traceparent", "tracestate",
 )  # fmt: skip
+_BINARY = frozenset({"config", "limit_keys"})  # given to copy_rows already encoded
 _REST_DEFAULTS: tuple[Any, ...] = (0, {}, None, None, None, None, None, None, None)
 
 
@@ -184,7 +202,7 @@ def _rest(job: NewJob) -> tuple[Any, ...]:
         job.workflow_step,
         job.step_index,
         job.step_attempt,
-        job.config.limits or None,
+        text_array(tuple(job.config.limits)) if job.config.limits else None,
         trace.traceparent if trace else None,
         trace.tracestate if trace else None,
     )
@@ -202,7 +220,7 @@ async def _copy_jobs(
         [j.queue for j in jobs],
         [j.task_name for j in jobs],
         [j.payload for j in jobs],
-        [_stored_config(j.config) for j in jobs],
+        [_stored_jsonb(j.config) for j in jobs],
         (tenant,) * count,
     ]
     # A column goes in only when some job differs from its default (tuple.count compares in C).
@@ -216,7 +234,7 @@ async def _copy_jobs(
         values.append([j.run_at for j in jobs])
     records = list(zip(*values, strict=True))
     columns = tuple(names)
-    status = await db.copy_records_to_table("jobs", schema_name="queueflow", records=records, columns=columns)
+    status = await copy_rows(db, "queueflow", "jobs", columns, records, binary=_BINARY.intersection(columns))
     if status != f"COPY {len(records)}":  # nothing keeps a row of such a batch out
         raise RuntimeError(f"copying {len(records)} jobs answered {status!r}")
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import asyncpg
 import pytest
@@ -48,13 +49,18 @@ def _plain_batch(queue: str, run_at: datetime | None) -> list[NewJob]:
     ]
 
 
+# Limit keys as every job may give them: one to four, multi-byte UTF-8, a key of the longest size.
+_KEYS = ([], ["c:{n}", "all"], [], ["ключ:{n}", "all", "ü" * 64, "z"])
+
+
 def _limited_batch(queue: str, run_at: datetime | None) -> list[NewJob]:
-    """One of the optional columns set (the copy writes it and leaves the others to their defaults)."""
+    """One of the optional columns set (the copy writes it and leaves the others to their defaults);
+    its text[] goes in as the db layer's own binary encoding (pool.text_array)."""
     return [
         NewJob(
             task_name="t",
             queue=queue,
-            config=JobConfig.of({"limits": [f"c:{n % 7}", "all"] if n % 2 else []}),
+            config=JobConfig.of({"limits": [k.format(n=n % 7) for k in _KEYS[n % 4]]}),
             payload={"n": n},
             run_at=run_at,
         )
@@ -85,18 +91,23 @@ def _batch(queue: str, run_at: datetime | None) -> list[NewJob]:
 
 
 class _Recording:
-    """The connection, with the way each insert went recorded."""
+    """The connection, with the way each insert went recorded (a COPY through the db layer's
+    copy_rows, which the repository module calls by name)."""
 
-    def __init__(self, conn: asyncpg.Connection) -> None:
+    def __init__(self, conn: asyncpg.Connection, monkeypatch: pytest.MonkeyPatch) -> None:
         self.conn, self.ways = conn, []
+        copy_rows = jobs_db.copy_rows
+
+        async def recorded(db: object, *args: Any, **kwargs: Any) -> str:
+            assert db is self
+            self.ways.append("copy")
+            return await copy_rows(conn, *args, **kwargs)
+
+        monkeypatch.setattr(jobs_db, "copy_rows", recorded)
 
     async def fetch(self, query: str, *args: object) -> list[asyncpg.Record]:
         self.ways.append("statement")
         return await self.conn.fetch(query, *args)
-
-    async def copy_records_to_table(self, table: str, **kwargs: object) -> str:
-        self.ways.append("copy")
-        return await self.conn.copy_records_to_table(table, **kwargs)
 
 
 async def _rows(conn: asyncpg.Connection, ids: list[uuid.UUID]) -> list[dict]:
@@ -114,7 +125,7 @@ async def _rows(conn: asyncpg.Connection, ids: list[uuid.UUID]) -> list[dict]:
 async def test_a_copied_batch_writes_the_rows_the_insert_statement_writes(
     conn, monkeypatch, run_at, shape
 ) -> None:
-    db = _Recording(conn)
+    db = _Recording(conn, monkeypatch)
     copied = await jobs_db.insert_jobs(db, "acme", shape("copied", run_at))
     monkeypatch.setattr(jobs_db, "COPY_MIN_JOBS", 10**6)
     inserted = await jobs_db.insert_jobs(db, "acme", shape("inserted", run_at))
@@ -139,7 +150,7 @@ async def test_a_copied_batch_writes_the_rows_the_insert_statement_writes(
 
 
 async def test_a_batch_with_idempotency_keys_or_mixed_run_ats_takes_the_statement(conn, monkeypatch) -> None:
-    db = _Recording(conn)
+    db = _Recording(conn, monkeypatch)
     keyed = [NewJob(task_name="t", queue="q", idempotency_key=f"k{n % (N - 1)}") for n in range(N)]
     ids = await jobs_db.insert_jobs(db, None, keyed)
     assert ids[0] == ids[N - 1] and len(set(ids)) == N - 1  # the repeated key answers the original
