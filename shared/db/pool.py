@@ -35,9 +35,6 @@ class Executor(Protocol):
     async def fetchrow(self, query: str, *args: Any) -> asyncpg.Record | None: ...
     async def fetchval(self, query: str, *args: Any) -> Any: ...
     async def execute(self, query: str, *args: Any) -> str: ...
-    async def copy_records_to_table(
-        self, table_name: str, *, records: Any, columns: Any = None, schema_name: str | None = None
-    ) -> str: ...
 
 
 T = TypeVar("T")
@@ -107,8 +104,6 @@ async def copy_rows(
 
     asyncpg encodes each record by the types of a statement that selects the columns; here that
     statement selects the `binary` columns as bytea, whose binary form is the bytes as given."""
-    if not binary:
-        return await db.copy_records_to_table(table, schema_name=schema, records=records, columns=columns)
     if isinstance(db, asyncpg.Pool):
         async with db.acquire() as pooled:
             return await copy_rows(pooled, schema, table, columns, records, binary=binary)

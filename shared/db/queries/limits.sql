@@ -50,7 +50,7 @@ SELECT queueflow.fold_limit_releases($1);
 -- first key is this one (one probe of jobs_claim_limited_idx each), which would otherwise wait
 -- for their next poll.
 WITH due AS MATERIALIZED (
-    SELECT s.tenant_key, s.key, s.wake_queue, w.room, w.next_at
+    SELECT s.tenant_key, s.key, s.wake_queue, w.next_at, (w.room >= 1 OR w.next_at IS NULL) AS ready
     FROM queueflow.limit_state s
     CROSS JOIN LATERAL queueflow.rate_window(s.rate_count, s.rate_per_secs, s.rate_start, s.rate_prev,
                                              s.rate_cur, now()) w
@@ -58,14 +58,14 @@ WITH due AS MATERIALIZED (
     FOR UPDATE OF s SKIP LOCKED
 ), moved AS (
     UPDATE queueflow.limit_state s
-    SET wake_at = CASE WHEN d.room >= 1 OR d.next_at IS NULL THEN NULL ELSE d.next_at END
+    SET wake_at = CASE WHEN d.ready THEN NULL ELSE d.next_at END
     FROM due d WHERE s.tenant_key = d.tenant_key AND s.key = d.key
 )
 SELECT count(pg_notify('queueflow_work', q)) AS woken
-FROM (SELECT d.wake_queue AS q FROM due d WHERE (d.room >= 1 OR d.next_at IS NULL) AND d.wake_queue IS NOT NULL
+FROM (SELECT d.wake_queue AS q FROM due d WHERE d.ready AND d.wake_queue IS NOT NULL
       UNION
       SELECT t.queue_name FROM due d JOIN queueflow.tenant_queues t ON t.tenant_key = d.tenant_key
-      WHERE (d.room >= 1 OR d.next_at IS NULL) AND NOT t.paused
+      WHERE d.ready AND NOT t.paused
         AND (SELECT 1 FROM queueflow.jobs j
              WHERE j.queue_name = t.queue_name AND COALESCE(j.tenant_id, '') = t.tenant_key
                AND j.limit_keys[1] = d.key AND j.status IN ('pending', 'retrying') AND j.limit_keys IS NOT NULL
