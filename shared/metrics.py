@@ -41,6 +41,11 @@ JOBS_HANDED_OFF = Counter(
 LEASES_RECLAIMED = Counter(
     "queueflow_leases_reclaimed", "Expired leases the janitor reclaimed.", registry=REGISTRY
 )
+LIMIT_SLOTS_REPAIRED = Counter(
+    "queueflow_limit_slots_repaired",
+    "Limit keys whose running count the janitor found wrong and set right (should stay 0).",
+    registry=REGISTRY,
+)
 WORKFLOWS_CREATED = Counter("queueflow_workflows_created", "Workflows created.", registry=REGISTRY)
 WORKFLOWS_COMPLETED = Counter("queueflow_workflows_completed", "Workflows completed.", registry=REGISTRY)
 WORKFLOWS_FAILED = Counter(

@@ -132,6 +132,21 @@ class Janitor:
             log.info("limit_keys_pruned", keys=pruned)
         return pruned
 
+    async def repair_limit_keys(self) -> int:
+        """Set right the running counts of limit keys that disagree with their running jobs
+        (none should: each one is logged as an error, with both figures)."""
+        repaired = await limits.repair_running_counts(self.db.pool, self.settings.janitor_batch)
+        for key in repaired:
+            metrics.LIMIT_SLOTS_REPAIRED.inc()
+            log.error(
+                "limit_slots_repaired",
+                tenant=key.tenant,
+                key=key.key,
+                recorded=key.recorded,
+                running=key.actual,
+            )
+        return len(repaired)
+
     async def prune(self, older_than_hours: float) -> int:
         deleted = await janitor.prune(self.db.pool, older_than_hours)
         if deleted:
@@ -163,6 +178,7 @@ class Janitor:
                     await janitor.prune_lapsed_unique_keys(self.db.pool, 10 * s.janitor_batch)
                     await events.prune_expired(self.db.pool, 10 * s.janitor_batch)
                     await self.heal_stalled_workflows()
+                    await self.repair_limit_keys()
                     await self.prune_idle_limit_keys()
                 if s.retention_hours is not None and loop.time() >= next_retention:
                     next_retention = loop.time() + s.retention_interval_secs

@@ -12,7 +12,7 @@ import asyncpg
 from shared.db.pool import Executor, Pool
 from shared.db.queries import Q
 from shared.domain.errors import NotFound
-from shared.domain.limits import KeyFigures, LimitPolicy, Rate
+from shared.domain.limits import KeyFigures, LimitPolicy, Rate, RepairedKey
 
 
 def to_policy(r: asyncpg.Record) -> LimitPolicy:
@@ -75,6 +75,15 @@ async def fold_releases(db: Executor, max_keys: int) -> int:
 async def wake_limited_queues(db: Executor) -> int:
     """Wake the queues of keys whose rate has room again; how many queues were woken."""
     return int(await db.fetchval(Q.wake_limited_queues) or 0)
+
+
+async def repair_running_counts(db: Executor, max_keys: int) -> list[RepairedKey]:
+    """Set right up to `max_keys` keys whose recorded running count differs from their running
+    jobs (migration 34); the keys set right."""
+    return [
+        RepairedKey(r["tenant_key"], r["key"], r["recorded"], r["actual"])
+        for r in await db.fetch(Q.repair_limit_state, max_keys)
+    ]
 
 
 async def prune_idle_keys(

@@ -64,6 +64,16 @@ def check_policy(concurrency: int | None, rate: Rate | None) -> None:
         raise ValidationFailed("a limit needs a concurrency, a rate, or both")
 
 
+class RepairedKey(Struct, frozen=True):
+    """A key whose recorded running count the janitor set right: what was recorded (less its
+    releases not yet folded) and how many of its jobs were running."""
+
+    tenant: str
+    key: str
+    recorded: int
+    actual: int
+
+
 class KeyFigures(Struct, frozen=True):
     """One key's fleet-wide figures for /metrics; `key` None sums the keys past the label bound."""
 

@@ -103,6 +103,11 @@ SELECT tenant_key, key, running, throttled FROM named
 UNION ALL
 SELECT NULL, NULL, running, throttled FROM rest WHERE running > 0 OR throttled > 0;
 
+-- name: repair_limit_state
+-- Up to $1 keys whose recorded running count (less unfolded releases) differs from their running
+-- jobs, set right under their row locks (migration 34): each key's tenant, key and both figures.
+SELECT tenant_key, key, recorded, actual FROM queueflow.repair_limit_state($1);
+
 -- name: prune_limit_state
 -- One page of state rows in key order after ($1, $2), up to $3: deletes those of keys idle for $4
 -- seconds (migration 31). Its figures, and the next page's start (NULLs after the last page).
