@@ -8,8 +8,13 @@ import contextlib
 import uuid
 from collections.abc import AsyncIterator
 
-from shared.db.pool import Executor
+import asyncpg
+
+from shared.db.pool import Executor, Pool, transaction
 from shared.db.queries import Q
+
+# Tries of a workflow's flags that lose a deadlock to a transaction locking in another order.
+_FLAG_TRIES = 3
 
 
 @contextlib.asynccontextmanager
@@ -24,9 +29,18 @@ async def watching_job(db: Executor, job_id: uuid.UUID, for_secs: float) -> Asyn
 
 
 @contextlib.asynccontextmanager
-async def watching_workflow(db: Executor, workflow_id: str, for_secs: float) -> AsyncIterator[None]:
+async def watching_workflow(db: Pool, workflow_id: str, for_secs: float) -> AsyncIterator[None]:
     """Announce changes of the workflow and its steps while the block runs (at most `for_secs`)."""
-    watcher = await db.fetchval(Q.watch_workflow, workflow_id, for_secs)
+    for attempt in range(_FLAG_TRIES):
+        try:
+            async with transaction(db) as conn:
+                await conn.execute(Q.flag_workflow_watched, workflow_id)
+                await conn.execute(Q.flag_workflow_steps_watched, workflow_id)
+                watcher = await conn.fetchval(Q.watch_workflow, workflow_id, for_secs)
+            break
+        except asyncpg.exceptions.DeadlockDetectedError:
+            if attempt == _FLAG_TRIES - 1:
+                raise
     try:
         yield
     finally:

@@ -7,8 +7,10 @@ import asyncio
 import json
 from typing import Any
 
+import asyncpg
 from aiohttp import ClientResponse
 
+from tests.support.waiting import eventually
 from tests.workflow.helpers import (
     DEV,
     complete,
@@ -132,3 +134,37 @@ async def test_events_report_a_cancellation(api):
     last = await stream.next()
     assert last["status"] == "cancelled" and _steps(last) == {"a": "cancelled"}
     assert await stream.next() is None
+
+
+async def test_a_stream_opened_while_an_advance_holds_the_workflow_opens_without_a_deadlock(
+    api, database_url
+):
+    """Opening a stream flags the workflow, then its steps: the order in which the advancer locks
+    them. (One statement flagging both took the steps first, and deadlocked with an advance
+    holding the workflow and asking for a step: the stream answered 500.)"""
+    client = await api(mode="all")
+    wf_id = await create(client, [manual("a"), manual("b", after=["a"])])
+    await wait_step_job(client, wf_id, "a")
+    other = await asyncpg.connect(database_url)
+    try:
+        tx = other.transaction()
+        await tx.start()
+        # an advance: the workflow first ...
+        await other.execute("SELECT 1 FROM queueflow.workflows WHERE id = $1 FOR UPDATE", wf_id)
+        opening = asyncio.ensure_future(client.get(f"/api/v1/workflows/{wf_id}/events", headers=DEV))
+        await eventually(
+            lambda: other.fetchval(
+                "SELECT count(*) FROM pg_locks WHERE NOT granted AND locktype = 'transactionid'"
+            )
+        )
+        # ... then its steps, while the stream waits
+        await other.execute("SELECT 1 FROM queueflow.workflow_steps WHERE workflow_id = $1 FOR UPDATE", wf_id)
+        await tx.rollback()
+        resp = await opening
+        assert resp.status == 200, await resp.text()
+        stream = EventStream(resp)
+        first = await stream.next()
+        assert first["workflow_id"] == wf_id and first["status"] == "running"
+        resp.close()
+    finally:
+        await other.close()

@@ -238,14 +238,20 @@ WITH scanned AS (
 SELECT (SELECT count(*) FROM healed) AS healed, (SELECT count(*) FROM scanned) AS scanned,
        (SELECT created_at FROM last) AS last_at, (SELECT id FROM last) AS last_id;
 
+-- name: flag_workflow_watched
+-- A stream watches the workflow: flag it and then its steps, so that their changes are announced
+-- (migration 0019). Run in one transaction, the workflow first and then its steps in name order,
+-- the order in which the advancer locks them: one statement flagging both took their locks in no
+-- set order and could deadlock with an advancer (a 500 to the stream's caller).
+UPDATE queueflow.workflows SET watched = true WHERE id = $1 AND NOT watched;
+
+-- name: flag_workflow_steps_watched
+UPDATE queueflow.workflow_steps s SET watched = true
+FROM (SELECT name FROM queueflow.workflow_steps WHERE workflow_id = $1 AND NOT watched ORDER BY name FOR UPDATE) AS o
+WHERE s.workflow_id = $1 AND s.name = o.name AND NOT s.watched;
+
 -- name: watch_workflow
--- Register a stream and flag the workflow and its steps, so that their changes are announced
--- (migration 0019).
-WITH flagged AS (
-    UPDATE queueflow.workflows SET watched = true WHERE id = $1 AND NOT watched
-), flagged_steps AS (
-    UPDATE queueflow.workflow_steps SET watched = true WHERE workflow_id = $1 AND NOT watched
-)
+-- Register a stream of the workflow (after its flags): the watcher's id.
 INSERT INTO queueflow.workflow_watchers (workflow_id, expires_at) VALUES ($1, now() + make_interval(secs => $2))
 RETURNING id;
 
