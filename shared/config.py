@@ -22,6 +22,7 @@ from typing import Any
 from shared.domain.errors import ValidationFailed
 from shared.domain.jobs import check_queue_name
 from shared.domain.visibility import DEFAULT_JOB_LOG_MAX_BYTES
+from shared.domain.workflows import DEFAULT_MAX_WORKFLOW_JOBS, MAX_FAN_OUT, WorkflowLimits
 
 MODES = ("all", "api", "janitor", "workflow", "worker")
 
@@ -199,6 +200,30 @@ class Settings:
     max_body_bytes: int = option(
         "--max-body-bytes", "QUEUEFLOW_MAX_BODY_BYTES", 10 * 1024 * 1024, "largest request body (413)"
     )
+    workflow_max_jobs: int = option(
+        "--workflow-max-jobs",
+        "QUEUEFLOW_WORKFLOW_MAX_JOBS",
+        DEFAULT_MAX_WORKFLOW_JOBS,
+        "most jobs one run of a workflow may create (task steps, fan-out children at their max_items,"
+        " sub-workflows'); a definition that could create more is refused (400)",
+        at_least=1,
+    )
+    workflow_max_fan_out: int = option(
+        "--workflow-max-fan-out",
+        "QUEUEFLOW_WORKFLOW_MAX_FAN_OUT",
+        MAX_FAN_OUT,
+        f"most children one fan-out step may spawn (at most {MAX_FAN_OUT}): a larger max_items is"
+        " refused (400), a longer array fails the step",
+        at_least=0,
+    )
+    tenant_max_running_workflows: int = option(
+        "--tenant-max-running-workflows",
+        "QUEUEFLOW_TENANT_MAX_RUNNING_WORKFLOWS",
+        0,
+        "unfinished top-level workflows one tenant may have; creating or retrying one more answers"
+        " 429 with Retry-After (0: no quota)",
+        at_least=0,
+    )
     shutdown_grace_secs: float = option(
         "--shutdown-grace-secs", "QUEUEFLOW_SHUTDOWN_GRACE_SECS", 30.0, "drain time on SIGTERM"
     )
@@ -211,6 +236,14 @@ class Settings:
         switch=True,
     )
     auto_migrate: bool = option("--auto-migrate", "QUEUEFLOW_AUTO_MIGRATE", True, "apply migrations at start")
+
+    @property
+    def workflow_limits(self) -> WorkflowLimits:
+        return WorkflowLimits(
+            self.workflow_max_jobs,
+            min(self.workflow_max_fan_out, MAX_FAN_OUT),
+            self.tenant_max_running_workflows,
+        )
 
     @property
     def worker_queues(self) -> tuple[str, ...]:

@@ -504,7 +504,10 @@ class ErrorBody(Response):
 class CreateWorkflowRequest(
     WorkflowDefinition, frozen=True, forbid_unknown_fields=True, omit_defaults=True, kw_only=True
 ):
-    """The body of POST /api/v1/workflows: a workflow definition."""
+    """The body of POST /api/v1/workflows: a workflow definition. One run of it may create at
+    most the server's --workflow-max-jobs jobs (default 100,000), counting one per task step, a
+    fan-out's `max_items` (the server's --workflow-max-fan-out when absent) and the jobs of its
+    sub-workflows; a definition that could create more is refused with 400."""
 
 
 class CreateWorkflowResponse(Response):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from services.api.context import act_on, db_of, tenant_of
+from services.api.context import act_on, db_of, settings_of, tenant_of
 from services.api.params import list_query
 from shared import wire
 from shared.db import crons
@@ -24,6 +24,7 @@ async def create_cron(request: web.Request) -> web.Response:
         config=body.config,
         timezone=body.timezone,
         workflow=body.workflow,
+        limits=settings_of(request).workflow_limits,
     )
     return json_response(wire.CreateCronResponse(cron_id=cron_id), 201)
 

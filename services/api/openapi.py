@@ -492,6 +492,8 @@ def _default_max_batch() -> int:
 
 
 _DEFAULT_MAX_BATCH = _default_max_batch()
+# The routes that start a workflow, and so may answer 429 for the running-workflows quota.
+_QUOTA_ROUTES = ("createWorkflow", "retryWorkflow")
 
 
 @cache
@@ -511,6 +513,13 @@ def build_spec(max_batch: int = _DEFAULT_MAX_BATCH) -> dict[str, Any]:
         **error,
         "description": 'The database cannot be reached right now (docs/operations.md, "Database outages"): '
         "retry after `Retry-After` seconds",
+        "headers": {"Retry-After": {"schema": {"type": "integer", "minimum": 0}}},
+    }
+
+    quota = {
+        **error,
+        "description": "The tenant is at its running-workflows quota (--tenant-max-running-workflows):"
+        " retry after `Retry-After` seconds",
         "headers": {"Retry-After": {"schema": {"type": "integer", "minimum": 0}}},
     }
 
@@ -578,6 +587,8 @@ def build_spec(max_batch: int = _DEFAULT_MAX_BATCH) -> dict[str, Any]:
             op["responses"][code] = error
         if route.auth != "public":
             op["responses"]["503"] = unavailable
+        if route.operation_id in _QUOTA_ROUTES:
+            op["responses"]["429"] = quota
         if any(fixed_siblings(route.path, name) for name in re.findall(r"{(\w+)}", route.path)):
             # e.g. GET /api/v1/jobs/batch: that names the batch route, which takes POST only.
             op["responses"]["405"] = {**error, "description": "The path names another route (see `Allow`)"}

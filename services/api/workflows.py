@@ -7,7 +7,7 @@ import functools
 import msgspec
 from aiohttp import web
 
-from services.api.context import act_on, db_of, lifecycle_of, settings_of, tenant_of
+from services.api.context import act_on, db_of, lifecycle_of, path_id, settings_of, tenant_of
 from services.api.params import list_query, trace_headers
 from services.api.sse import stream_status
 from shared import wire
@@ -23,10 +23,16 @@ SSE_MAX_SECS = 60 * 60
 
 async def create_workflow(request: web.Request) -> web.Response:
     body = await decode(request, wire.CreateWorkflowRequest)
-    default_queue = settings_of(request).default_queue
+    settings = settings_of(request)
     db = db_of(request)
     wf_id, status = await advance.create_workflow(
-        db.pool, tenant_of(request).id, body, default_queue, trace_headers(request), db.tracer
+        db.pool,
+        tenant_of(request).id,
+        body,
+        settings.default_queue,
+        trace_headers(request),
+        db.tracer,
+        limits=settings.workflow_limits,
     )
     return json_response(wire.CreateWorkflowResponse(workflow_id=wf_id, status=status), 201)
 
@@ -61,7 +67,10 @@ async def get_diagram(request: web.Request) -> web.Response:
 cancel_workflow = act_on(workflows_db.cancel_workflow)
 
 
-retry_workflow = act_on(workflows_db.retry_workflow)
+async def retry_workflow(request: web.Request) -> web.Response:
+    limits = settings_of(request).workflow_limits
+    await workflows_db.retry_workflow(db_of(request).pool, tenant_of(request).id, path_id(request), limits)
+    return web.Response(status=204)
 
 
 async def workflow_events(request: web.Request) -> web.StreamResponse:

@@ -95,7 +95,9 @@ class Janitor:
     async def _start_workflow(
         self, conn: Connection, tenant: str | None, definition: WorkflowDefinition
     ) -> str:
-        wf_id, _ = await start_workflow(conn, tenant, definition, self.settings.default_queue)
+        wf_id, _ = await start_workflow(
+            conn, tenant, definition, self.settings.default_queue, limits=self.settings.workflow_limits
+        )
         return wf_id
 
     async def time_out_workflows(self) -> int:

@@ -21,6 +21,7 @@ from shared.db import workflows as workflows_db
 from shared.db.database import Database
 from shared.db.listener import ADVANCE
 from shared.db.pool import is_unavailable
+from shared.domain.workflows import WorkflowLimits
 from shared.runtime.advance import advance, advance_many
 
 log = structlog.get_logger("queueflow.workflow")
@@ -37,13 +38,17 @@ class Advancer:
         poll_secs: float,
         consumers: int = CONSUMERS,
         batch: int = BATCH,
+        *,
+        limits: WorkflowLimits,
     ) -> None:
         self.db = db
         self.poll_secs = poll_secs
         self.consumers = consumers
         self.batch = batch
-        self._apply = functools.partial(advance, default_queue=default_queue, tracer=db.tracer)
-        self._apply_many = functools.partial(advance_many, default_queue=default_queue, tracer=db.tracer)
+        self._apply = functools.partial(advance, default_queue=default_queue, tracer=db.tracer, limits=limits)
+        self._apply_many = functools.partial(
+            advance_many, default_queue=default_queue, tracer=db.tracer, limits=limits
+        )
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
 

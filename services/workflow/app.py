@@ -21,12 +21,17 @@ TIMERS = web.AppKey("timers", Timers)
 
 def _advancer(app: web.Application) -> Advancer:
     settings = app[SETTINGS]
-    return Advancer(app[DATABASE], settings.default_queue, settings.worker_poll_secs)
+    return Advancer(
+        app[DATABASE], settings.default_queue, settings.worker_poll_secs, limits=settings.workflow_limits
+    )
 
 
 def _timers(app: web.Application) -> Timers:
     db = app[DATABASE]
-    apply_many = functools.partial(advance_many, default_queue=app[SETTINGS].default_queue, tracer=db.tracer)
+    settings = app[SETTINGS]
+    apply_many = functools.partial(
+        advance_many, default_queue=settings.default_queue, tracer=db.tracer, limits=settings.workflow_limits
+    )
     return Timers(db, apply_many)
 
 

@@ -26,7 +26,7 @@ from shared.domain.jobs import (
     utc_text,
 )
 from shared.domain.paging import ListQuery, Page
-from shared.domain.workflows import WorkflowDefinition, normalise
+from shared.domain.workflows import WorkflowDefinition, WorkflowLimits, check_budget, normalise
 from shared.domain.workflows import validate as validate_workflow
 
 log = structlog.get_logger("queueflow.cron")
@@ -48,9 +48,11 @@ async def create(
     config: PartialJobConfig | None,
     timezone: str | None = None,
     workflow: WorkflowDefinition | None = None,
+    limits: WorkflowLimits,
 ) -> str:
     """The new schedule's id; a Conflict when the tenant already has a schedule by that name.
-    A schedule has a task or a workflow (checked, stored normalised), never both."""
+    A schedule has a task or a workflow (checked, against `limits` too, and stored normalised),
+    never both."""
     if (task_name is None) == (workflow is None):
         raise ValidationFailed("a cron schedule needs exactly one of task_name or workflow")
     if task_name is not None:
@@ -62,6 +64,7 @@ async def create(
                 "payload, queue and config belong to a task schedule; a workflow carries its own"
             )
         validate_workflow(workflow)
+        check_budget(workflow, limits)
         stored_workflow = msgspec.to_builtins(normalise(workflow))
     if queue is not None:
         check_queue_name(queue)

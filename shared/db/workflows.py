@@ -34,10 +34,12 @@ from shared.domain.workflows import (
     StepStatus,
     Workflow,
     WorkflowDefinition,
+    WorkflowLimits,
     WorkflowRun,
     WorkflowStatus,
     WorkflowStep,
     WorkflowStepState,
+    check_running_quota,
     steps_to_rerun,
 )
 
@@ -153,9 +155,16 @@ async def cancel_workflow(pool: Pool, tenant: str, wf_id: str) -> None:
         await finish_workflow(conn, _head(row), WorkflowStatus.CANCELLED, CANCELLED_BY_USER)
 
 
-async def retry_workflow(pool: Pool, tenant: str, wf_id: str) -> None:
+async def running_workflows(conn: Connection, tenant: str, up_to: int) -> int:
+    """How many of the tenant's top-level workflows are unfinished, counted up to `up_to`, under
+    the tenant's quota lock (held to the end of the caller's transaction)."""
+    await conn.execute(Q.lock_tenant_workflow_quota, tenant)
+    return int(await conn.fetchval(Q.count_running_workflows, tenant, up_to))
+
+
+async def retry_workflow(pool: Pool, tenant: str, wf_id: str, limits: WorkflowLimits) -> None:
     """Re-run what did not complete (the domain's `steps_to_rerun`); completed upstream steps keep
-    their results."""
+    their results. A top-level workflow's retry counts against the running-workflows quota."""
     async with pool.acquire() as conn, conn.transaction():
         row = await conn.fetchrow(Q.lock_tenant_workflow, wf_id, tenant)
         if row is None:
@@ -164,6 +173,8 @@ async def retry_workflow(pool: Pool, tenant: str, wf_id: str) -> None:
             raise Conflict(
                 f"workflow is {row['status']}; only a failed, partially_failed or cancelled workflow can be retried"
             )
+        if limits.max_running and row["parent_workflow_id"] is None:
+            check_running_quota(await running_workflows(conn, tenant, limits.max_running), limits)
         names = steps_to_rerun(to_step_run(r) for r in await conn.fetch(Q.workflow_steps, wf_id))
         await conn.execute(Q.reset_steps_for_retry, wf_id, names)
         await conn.execute(Q.restart_workflow, wf_id, names)

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 
 class DomainError(Exception):
-    """Base class; `message` is the client-facing text."""
+    """Base class; `message` is the client-facing text. `retry_after_secs`, when set, is sent as
+    the answer's `Retry-After`."""
+
+    retry_after_secs: int | None = None
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -62,3 +65,11 @@ class Conflict(DomainError):
     def __init__(self, reason: str) -> None:
         super().__init__(f"conflict: {reason}")
         self.reason = reason
+
+
+class QuotaExceeded(DomainError):
+    """A per-tenant quota is used up for now; retry after `retry_after_secs` (429)."""
+
+    def __init__(self, detail: str, retry_after_secs: int) -> None:
+        super().__init__(f"quota exceeded: {detail}")
+        self.retry_after_secs = retry_after_secs

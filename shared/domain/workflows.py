@@ -25,13 +25,15 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 
-from shared.domain.errors import InvalidWorkflow, ValidationFailed
+from shared.domain.errors import InvalidWorkflow, QuotaExceeded, ValidationFailed
 from shared.domain.jobs import MAX_DELAY_SECS, MAX_NAME_BYTES, Object, PartialJobConfig, check_queue_name
 from shared.domain.traces import TraceContext
 
 MAX_FAN_OUT = 10_000  # elements one fan-out step may spawn (FanOut.max_items defaults to it)
 MAX_WORKFLOW_DEPTH = 8  # sub-workflows nest at most this deep
 MAX_WORKFLOW_STEPS = 1000
+DEFAULT_MAX_WORKFLOW_JOBS = 100_000  # --workflow-max-jobs' default: ten full fan-outs
+QUOTA_RETRY_AFTER_SECS = 5  # Retry-After of a 429 for the running-workflows quota
 
 Name = Annotated[str, Meta(min_length=1, max_length=MAX_NAME_BYTES)]
 
@@ -125,7 +127,10 @@ class StepCondition(Struct, frozen=True, forbid_unknown_fields=True, omit_defaul
 
 
 class FanOut(Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
-    """Run the step's task once per element of the context array at `path`."""
+    """Run the step's task once per element of the context array at `path`. Each child's payload
+    is the step's payload plus the element under `item_key` and its position under `_index` (not
+    the workflow context). `max_items` may not exceed the server's --workflow-max-fan-out (default
+    10,000), which also bounds a fan-out that declares none."""
 
     path: Annotated[str, Meta(min_length=1)]
     item_key: Annotated[str, Meta(min_length=1)] | None = None
@@ -259,6 +264,73 @@ def _validate_step(step: WorkflowStep, names: set[str], where: str, depth: int) 
                 f"{where}step '{step.name}': sub-workflows nest at most {MAX_WORKFLOW_DEPTH} deep"
             )
         validate(step.workflow, depth + 1)
+
+
+@dataclass(frozen=True)
+class WorkflowLimits:
+    """What this server lets one workflow ask for (the --workflow-max-jobs, --workflow-max-fan-out
+    and --tenant-max-running-workflows settings)."""
+
+    max_jobs: int = DEFAULT_MAX_WORKFLOW_JOBS  # jobs one run of a definition may create
+    max_fan_out: int = MAX_FAN_OUT  # children one fan-out step may spawn
+    max_running: int = 0  # unfinished top-level workflows a tenant may have (0: no quota)
+
+
+def fan_out_limit(spec: FanOut, limits: WorkflowLimits) -> int:
+    """The most children a fan-out step may spawn: its `max_items`, at most the server's bound."""
+    return limits.max_fan_out if spec.max_items is None else min(spec.max_items, limits.max_fan_out)
+
+
+def most_jobs(definition: WorkflowDefinition, limits: WorkflowLimits) -> int:
+    """The most jobs one run of `definition` can create, whatever its context holds: one per task
+    step, a fan-out step's limit, and a sub-workflow's own most (sleeps and waits run none)."""
+    total = 0
+    for step in definition.steps:
+        if step.workflow is not None:
+            total += most_jobs(step.workflow, limits)
+        elif step.fan_out is not None:
+            total += fan_out_limit(step.fan_out, limits)
+        elif step.task_name is not None:
+            total += 1
+    return total
+
+
+def check_budget(definition: WorkflowDefinition, limits: WorkflowLimits) -> None:
+    """Raise InvalidWorkflow when a (valid) definition asks for more than this server allows: a
+    fan-out `max_items` over --workflow-max-fan-out, or more jobs in one run (the most it can
+    create, `most_jobs`) than --workflow-max-jobs. Each run (the first, and each retry) is bounded
+    by it, so no request can make the server create more."""
+    _check_fan_outs(definition, limits.max_fan_out, "")
+    most = most_jobs(definition, limits)
+    if most > limits.max_jobs:
+        raise InvalidWorkflow(
+            f"the workflow can create up to {most} jobs (one per task step, a fan-out's max_items,"
+            f" or {limits.max_fan_out} when it has none, and its sub-workflows' jobs), more than"
+            f" this server's limit of {limits.max_jobs} (--workflow-max-jobs); declare smaller"
+            " max_items or split the workflow"
+        )
+
+
+def _check_fan_outs(definition: WorkflowDefinition, most: int, where: str) -> None:
+    for step in definition.steps:
+        if step.fan_out is not None and step.fan_out.max_items is not None and step.fan_out.max_items > most:
+            raise InvalidWorkflow(
+                f"{where}step '{step.name}': fan_out max_items {step.fan_out.max_items} is more than"
+                f" this server's limit of {most} (--workflow-max-fan-out)"
+            )
+        if step.workflow is not None:
+            _check_fan_outs(step.workflow, most, f"{where}sub-workflow '{step.workflow.name}': ")
+
+
+def check_running_quota(running: int, limits: WorkflowLimits) -> None:
+    """Raise QuotaExceeded when a tenant that already has `running` unfinished top-level workflows
+    may not start (or retry) another."""
+    if limits.max_running and running >= limits.max_running:
+        raise QuotaExceeded(
+            f"this tenant already has {limits.max_running} unfinished workflows, the most this server"
+            " allows one tenant (--tenant-max-running-workflows); retry once one has finished",
+            QUOTA_RETRY_AFTER_SECS,
+        )
 
 
 def _validate_condition(step: str, cond: StepCondition, where: str) -> None:

@@ -12,9 +12,11 @@ step may run, what a failure policy does, how a workflow ends) are the domain's
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 
+import msgspec
 import structlog
 
 from shared.db import events as events_db
@@ -28,7 +30,6 @@ from shared.domain.workflows import (
     CONDITION_NOT_MET,
     EVENT_TIMEOUT,
     HALTED,
-    MAX_FAN_OUT,
     FailurePolicy,
     OutboxEvent,
     OutboxKind,
@@ -36,9 +37,13 @@ from shared.domain.workflows import (
     StepRun,
     StepStatus,
     WorkflowDefinition,
+    WorkflowLimits,
     WorkflowRun,
     WorkflowStatus,
     blocker,
+    check_budget,
+    check_running_quota,
+    fan_out_limit,
     holds,
     lookup,
     normalise,
@@ -51,27 +56,44 @@ from shared.tracing import Tracer
 
 log = structlog.get_logger("queueflow.workflow")
 
+# Jobs are inserted in statements of at most this many jobs and about this many payload bytes, so
+# that only one statement's rows are ever encoded at once (a fan-out of 10,000 children, or many
+# steps that each carry a large `_context`, would otherwise be encoded whole).
+INSERT_CHUNK_JOBS = 1_000
+INSERT_CHUNK_BYTES = 8 * 1024 * 1024
+
 
 class Advancement:
     """One workflow's state while its row lock is held."""
 
     def __init__(
-        self, conn: Connection, run: WorkflowRun, default_queue: str, pending: PendingWrites | None = None
+        self,
+        conn: Connection,
+        run: WorkflowRun,
+        default_queue: str,
+        limits: WorkflowLimits,
+        pending: PendingWrites | None = None,
     ) -> None:
         self._conn = conn
         self.run = run
         self.steps = run.steps
         self.default_queue = default_queue
+        self.limits = limits
         self.pending = pending  # an advancer batch's held-back writes (None: every write at once)
 
     @classmethod
     async def load(
-        cls, conn: Connection, wf_id: str, default_queue: str, pending: PendingWrites | None = None
+        cls,
+        conn: Connection,
+        wf_id: str,
+        default_queue: str,
+        limits: WorkflowLimits,
+        pending: PendingWrites | None = None,
     ) -> Advancement | None:
         if pending:
             await pending.flush(conn)
         run = await workflows_db.load_run(conn, wf_id)
-        return None if run is None else cls(conn, run, default_queue, pending)
+        return None if run is None else cls(conn, run, default_queue, limits, pending)
 
     async def _db(self) -> Connection:
         """The connection, for any read or write but the two that may be held back: those are
@@ -223,21 +245,43 @@ class Advancement:
             await self._settle()
 
     async def _schedule_tasks(self, steps: list[StepRun]) -> None:
-        """One job per step, inserted by one statement, and the steps marked in one round trip."""
-        ids = await jobs_db.insert_jobs(
-            await self._db(), self.run.tenant_id, [self._job(s, s.attempt + 1) for s in steps]
+        """One job per step, inserted by as few statements as their size allows (usually one), and
+        the steps marked in one round trip."""
+        context = _size(self.run.context) if self.run.context else 0
+        ids = await self._insert(
+            (self._job(s, s.attempt + 1), context + _size(s.definition.payload)) for s in steps
         )
         for step, job_id in zip(steps, ids, strict=True):
             step.scheduled(step.attempt + 1, job_id=job_id)
         await workflows_db.mark_scheduled(await self._db(), self.run.id, steps)
 
+    async def _insert(self, jobs: Iterable[tuple[NewJob, int]]) -> list[uuid.UUID]:
+        """Insert `jobs` (each with its payload's size in bytes, about) in chunks of at most
+        INSERT_CHUNK_JOBS jobs and INSERT_CHUNK_BYTES bytes; their ids in order. `jobs` may be
+        lazy: a chunk's jobs are made only when it is about to be written."""
+        ids: list[uuid.UUID] = []
+        chunk: list[NewJob] = []
+        size = 0
+        for job, nbytes in jobs:
+            if chunk and (len(chunk) >= INSERT_CHUNK_JOBS or size + nbytes > INSERT_CHUNK_BYTES):
+                ids += await jobs_db.insert_jobs(await self._db(), self.run.tenant_id, chunk)
+                chunk, size = [], 0
+            chunk.append(job)
+            size += nbytes
+        if chunk:
+            ids += await jobs_db.insert_jobs(await self._db(), self.run.tenant_id, chunk)
+        return ids
+
     def _job(
         self, step: StepRun, attempt: int, extra: Object | None = None, fan: tuple[int, int] | None = None
     ) -> NewJob:
-        """The job of one scheduling of `step`; a fan-out child carries its (index, total)."""
+        """The job of one scheduling of `step`. A step's job carries the workflow context under
+        `_context` (upstream's contract); a fan-out child carries its element instead (`extra`) and
+        its (index, total), not the context: one copy of the context per child is what made a
+        fan-out's cost its width times the context's size."""
         d = step.definition
         payload = {**(d.payload or {}), **(extra or {})}
-        if self.run.context:
+        if self.run.context and fan is None:
             payload["_context"] = self.run.context
         metadata = dict(d.metadata or {})
         index = None
@@ -261,22 +305,25 @@ class Advancement:
         spec = step.definition.fan_out
         assert spec is not None
         items = lookup(self.run.context, spec.path)
-        limit = spec.max_items if spec.max_items is not None else MAX_FAN_OUT
         if not isinstance(items, list):
             await self._fail(step, f"fan_out path '{spec.path}' is not an array in the context")
             return
+        limit = fan_out_limit(spec, self.limits)
         if len(items) > limit:
-            await self._fail(
-                step, f"fan_out path '{spec.path}' has {len(items)} elements, more than max_items {limit}"
+            bound = (
+                f"max_items {limit}"
+                if spec.max_items is not None and spec.max_items <= self.limits.max_fan_out
+                else f"this server's limit of {limit} children a fan-out (--workflow-max-fan-out)"
             )
+            await self._fail(step, f"fan_out path '{spec.path}' has {len(items)} elements, more than {bound}")
             return
-        key = spec.item_key or "item"
-        jobs = [
-            self._job(step, attempt, {key: item, "_index": i}, (i, len(items)))
+        key, total = spec.item_key or "item", len(items)
+        base = _size(step.definition.payload) + len(key) + 16
+        ids = await self._insert(
+            (self._job(step, attempt, {key: item, "_index": i}, (i, total)), base + _size(item))
             for i, item in enumerate(items)
-        ]
-        ids = await jobs_db.insert_jobs(await self._db(), self.run.tenant_id, jobs) if jobs else []
-        step.scheduled(attempt, job_id=ids[0] if ids else None, fan_total=len(items))
+        )
+        step.scheduled(attempt, job_id=ids[0] if ids else None, fan_total=total)
         await workflows_db.mark_scheduled(await self._db(), self.run.id, [step])
         if not items:
             await self._complete(step, {"results": []})
@@ -342,7 +389,7 @@ class Advancement:
         )
         step.scheduled(attempt, child_workflow_id=child_id)
         await workflows_db.mark_scheduled(await self._db(), self.run.id, [step])
-        child = await Advancement.load(self._conn, child_id, self.default_queue, self.pending)
+        child = await Advancement.load(self._conn, child_id, self.default_queue, self.limits, self.pending)
         if child is not None:
             await child.start()
             await child.evaluate()
@@ -388,6 +435,11 @@ class Advancement:
         settled("workflow_settled", workflow_id=self.run.id, status=status)
 
 
+def _size(value: object) -> int:
+    """About how many bytes `value` takes as JSON (for sizing insert chunks)."""
+    return 0 if value is None else len(msgspec.json.encode(value))
+
+
 def _instant(value: object) -> str:
     """An instant as the API writes it (RFC 3339, UTC, `Z`), from a datetime or the ISO text a
     jsonb copy of a timestamptz holds."""
@@ -401,19 +453,39 @@ async def create_workflow(
     default_queue: str,
     parent: TraceContext | None = None,
     tracer: Tracer | None = None,
+    *,
+    limits: WorkflowLimits,
 ) -> tuple[str, WorkflowStatus]:
     """Validate and store a workflow, start it and schedule its root steps, in one transaction:
     when this returns, the workflow is `running` (or already finished, if nothing could run) and
     each root step's job exists. Returns its id and status. The workflow keeps the trace context
-    `parent` (the caller's), or with a `tracer` that of its creation's span, a child of it."""
+    `parent` (the caller's), or with a `tracer` that of its creation's span, a child of it.
+
+    A definition that asks for more than `limits` allow is refused (InvalidWorkflow), and so is a
+    tenant at its running-workflows quota (QuotaExceeded), before anything is written."""
+    validate(definition)
+    check_budget(definition, limits)
     if tracer is None:
         async with transaction(pool) as conn:
-            return await start_workflow(conn, tenant, definition, default_queue, parent)
+            return await _admit(conn, tenant, definition, default_queue, limits, parent)
     with tracer.create_workflow(parent, tenant, definition.name) as span:
         async with transaction(pool) as conn:
-            wf_id, status = await start_workflow(conn, tenant, definition, default_queue, span.context)
+            wf_id, status = await _admit(conn, tenant, definition, default_queue, limits, span.context)
         span.workflow_created(wf_id)
     return wf_id, status
+
+
+async def _admit(
+    conn: Connection,
+    tenant: str,
+    definition: WorkflowDefinition,
+    default_queue: str,
+    limits: WorkflowLimits,
+    trace: TraceContext | None,
+) -> tuple[str, WorkflowStatus]:
+    if limits.max_running:
+        check_running_quota(await workflows_db.running_workflows(conn, tenant, limits.max_running), limits)
+    return await _start(conn, tenant, definition, default_queue, limits, trace)
 
 
 async def start_workflow(
@@ -422,12 +494,27 @@ async def start_workflow(
     definition: WorkflowDefinition,
     default_queue: str,
     trace: TraceContext | None = None,
+    *,
+    limits: WorkflowLimits,
 ) -> tuple[str, WorkflowStatus]:
-    """`create_workflow` in the caller's transaction (a cron occurrence's, for one)."""
+    """Start a workflow in the caller's transaction: a cron occurrence's, whose definition was
+    checked against the limits when its schedule was created (a refusal here would stop the
+    janitor's firing on every pass). Its fan-outs are still bounded by `limits` as they run."""
     validate(definition)
+    return await _start(conn, tenant, definition, default_queue, limits, trace)
+
+
+async def _start(
+    conn: Connection,
+    tenant: str | None,
+    definition: WorkflowDefinition,
+    default_queue: str,
+    limits: WorkflowLimits,
+    trace: TraceContext | None,
+) -> tuple[str, WorkflowStatus]:
     stored = normalise(definition)
     wf_id = await workflows_db.insert_workflow(conn, tenant, stored, stored.context or {}, trace=trace)
-    state = await Advancement.load(conn, wf_id, default_queue)
+    state = await Advancement.load(conn, wf_id, default_queue, limits)
     assert state is not None  # inserted by this transaction
     await state.start()
     await state.evaluate()
@@ -435,11 +522,16 @@ async def start_workflow(
 
 
 async def advance(
-    conn: Connection, event: OutboxEvent, default_queue: str, tracer: Tracer | None = None
+    conn: Connection,
+    event: OutboxEvent,
+    default_queue: str,
+    tracer: Tracer | None = None,
+    *,
+    limits: WorkflowLimits,
 ) -> None:
     """Apply one outbox event to its workflow (the caller holds the transaction); with a `tracer`,
     in a span that is a child of the workflow's trace context."""
-    state = await Advancement.load(conn, event.workflow_id, default_queue)
+    state = await Advancement.load(conn, event.workflow_id, default_queue, limits)
     if state is not None:  # None: unknown or already terminal, nothing to do
         await _apply(state, event, tracer)
 
@@ -450,6 +542,8 @@ async def advance_many(
     runs: Mapping[str, WorkflowRun],
     default_queue: str,
     tracer: Tracer | None = None,
+    *,
+    limits: WorkflowLimits,
 ) -> None:
     """Apply a batch of outbox events in order, in the caller's transaction, which has locked and
     loaded their live workflows (`runs`). The result is the same as one transaction per event: a
@@ -463,9 +557,9 @@ async def advance_many(
     for event in events:
         run = fresh.pop(event.workflow_id, None)
         if run is not None:
-            state: Advancement | None = Advancement(conn, run, default_queue, pending)
+            state: Advancement | None = Advancement(conn, run, default_queue, limits, pending)
         else:
-            state = await Advancement.load(conn, event.workflow_id, default_queue, pending)
+            state = await Advancement.load(conn, event.workflow_id, default_queue, limits, pending)
         if state is None:
             continue
         await _apply(state, event, tracer)

@@ -26,6 +26,7 @@ from shared.domain.errors import (
     Forbidden,
     Gone,
     NotFound,
+    QuotaExceeded,
     Unauthorized,
     ValidationFailed,
 )
@@ -44,6 +45,7 @@ STATUS_OF: dict[type[DomainError], int] = {
     Gone: 404,
     Conflict: 409,
     PayloadTooLarge: 413,
+    QuotaExceeded: 429,
 }
 REQUEST_ID = "X-Request-ID"
 # Seconds a client should wait before retrying after a 503 for an unreachable database.
@@ -120,6 +122,8 @@ async def _handle(request: web.Request, handler: Handler, unavailable: Unavailab
         except DomainError as err:
             status = status_of(err)
             response = error_response(status, err.message)
+            if err.retry_after_secs is not None:
+                response.headers["Retry-After"] = str(err.retry_after_secs)
             if isinstance(err, UnreadableBody):
                 response.force_close()
         except web.HTTPRequestEntityTooLarge as err:

@@ -2,7 +2,9 @@
 
 They help the generator with what JSON Schema cannot say, and only there: a generated workflow's
 step names are made unique and its dependencies made to name earlier steps (so there is no cycle
-and no unknown name; the document says both in words), in a workflow or a cron schedule's, and a worker key's `expires_at` is moved
+and no unknown name; the document says both in words), in a workflow or a cron schedule's, whose
+fan-outs are shrunk when it could create more jobs than the server's --workflow-max-jobs (the
+document says so in words), and a worker key's `expires_at` is moved
 into the future (the document says so in words). Only valid (positive) cases are repaired: an
 invalid case must stay invalid.
 """
@@ -37,6 +39,30 @@ def repair_workflow(definition: Any) -> None:
         repair_workflow(step.get("workflow"))
 
 
+MAX_JOBS, MAX_FAN_OUT = 100_000, 10_000  # the fuzzed server's --workflow-max-jobs and -max-fan-out
+
+
+def _fan_outs(definition: Any) -> list[dict[str, Any]]:
+    if not isinstance(definition, dict) or not isinstance(definition.get("steps"), list):
+        return []
+    found: list[dict[str, Any]] = []
+    for step in definition["steps"]:
+        if isinstance(step, dict):
+            if isinstance(step.get("fan_out"), dict):
+                found.append(step["fan_out"])
+            found += _fan_outs(step.get("workflow"))
+    return found
+
+
+def fit_budget(definition: Any) -> None:
+    """Every fan-out's `max_items` set to 0 when the fan-outs alone could exceed the job budget."""
+    fan_outs = _fan_outs(definition)
+    most = sum(f["max_items"] if isinstance(f.get("max_items"), int) else MAX_FAN_OUT for f in fan_outs)
+    if most > MAX_JOBS - 10_000:  # room for every task step a body can hold
+        for fan_out in fan_outs:
+            fan_out["max_items"] = 0
+
+
 def repair_expiry(body: Any) -> None:
     """A worker key's `expires_at`, when given, a day from now."""
     if isinstance(body, dict) and isinstance(body.get("expires_at"), str):
@@ -49,8 +75,10 @@ def map_case(context: Any, case: Any) -> Any:
     if meta is not None and meta.generation.mode.is_positive:
         if case.operation.path == "/api/v1/workflows":
             repair_workflow(case.body)
+            fit_budget(case.body)
         elif case.operation.path == "/api/v1/cron" and isinstance(case.body, dict):
             repair_workflow(case.body.get("workflow"))  # a schedule that starts a workflow
+            fit_budget(case.body.get("workflow"))
         elif case.operation.path == "/api/v1/worker-keys" and case.operation.method.upper() == "POST":
             repair_expiry(case.body)
     return case

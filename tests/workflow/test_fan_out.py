@@ -56,12 +56,8 @@ async def test_fan_out_of_100_all_succeeding_keeps_element_order_and_counts_prog
     assert sorted(by_index) == list(range(N))
     for i, (child, _) in by_index.items():
         assert child["workflow_id"] == wf_id and child["workflow_step_id"] == "fan"
-        assert child["payload"] == {
-            "warehouse": "w1",
-            "line": items[i],
-            "_index": i,
-            "_context": {"order": {"items": items}},
-        }
+        # The element and its position, not the workflow context (docs/workflows.md, "Limits").
+        assert child["payload"] == {"warehouse": "w1", "line": items[i], "_index": i}
     states = await steps(client, wf_id)
     assert states["fan"]["status"] == "running"
     assert states["fan"]["fan_out"] == {"total": N, "completed": 0, "failed": 0}

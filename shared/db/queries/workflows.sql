@@ -16,6 +16,19 @@ VALUES ($1, $2, $3, $4, $5, $6);
 INSERT INTO queueflow.workflow_outbox (workflow_id, kind, step_name, outcome, child_workflow_id)
 VALUES ($1, $2, $3, $4, $5);
 
+-- name: lock_tenant_workflow_quota
+-- Creations and retries of one tenant's workflows take turns while its running-workflows quota is
+-- on, so that two of them cannot both take its last place.
+SELECT pg_advisory_xact_lock(hashtextextended('queueflow.workflow_quota:' || $1, 0));
+
+-- name: count_running_workflows
+-- The tenant's unfinished top-level workflows, counted up to $2 (migration 36's index).
+SELECT count(*) FROM (
+    SELECT 1 FROM queueflow.workflows
+    WHERE tenant_id = $1 AND status IN ('created', 'running') AND parent_workflow_id IS NULL
+    LIMIT $2
+) AS running;
+
 -- name: get_workflow
 SELECT * FROM queueflow.workflows WHERE id = $1 AND tenant_id = $2;
 
