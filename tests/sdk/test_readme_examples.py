@@ -208,7 +208,7 @@ async def test_rust_readme_worker_example_works_and_dead_letters(service, databa
     code = fenced_block(SDKS / "rust" / "README.md", "## A worker", "rust")
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "main.rs").write_text(pointed_at(code, srv.base_url))
-    manifest = fenced_block(SDKS / "rust" / "README.md", "# QueueFlow Rust SDK (`unofficial-queueflow-client`)", "toml")
+    manifest = fenced_block(SDKS / "rust" / "README.md", "# unofficial-queueflow-client for Rust", "toml")
     manifest = manifest.replace('path = "sdks/rust"', f'path = "{SDKS / "rust"}"')
     (tmp_path / "Cargo.toml").write_text(
         f'[package]\nname = "readme-example"\nversion = "0.0.0"\nedition = "2021"\n\n{manifest}'
