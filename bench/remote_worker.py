@@ -5,8 +5,8 @@ spread over several processes, as a fleet of real workers would be, instead of r
 in the harness's one event loop. Each process runs `--loops` copies of `bench.client.worker_loop`
 (lease up to `--max-jobs`, then one complete call per job, or with `--ack batch` one batch
 acknowledgement for them all) on one keep-alive session. With `--client sdk` each loop is instead
-the Python SDK's worker loop (`queueflow_sdk.Worker`, concurrency and batch size `--max-jobs`,
-a no-op handler), which acknowledges as that SDK does against this server.
+the Python SDK's worker loop (`unofficial_queueflow_client.Worker`, concurrency and batch size
+`--max-jobs`, a no-op handler), which acknowledges as that SDK does against this server.
 
 Protocol with the harness, one line at a time: this process prints `ready` once its session is
 open, starts its loops when it reads `go` on stdin, stops them when it reads `stop` (or stdin
@@ -87,7 +87,7 @@ async def run(args: argparse.Namespace) -> int:
 async def run_sdk(args: argparse.Namespace) -> int:
     """`--loops` SDK workers on one client; `completed` counts the handlers that returned."""
     sys.path.insert(0, str(SDK_SRC))
-    from queueflow_sdk import Client, Worker
+    from unofficial_queueflow_client import Client, Worker
 
     commands = await _stdin()
     completed = 0

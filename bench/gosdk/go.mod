@@ -1,8 +1,8 @@
-module github.com/queueflow/queueflow-python/bench/gosdk
+module example.com/bench/gosdk
 
 go 1.26.0
 
-require github.com/queueflow/queueflow-go v0.0.0
+require github.com/unofficial-queueflow/client-go v0.0.0
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
@@ -15,4 +15,4 @@ require (
 	go.opentelemetry.io/otel/trace v1.47.0 // indirect
 )
 
-replace github.com/queueflow/queueflow-go => ../../sdks/go
+replace github.com/unofficial-queueflow/client-go => ../../sdks/go

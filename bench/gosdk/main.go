@@ -21,7 +21,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	qf "github.com/queueflow/queueflow-go"
+	qf "github.com/unofficial-queueflow/client-go"
 )
 
 func main() {

@@ -1,4 +1,4 @@
-// Package queueflow is the Go SDK of QueueFlow: typed calls for every route of the REST API and
+// Package queueflow is an unofficial Go SDK for QueueFlow: typed calls for every route of the REST API and
 // the remote-worker protocol, and a Worker that runs the lease / heartbeat / report loop.
 package queueflow
 
@@ -75,7 +75,7 @@ func NewClient(baseURL, token string, opts ...Option) *Client {
 		token:     token,
 		http:      pooledHTTP,
 		timeout:   DefaultTimeout,
-		userAgent: "queueflow-go/" + Version,
+		userAgent: "unofficial-queueflow-client-go/" + Version,
 	}
 	for _, opt := range opts {
 		opt(c)

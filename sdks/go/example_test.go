@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/queueflow/queueflow-go"
+	queueflow "github.com/unofficial-queueflow/client-go"
 )
 
 func ExampleWorker() {

@@ -1,4 +1,4 @@
-module github.com/queueflow/queueflow-go
+module github.com/unofficial-queueflow/client-go
 
 go 1.26.0
 

@@ -17,7 +17,7 @@ import (
 // no-ops.
 
 // InstrumentationName names the tracer of the worker loop's spans.
-const InstrumentationName = "github.com/queueflow/queueflow-go"
+const InstrumentationName = "github.com/unofficial-queueflow/client-go"
 
 // Attribute keys of the worker loop's span.
 const (

@@ -425,7 +425,7 @@ func defaultWorkerID() string {
 	suffix := fmt.Sprintf(":%d", os.Getpid())
 	host := visibleASCII(hostname())
 	if host == "" {
-		host = "queueflow-go"
+		host = "unofficial-queueflow-client-go"
 	}
 	if len(host)+len(suffix) > MaxWorkerIDBytes {
 		host = host[:MaxWorkerIDBytes-len(suffix)]

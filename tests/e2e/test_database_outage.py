@@ -45,7 +45,7 @@ from tests.support.metrics import requests_served_with
 from tests.support.waiting import eventually
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "sdks" / "python" / "src"))
-from queueflow_sdk import Backoff, Client, JobContext, Worker
+from unofficial_queueflow_client import Backoff, Client, JobContext, Worker
 
 pytestmark = [pytest.mark.timeout(420), pytest.mark.xdist_group("database-outage")]
 

@@ -55,7 +55,7 @@ def build(language: str) -> None:
     cwd, commands, _, _ = _SPECS[language]
     if not commands or language in _built:
         return
-    lock_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"queueflow-sdk-build-{language}.lock"
+    lock_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"queueflow-build-sdk-{language}.lock"
     with open(lock_path, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # the second xdist worker waits, then finds nothing to do
         for command in commands:

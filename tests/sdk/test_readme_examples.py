@@ -102,8 +102,8 @@ async def test_go_readme_example_enqueues_works_and_drains_on_sigint(service, da
     code = fenced_block(SDKS / "go" / "README.md", "## A worker and a producer", "go")
     (tmp_path / "main.go").write_text(pointed_at(code, srv.base_url))
     (tmp_path / "go.mod").write_text(
-        "module example.com/readme\n\ngo 1.26.0\n\nrequire github.com/queueflow/queueflow-go v0.0.0\n\n"
-        f"replace github.com/queueflow/queueflow-go => {SDKS / 'go'}\n"
+        "module example.com/readme\n\ngo 1.26.0\n\nrequire github.com/unofficial-queueflow/client-go v0.0.0\n\n"
+        f"replace github.com/unofficial-queueflow/client-go => {SDKS / 'go'}\n"
     )
     # The SDK's own requirements (the OpenTelemetry API) resolved as a user's `go mod tidy` would.
     tidied = await spawn(["go", "mod", "tidy"], tmp_path)
@@ -208,7 +208,7 @@ async def test_rust_readme_worker_example_works_and_dead_letters(service, databa
     code = fenced_block(SDKS / "rust" / "README.md", "## A worker", "rust")
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "main.rs").write_text(pointed_at(code, srv.base_url))
-    manifest = fenced_block(SDKS / "rust" / "README.md", "# QueueFlow Rust SDK (`queueflow-sdk`)", "toml")
+    manifest = fenced_block(SDKS / "rust" / "README.md", "# unofficial-queueflow-client for Rust", "toml")
     manifest = manifest.replace('path = "sdks/rust"', f'path = "{SDKS / "rust"}"')
     (tmp_path / "Cargo.toml").write_text(
         f'[package]\nname = "readme-example"\nversion = "0.0.0"\nedition = "2021"\n\n{manifest}'

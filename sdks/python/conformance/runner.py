@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
 
-from queueflow_sdk import (
+from unofficial_queueflow_client import (
     ApiError,
     Client,
     CreateJobRequest,
@@ -30,7 +30,7 @@ from queueflow_sdk import (
     sleep_step,
     wait_for_event_step,
 )
-from queueflow_sdk.models import to_builtins
+from unofficial_queueflow_client.models import to_builtins
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter

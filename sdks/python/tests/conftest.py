@@ -18,7 +18,7 @@ from aiohttp.test_utils import TestServer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from queueflow_sdk import Backoff, Worker  # noqa: E402  (importable once src is on the path)
+from unofficial_queueflow_client import Backoff, Worker  # noqa: E402  (importable once src is on the path)
 
 FAST = Backoff(initial=0.01, maximum=0.05)
 

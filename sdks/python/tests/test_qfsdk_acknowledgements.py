@@ -10,7 +10,7 @@ import pytest
 from aiohttp import web
 from conftest import BATCH_ROUTE, FAST, error, job_json, run_until, until
 
-from queueflow_sdk import Backoff, Client, JobContext, Worker
+from unofficial_queueflow_client import Backoff, Client, JobContext, Worker
 
 
 async def test_successes_go_through_the_batch_route_and_failures_one_call_each(stub):
@@ -79,7 +79,7 @@ async def test_each_item_is_answered_as_the_per_job_route_would_be(stub, caplog)
     busy_answers = [503]
     answers = {lost: lambda: 409, gone: lambda: 404, busy: lambda: busy_answers.pop() if busy_answers else 204}
     stub.item_status = lambda job_id: answers.get(job_id, lambda: 204)()
-    caplog.set_level(logging.WARNING, "queueflow_sdk.worker")
+    caplog.set_level(logging.WARNING, "unofficial_queueflow_client.worker")
     async with Client(stub.url, "t") as qf:
         worker = Worker(qf, "q", {"ok": lambda ctx: {}}, wait_secs=0, concurrency=4, backoff=FAST)
         await run_until(worker, lambda: stub.batch_acked().count(busy) == 2 and worker.held == 0)
@@ -101,7 +101,7 @@ async def test_a_server_without_the_route_after_all_gets_one_call_per_job_for_go
         await until(stub.batches)  # done once the first job's batch call went out
         return {"slow": True}
 
-    caplog.set_level(logging.WARNING, "queueflow_sdk.worker")
+    caplog.set_level(logging.WARNING, "unofficial_queueflow_client.worker")
     async with Client(stub.url, "t") as qf:
         worker = Worker(qf, "q", {"fast": lambda ctx: {"fast": True}, "slow": slow}, wait_secs=0, concurrency=2)
         await run_until(worker, lambda: len(stub.calls("complete")) == 2 and worker.held == 0)
@@ -234,7 +234,7 @@ async def test_a_job_taken_back_while_it_waits_in_the_buffer_is_not_acknowledged
         await until(stub.batches)  # done while the first job's acknowledgement is in flight
         return {}
 
-    caplog.set_level(logging.INFO, "queueflow_sdk.worker")
+    caplog.set_level(logging.INFO, "unofficial_queueflow_client.worker")
     async with Client(stub.url, "t") as qf:
         worker = Worker(qf, "q", {"ok": lambda ctx: {}, "later": later}, lease_secs=1, wait_secs=0, concurrency=2)
         await run_until(worker, lambda: stub.batches() and worker.held == 0)

@@ -10,9 +10,9 @@ import pytest
 from aiohttp import web
 from conftest import error, job_json
 
-from queueflow_sdk import Client
-from queueflow_sdk import models as m
-from queueflow_sdk.errors import Conflict, NotFound, TransportError, Unauthorized, UnexpectedResponse
+from unofficial_queueflow_client import Client
+from unofficial_queueflow_client import models as m
+from unofficial_queueflow_client.errors import Conflict, NotFound, TransportError, Unauthorized, UnexpectedResponse
 
 
 async def test_tenant_and_worker_tokens_go_where_they_belong(stub):

@@ -7,10 +7,10 @@ from datetime import UTC, datetime
 import msgspec
 import pytest
 
-from queueflow_sdk import errors
-from queueflow_sdk import models as m
-from queueflow_sdk.backoff import Backoff
-from queueflow_sdk.sse import parse_sse
+from unofficial_queueflow_client import errors
+from unofficial_queueflow_client import models as m
+from unofficial_queueflow_client.backoff import Backoff
+from unofficial_queueflow_client.sse import parse_sse
 
 
 def test_requests_leave_out_unset_fields():

@@ -18,9 +18,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from queueflow_sdk import Client, JobContext, PermanentError, Worker, __version__
-from queueflow_sdk._reports import MAX_BUFFERED_LINES, JobReports, check_progress, cut_message
-from queueflow_sdk.models import MAX_LOG_CALL_BYTES, ProgressReport
+from unofficial_queueflow_client import Client, JobContext, PermanentError, Worker, __version__
+from unofficial_queueflow_client._reports import MAX_BUFFERED_LINES, JobReports, check_progress, cut_message
+from unofficial_queueflow_client.models import MAX_LOG_CALL_BYTES, ProgressReport
 
 TS = datetime(2026, 1, 1, tzinfo=UTC)
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -210,7 +210,7 @@ async def test_a_rejected_logs_call_never_changes_the_outcome(stub, caplog):
         ctx.log("failing on purpose", "error")
         raise PermanentError("invalid input")
 
-    caplog.set_level(logging.INFO, "queueflow_sdk.worker")
+    caplog.set_level(logging.INFO, "unofficial_queueflow_client.worker")
     async with Client(stub.url, "t") as qf:
         worker = Worker(qf, "q", {"ok": ok, "boom": boom}, wait_secs=0, concurrency=2, backoff=FAST)
         await run_until(worker, finished(stub, 2))

@@ -9,7 +9,7 @@ import pytest
 from aiohttp import web
 from conftest import FAST, error, job_json, run_until
 
-from queueflow_sdk import Backoff, Client, Forbidden, JobContext, PermanentError, Unauthorized, Worker
+from unofficial_queueflow_client import Backoff, Client, Forbidden, JobContext, PermanentError, Unauthorized, Worker
 
 
 async def test_results_and_failures_are_reported(stub):
@@ -134,7 +134,7 @@ async def test_outages_back_off_and_the_loop_recovers(stub, caplog):
             delays.append(delay)
             return delay
 
-    caplog.set_level(logging.WARNING, "queueflow_sdk.worker")
+    caplog.set_level(logging.WARNING, "unofficial_queueflow_client.worker")
     async with Client(stub.url, "t") as qf:
         worker = Worker(
             qf,

@@ -9,8 +9,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use queueflow_sdk::{Client, Map, Worker, WorkerOptions};
 use tokio::io::{AsyncBufReadExt, BufReader};
+use unofficial_queueflow_client::{Client, Map, Worker, WorkerOptions};
 
 fn flag(args: &[String], name: &str, default: &str) -> String {
     args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned().unwrap_or_else(|| default.to_string())

@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use opentelemetry::trace::{SpanKind, Status, TraceContextExt};
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
-use queueflow_sdk::backoff::XorShift;
-use queueflow_sdk::*;
 use tokio::io::AsyncBufReadExt;
+use unofficial_queueflow_client::backoff::XorShift;
+use unofficial_queueflow_client::*;
 
 fn emit(event: Value) {
     let mut out = std::io::stdout().lock();

@@ -3,10 +3,10 @@
 //! QUEUEFLOW_URL=http://localhost:8000 QUEUEFLOW_TOKEN=<tenant key> QUEUEFLOW_WORKER_TOKEN=<worker token> \
 //!     cargo run --example worker
 
-use queueflow_sdk::{json, Client, CreateJobRequest, HandlerError, Map, Worker, WorkerOptions};
+use unofficial_queueflow_client::{json, Client, CreateJobRequest, HandlerError, Map, Worker, WorkerOptions};
 
 #[tokio::main(flavor = "current_thread")]
-async fn main() -> Result<(), queueflow_sdk::Error> {
+async fn main() -> Result<(), unofficial_queueflow_client::Error> {
     let var = |name: &str, default: &str| std::env::var(name).unwrap_or_else(|_| default.to_string());
     let token = var("QUEUEFLOW_TOKEN", "dev");
     let client = Client::builder(var("QUEUEFLOW_URL", "http://localhost:8000"), &token)

@@ -1,6 +1,6 @@
-//! # queueflow-sdk
+//! # unofficial-queueflow-client
 //!
-//! The Rust SDK of QueueFlow, a PostgreSQL-native job queue and workflow engine.
+//! An unofficial Rust SDK for QueueFlow, a PostgreSQL-native job queue and workflow engine.
 //!
 //! * [`Client`]: typed async calls for every REST route (jobs, workflows, cron, dead letters,
 //!   queues, system, SSE event streams) and the remote-worker protocol (lease, heartbeat,
@@ -13,9 +13,9 @@
 //!   the application installs the SDK and exporter it wants).
 //!
 //! ```no_run
-//! use queueflow_sdk::{Client, Map, Worker, WorkerOptions};
+//! use unofficial_queueflow_client::{Client, Map, Worker, WorkerOptions};
 //!
-//! # async fn demo() -> Result<(), queueflow_sdk::Error> {
+//! # async fn demo() -> Result<(), unofficial_queueflow_client::Error> {
 //! let client = Client::builder("http://localhost:8000", "tenant-key").worker_token("worker-token").build();
 //! Worker::new(client, "images", WorkerOptions::default())
 //!     .register("resize-image", |job| async move { Ok(Map::new()) })

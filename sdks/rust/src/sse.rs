@@ -103,7 +103,7 @@ impl SseParser {
 /// A stream of typed events from an SSE route: each `status` event's data decoded as `T`.
 ///
 /// ```no_run
-/// # async fn demo(client: queueflow_sdk::Client) -> Result<(), queueflow_sdk::Error> {
+/// # async fn demo(client: unofficial_queueflow_client::Client) -> Result<(), unofficial_queueflow_client::Error> {
 /// let mut events = client.job_events("2f0c...").await?;
 /// while let Some(job) = events.next().await {
 ///     println!("now {}", job?.status);

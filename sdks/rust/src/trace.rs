@@ -14,7 +14,7 @@ use opentelemetry::{global, Context, InstrumentationScope, KeyValue};
 use crate::types::Job;
 
 /// The instrumentation scope of the spans this SDK makes.
-pub const TRACER_NAME: &str = "queueflow-sdk";
+pub const TRACER_NAME: &str = "unofficial-queueflow-client";
 
 /// A handler's span, current (in the [`Context`] it holds) while the handler runs.
 pub(crate) struct HandlerSpan {

@@ -191,7 +191,7 @@ impl JobContext {
     /// is an [`Error::InvalidArgument`] and records nothing.
     ///
     /// ```no_run
-    /// # fn demo(ctx: &queueflow_sdk::JobContext) -> Result<(), queueflow_sdk::Error> {
+    /// # fn demo(ctx: &unofficial_queueflow_client::JobContext) -> Result<(), unofficial_queueflow_client::Error> {
     /// ctx.progress(42.5, Some("frames 425/1000"))?;
     /// ctx.progress(100.0, None)?;
     /// # Ok(()) }
@@ -324,8 +324,8 @@ fn worker_info<'a>(tasks: impl Iterator<Item = &'a String>) -> WorkerInfo {
 /// A worker for one queue. Register a handler per task name, then [`run`](Worker::run).
 ///
 /// ```no_run
-/// use queueflow_sdk::{Client, Map, Worker, WorkerOptions};
-/// # async fn demo() -> Result<(), queueflow_sdk::Error> {
+/// use unofficial_queueflow_client::{Client, Map, Worker, WorkerOptions};
+/// # async fn demo() -> Result<(), unofficial_queueflow_client::Error> {
 /// let client = Client::builder("http://localhost:8000", "tenant-key").worker_token("worker-token").build();
 /// Worker::new(client, "images", WorkerOptions::default())
 ///     .register("resize-image", |job| async move { Ok(job.payload) })

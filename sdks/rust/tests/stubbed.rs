@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use queueflow_sdk::*;
 use stub::{job, requests, serve, Req, Resp};
+use unofficial_queueflow_client::*;
 
 const LIMIT: Duration = Duration::from_secs(15);
 

@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use queueflow_sdk::backoff::{backoff_delay, XorShift, BACKOFF_BASE, BACKOFF_CAP};
-use queueflow_sdk::*;
+use unofficial_queueflow_client::backoff::{backoff_delay, XorShift, BACKOFF_BASE, BACKOFF_CAP};
+use unofficial_queueflow_client::*;
 
 // --- errors -------------------------------------------------------------------------------------
 

@@ -16,8 +16,8 @@ use std::time::Duration;
 use opentelemetry::trace::{SpanId, SpanKind, Status, TraceContextExt, Tracer};
 use opentelemetry::{Context, Value as OtelValue};
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
-use queueflow_sdk::*;
 use stub::{job, requests, serve, Log, Req, Resp};
+use unofficial_queueflow_client::*;
 
 const LIMIT: Duration = Duration::from_secs(20);
 const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
@@ -145,7 +145,7 @@ async fn leases_name_the_worker_and_say_what_it_is_until_one_succeeded() {
     let leases: Vec<_> = requests(&log, "POST", "/lease").iter().map(Req::json).collect();
     assert!(leases.len() >= 3, "{leases:?}");
     let info = json!({
-        "hostname": queueflow_sdk::worker::hostname(),
+        "hostname": unofficial_queueflow_client::worker::hostname(),
         "sdk": "rust",
         "version": SDK_VERSION,
         "tasks": ["a.task", "b.task"],

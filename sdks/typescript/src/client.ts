@@ -437,7 +437,7 @@ export class QueueFlow {
       timeoutMs: options.timeoutMs ?? 30_000,
       maxRetries: options.maxRetries ?? 2,
       fetch: fetchImpl,
-      userAgent: `queueflow-sdk-typescript/${SDK_VERSION}`,
+      userAgent: `unofficial-queueflow-client-typescript/${SDK_VERSION}`,
     });
     this.jobs = new Jobs(transport, options.token);
     this.workflows = new Workflows(transport, options.token);

@@ -1,4 +1,4 @@
-/** @queueflow/sdk: the TypeScript client and remote-worker runtime for QueueFlow. */
+/** unofficial-queueflow-client: an unofficial TypeScript client and remote-worker runtime for QueueFlow. */
 
 export { QueueFlow, SDK_VERSION, Jobs, Workflows, Events, Cron, DeadLetters, Queues, System, WorkerKeys, Limits } from "./client.js";
 export type { QueueFlowOptions, WaitOptions } from "./client.js";

@@ -20,7 +20,7 @@ import type { LeasedJob } from "./types.js";
 import { SDK_VERSION } from "./version.js";
 
 /** The instrumentation scope of the worker loop's spans. */
-export const TRACER_NAME = "@queueflow/sdk";
+export const TRACER_NAME = "unofficial-queueflow-client";
 
 const TRACEPARENT = /^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?$/;
 

@@ -20,7 +20,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	qf "github.com/queueflow/queueflow-go"
+	qf "github.com/unofficial-queueflow/client-go"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"

@@ -1,15 +1,15 @@
-"""QueueFlow SDK for Python: an asyncio REST client and a remote-worker runtime.
+"""An unofficial QueueFlow SDK for Python: an asyncio REST client and a remote-worker runtime.
 
-    from queueflow_sdk import Client, Worker
+    from unofficial_queueflow_client import Client, Worker
 
 See the README for a walkthrough.
 """
 
-from queueflow_sdk import models
-from queueflow_sdk._version import __version__
-from queueflow_sdk.backoff import Backoff
-from queueflow_sdk.client import Client
-from queueflow_sdk.errors import (
+from unofficial_queueflow_client import models
+from unofficial_queueflow_client._version import __version__
+from unofficial_queueflow_client.backoff import Backoff
+from unofficial_queueflow_client.client import Client
+from unofficial_queueflow_client.errors import (
     ApiError,
     BadRequest,
     Conflict,
@@ -25,7 +25,7 @@ from queueflow_sdk.errors import (
     Unauthorized,
     UnexpectedResponse,
 )
-from queueflow_sdk.models import (
+from unofficial_queueflow_client.models import (
     CreateJobRequest,
     CreateWorkflowRequest,
     ErrorBody,
@@ -39,8 +39,8 @@ from queueflow_sdk.models import (
     sleep_until_step,
     wait_for_event_step,
 )
-from queueflow_sdk.sse import ServerSentEvent
-from queueflow_sdk.worker import Handler, JobContext, Worker
+from unofficial_queueflow_client.sse import ServerSentEvent
+from unofficial_queueflow_client.worker import Handler, JobContext, Worker
 
 __all__ = [
     "ApiError",

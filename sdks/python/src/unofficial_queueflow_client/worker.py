@@ -45,11 +45,17 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, TracerProvider
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from queueflow_sdk._reports import DEFAULT_LEVEL, MAX_BUFFERED_LINES, JobReports, check_level, check_progress
-from queueflow_sdk._version import __version__
-from queueflow_sdk.backoff import Backoff
-from queueflow_sdk.client import Client
-from queueflow_sdk.errors import (
+from unofficial_queueflow_client._reports import (
+    DEFAULT_LEVEL,
+    MAX_BUFFERED_LINES,
+    JobReports,
+    check_level,
+    check_progress,
+)
+from unofficial_queueflow_client._version import __version__
+from unofficial_queueflow_client.backoff import Backoff
+from unofficial_queueflow_client.client import Client
+from unofficial_queueflow_client.errors import (
     ApiError,
     BadRequest,
     Conflict,
@@ -59,7 +65,7 @@ from queueflow_sdk.errors import (
     UnexpectedResponse,
     error_for_item,
 )
-from queueflow_sdk.models import (
+from unofficial_queueflow_client.models import (
     MAX_COMPLETIONS,
     CompletionItem,
     Job,
@@ -70,7 +76,7 @@ from queueflow_sdk.models import (
 
 __all__ = ["Handler", "JobContext", "Worker"]
 
-log = logging.getLogger("queueflow_sdk.worker")
+log = logging.getLogger("unofficial_queueflow_client.worker")
 
 _BATCH_ROUTE = "/api/v1/jobs/complete"
 _WORKER_ID = re.compile(r"[!-~]{1,128}")  # what the server takes: 1 to 128 visible ASCII characters
@@ -283,7 +289,7 @@ class Worker:
             version=__version__,
             tasks=tasks[:_MAX_INFO_TASKS],
         )
-        self._tracer = trace.get_tracer("queueflow_sdk", __version__, tracer_provider)
+        self._tracer = trace.get_tracer("unofficial_queueflow_client", __version__, tracer_provider)
         self._introduced = False  # a lease with `info` succeeded: later ones leave it out
         self._stopping = False
         self._running = False

@@ -23,7 +23,13 @@ from collections import deque
 from dataclasses import dataclass
 from datetime import datetime
 
-from queueflow_sdk.models import MAX_LOG_CALL_BYTES, MAX_LOG_LINES, MAX_PROGRESS_MESSAGE, NewLogLine, ProgressReport
+from unofficial_queueflow_client.models import (
+    MAX_LOG_CALL_BYTES,
+    MAX_LOG_LINES,
+    MAX_PROGRESS_MESSAGE,
+    NewLogLine,
+    ProgressReport,
+)
 
 __all__ = [
     "DEFAULT_LEVEL",

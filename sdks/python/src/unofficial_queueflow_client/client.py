@@ -11,17 +11,17 @@ import aiohttp
 import msgspec
 from yarl import URL
 
-from queueflow_sdk import models as m
-from queueflow_sdk._version import __version__
-from queueflow_sdk.errors import TransportError, UnexpectedResponse, error_for_status
-from queueflow_sdk.sse import ServerSentEvent, parse_sse
+from unofficial_queueflow_client import models as m
+from unofficial_queueflow_client._version import __version__
+from unofficial_queueflow_client.errors import TransportError, UnexpectedResponse, error_for_status
+from unofficial_queueflow_client.sse import ServerSentEvent, parse_sse
 
 __all__ = ["Client"]
 
 T = TypeVar("T")
 _encoder = msgspec.json.Encoder()
 _decoders: dict[Any, msgspec.json.Decoder[Any]] = {}
-_USER_AGENT = f"queueflow-sdk-python/{__version__}"
+_USER_AGENT = f"unofficial-queueflow-client-python/{__version__}"
 
 
 def _decoder(typ: Any) -> msgspec.json.Decoder[Any]:

@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 
-from queueflow_sdk.models import ErrorBody
+from unofficial_queueflow_client.models import ErrorBody
 
 __all__ = [
     "ApiError",
