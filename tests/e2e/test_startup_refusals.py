@@ -77,7 +77,9 @@ def test_serve_refuses_dev_mode_that_others_could_reach(args, env, message):
 
 def test_serve_names_every_reason_it_refuses_dev_mode():
     stderr = refused(serve("--dev", "--host", "0.0.0.0", "--worker-token", "w"))
-    assert "not a loopback address" in stderr and "--worker-token (QUEUEFLOW_WORKER_TOKEN) configured" in stderr
+    assert (
+        "not a loopback address" in stderr and "--worker-token (QUEUEFLOW_WORKER_TOKEN) configured" in stderr
+    )
 
 
 PLACEHOLDERS = {

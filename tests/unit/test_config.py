@@ -217,7 +217,9 @@ def test_a_jwt_secret_under_32_bytes_is_refused_with_how_to_make_one():
 
 def test_a_jwt_secret_is_measured_in_bytes():
     three_bytes_each = "€" * 11  # 11 characters, 33 bytes
-    settings("--database-url", DB, "--worker-token", "w", "--jwt-secret", three_bytes_each).check_credentials()
+    settings(
+        "--database-url", DB, "--worker-token", "w", "--jwt-secret", three_bytes_each
+    ).check_credentials()
 
 
 @pytest.mark.parametrize(
@@ -228,14 +230,14 @@ def test_a_jwt_secret_is_measured_in_bytes():
     ],
 )
 def test_the_escape_flag_lets_a_weak_jwt_secret_start(flags, env):
-    s = settings(
-        "--worker-token", "w", "--jwt-secret", "upstream", *flags, env={"DATABASE_URL": DB, **env}
-    )
+    s = settings("--worker-token", "w", "--jwt-secret", "upstream", *flags, env={"DATABASE_URL": DB, **env})
     s.check_credentials()
     assert s.weak_jwt_secret  # what the start-up warning reads
 
 
 def test_jwt_audience_and_issuer_are_read():
-    s = settings("--database-url", DB, "--jwt-audience", "queueflow", env={"QUEUEFLOW_JWT_ISSUER": "https://idp"})
+    s = settings(
+        "--database-url", DB, "--jwt-audience", "queueflow", env={"QUEUEFLOW_JWT_ISSUER": "https://idp"}
+    )
     assert (s.jwt_audience, s.jwt_issuer) == ("queueflow", "https://idp")
     assert settings("--database-url", DB).jwt_audience is None
