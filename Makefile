@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install tools run test test-sdks image image-test bench bench-peers bench-compare bench-dbtime soak lint fmt clean
+.PHONY: install tools lock run test test-sdks image image-test bench bench-peers bench-compare bench-dbtime soak lint fmt clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -13,6 +13,18 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# requirements.lock: the server's dependencies (pyproject.toml's) and its build backend
+# ([build-system] requires), each pinned with the hashes of its files on PyPI, resolved for Python
+# 3.11 on every platform; the image installs it with --require-hashes (deploy/Dockerfile). Run it
+# after changing either list: pins already in the lock stay unless ARGS=--upgrade (or
+# ARGS='--upgrade-package NAME'). tests/deploy/test_requirements_lock.py checks that it covers both.
+UV_VERSION := 0.13.9
+lock: $(STAMP)
+	$(BIN)/pip install -q 'uv==$(UV_VERSION)'
+	$(BIN)/python -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['build-system']['requires'], sep='\n')" \
+		| $(BIN)/uv pip compile --quiet pyproject.toml - --universal --python-version 3.11 \
+			--generate-hashes --custom-compile-command 'make lock' -o requirements.lock $(ARGS)
 
 # QueueFlow with an embedded PostgreSQL in dev mode (or DATABASE_URL when set).
 run: $(STAMP)

@@ -36,9 +36,9 @@ class Context:
         return quick if self.quick else full
 
     def server(
-        self, dsn: str, mode: str, *extra: str, env: Mapping[str, str] | None = None
+        self, dsn: str, mode: str, *extra: str, env: Mapping[str, str] | None = None, dev: bool = True
     ) -> ServiceProcess:
-        return harness.server(dsn, mode, self.log_dir, extra, self.profile_dir, env)
+        return harness.server(dsn, mode, self.log_dir, extra, self.profile_dir, env, dev)
 
     def database(self, tag: str) -> AbstractAsyncContextManager[str]:
         """A brand-new database for one run (see harness.database); yields its DSN."""

@@ -77,13 +77,15 @@ def server(
     extra: Sequence[str] = (),
     profile_dir: Path | None = None,
     env: Mapping[str, str] | None = None,
+    dev: bool = True,
 ) -> ServiceProcess:
-    """`queueflow serve --mode MODE --dev` on free ports, logging under `log_dir`.
+    """`queueflow serve --mode MODE --dev` on free ports, logging under `log_dir` (without --dev
+    when `dev` is false: a server given credentials, which --dev refuses).
 
     With `profile_dir` set, the process runs under cProfile and writes `<mode>-<port>.prof` there
     when it exits (only the event-loop thread is profiled).
     """
-    proc = ServiceProcess(dsn, mode, extra_args=extra, env=env, log_dir=log_dir, own_session=True)
+    proc = ServiceProcess(dsn, mode, dev, extra_args=extra, env=env, log_dir=log_dir, own_session=True)
     if profile_dir is not None:
         profile_dir.mkdir(parents=True, exist_ok=True)
         profile = profile_dir / f"{mode}-{proc.api_port}.prof"

@@ -1,8 +1,9 @@
 """`make run`: QueueFlow in development mode, with an embedded PostgreSQL unless DATABASE_URL is set.
 
 The embedded cluster keeps its data in `<repo>/.qfdata/pg`, so jobs survive restarts. This process
-prints where to point curl, runs `queueflow serve --mode all --dev` as a child, forwards Ctrl-C and
-SIGTERM to it, and stops the embedded PostgreSQL once the server has exited.
+prints where to point curl, runs `queueflow serve --mode all --dev --host 127.0.0.1` as a child
+(dev mode accepts any token, so it listens on loopback only), forwards Ctrl-C and SIGTERM to it,
+and stops the embedded PostgreSQL once the server has exited.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ DATA_DIR = REPO / ".qfdata" / "pg"
 DEV_PG_PORT = 55432
 DATABASE = "queueflow"
 DEV_TOKEN = "dev"
+DEV_HOST = "127.0.0.1"
 
 
 def banner(api_url: str, database: str) -> str:
@@ -63,7 +65,7 @@ def run_server(env: dict[str, str]) -> int:
         # Its own process group: a terminal Ctrl-C reaches only us and we forward it exactly once,
         # so the server sees one SIGINT (a second one would cut its graceful shutdown short).
         child = subprocess.Popen(
-            [*SERVER_ARGV, "--mode", "all", "--dev"],
+            [*SERVER_ARGV, "--mode", "all", "--dev", "--host", DEV_HOST],
             env=env,
             cwd=REPO,
             process_group=0,
@@ -79,7 +81,7 @@ def run_server(env: dict[str, str]) -> int:
 
 def main() -> int:
     env = dict(os.environ)
-    api_url = f"http://localhost:{env.get('QUEUEFLOW_API_PORT') or 8000}"
+    api_url = f"http://{DEV_HOST}:{env.get('QUEUEFLOW_API_PORT') or 8000}"
     if env.get("DATABASE_URL"):
         print(banner(api_url, "from DATABASE_URL"), flush=True)
         return run_server(env)

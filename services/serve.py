@@ -23,7 +23,7 @@ from services.api import app as api
 from services.janitor import app as janitor
 from services.worker import app as worker
 from services.workflow import app as workflow
-from shared.config import Settings
+from shared.config import JWT_SECRET_MIN_BYTES, MAKE_A_SECRET, Settings
 from shared.runtime.app import base_app, probe_app
 
 log = structlog.get_logger("queueflow.serve")
@@ -69,6 +69,12 @@ async def serve(settings: Settings) -> None:
             detail="--dev: any bearer token is tenant 'tenant1' and a worker; "
             "never run this on a network you do not control",
         )
+    if settings.weak_jwt_secret:
+        log.warning(
+            "weak_jwt_secret",
+            detail=f"--allow-weak-jwt-secret: the JWT secret is under {JWT_SECRET_MIN_BYTES} bytes;"
+            f" make a new one with `{MAKE_A_SECRET}`, re-sign the tenants' tokens and drop the flag",
+        )
     runners: list[web.AppRunner] = []
     main = web.AppRunner(
         app, handle_signals=False, access_log=None, shutdown_timeout=settings.shutdown_grace_secs
@@ -90,6 +96,7 @@ async def serve(settings: Settings) -> None:
     log.info(
         "queueflow_started",
         mode=settings.mode,
+        host=settings.host,
         api_port=settings.api_port if serves_api else None,
         metrics_port=settings.metrics_port or None,
     )

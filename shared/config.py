@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import ipaddress
 import os
 import types
 import typing
@@ -25,6 +26,13 @@ from shared.domain.visibility import DEFAULT_JOB_LOG_MAX_BYTES
 from shared.domain.workflows import DEFAULT_MAX_WORKFLOW_JOBS, MAX_FAN_OUT, WorkflowLimits
 
 MODES = ("all", "api", "janitor", "workflow", "worker")
+# Where --dev binds when --host is not given: dev mode accepts any token, so never beyond this host.
+DEV_HOST = "127.0.0.1"
+# HS256 secrets shorter than the hash's output are refused (RFC 7518, section 3.2).
+JWT_SECRET_MIN_BYTES = 32
+# The placeholder of deploy/k8s/secret.example.yaml: a credential holding it was never filled in.
+PLACEHOLDER = "REPLACE_ME"
+MAKE_A_SECRET = "openssl rand -base64 48"
 
 
 class ConfigError(Exception):
@@ -39,22 +47,33 @@ class ApiKey:
 
 
 def parse_api_keys(raw: str | None) -> tuple[ApiKey, ...]:
-    """`token:tenant[,token:tenant:ro ...]`; a malformed entry is a start-up error."""
+    """`token:tenant[,token:tenant:ro ...]`; a malformed entry is a start-up error, which names
+    the entry by its position and what is wrong with it, never by its text (it holds a token)."""
     if not raw:
         return ()
     keys = []
-    for entry in (e.strip() for e in raw.split(",")):
-        if not entry:
-            continue
+    entries = [e.strip() for e in raw.split(",") if e.strip()]
+    for number, entry in enumerate(entries, 1):
         parts = entry.split(":")
         read_only = False
         if len(parts) == 3 and parts[2] == "ro":
             read_only = True
             parts = parts[:2]
         if len(parts) != 2 or not parts[0].strip() or not parts[1].strip():
-            raise ConfigError(f"invalid --api-keys entry (want token:tenant or token:tenant:ro): {entry!r}")
+            raise ConfigError(
+                f"invalid --api-keys entry {number} of {len(entries)}: {_api_key_fault(parts)}"
+                " (want token:tenant or token:tenant:ro; the entry is not shown, it holds a token)"
+            )
         keys.append(ApiKey(parts[0].strip(), parts[1].strip(), read_only))
     return tuple(keys)
+
+
+def _api_key_fault(parts: list[str]) -> str:
+    if len(parts) == 1:
+        return "it has no ':'"
+    if len(parts) > 2:
+        return f"it has {len(parts)} ':'-separated fields and only a third field 'ro' is allowed"
+    return "its token is empty" if not parts[0].strip() else "its tenant is empty"
 
 
 def parse_bool(raw: str) -> bool:
@@ -128,7 +147,27 @@ class Settings:
         "--worker-token", "QUEUEFLOW_WORKER_TOKEN", None, "credential for the worker protocol routes"
     )
     jwt_secret: str | None = option(
-        "--jwt-secret", "QUEUEFLOW_JWT_SECRET", None, "HS256 secret for tenant JWTs"
+        "--jwt-secret",
+        "QUEUEFLOW_JWT_SECRET",
+        None,
+        f"HS256 secret for tenant JWTs, at least {JWT_SECRET_MIN_BYTES} bytes (`{MAKE_A_SECRET}`)",
+    )
+    allow_weak_jwt_secret: bool = option(
+        "--allow-weak-jwt-secret",
+        "QUEUEFLOW_ALLOW_WEAK_JWT_SECRET",
+        False,
+        f"start with a --jwt-secret under {JWT_SECRET_MIN_BYTES} bytes (warns at start): for a move"
+        " from upstream, until the tokens are re-signed with a longer secret",
+        switch=True,
+    )
+    jwt_audience: str | None = option(
+        "--jwt-audience",
+        "QUEUEFLOW_JWT_AUDIENCE",
+        None,
+        "when set, a tenant JWT needs an aud claim that names this audience",
+    )
+    jwt_issuer: str | None = option(
+        "--jwt-issuer", "QUEUEFLOW_JWT_ISSUER", None, "when set, a tenant JWT needs this iss claim"
     )
     api_keys: tuple[ApiKey, ...] = option(
         "--api-keys", "QUEUEFLOW_API_KEYS", (), "tenant API keys: token:tenant[:ro],..."
@@ -232,7 +271,8 @@ class Settings:
         "--dev",
         "QUEUEFLOW_DEV",
         False,
-        "development mode: any token is tenant 'tenant1' and a worker",
+        "development mode: any token is tenant 'tenant1' and a worker; binds 127.0.0.1 and refuses"
+        " a non-loopback --host, any configured credential and Kubernetes",
         switch=True,
     )
     auto_migrate: bool = option("--auto-migrate", "QUEUEFLOW_AUTO_MIGRATE", True, "apply migrations at start")
@@ -259,8 +299,15 @@ class Settings:
         """Whether this process runs `service` (api, janitor, workflow or worker)."""
         return self.mode in ("all", service)
 
+    @property
+    def weak_jwt_secret(self) -> bool:
+        """A JWT secret under the minimum, which --allow-weak-jwt-secret let through."""
+        return 0 < len((self.jwt_secret or "").encode()) < JWT_SECRET_MIN_BYTES
+
     def check_credentials(self) -> None:
-        """Fail closed: api and all modes need a worker token and a tenant credential unless --dev."""
+        """Fail closed: api and all modes need a worker token and a tenant credential unless --dev;
+        no credential may be the example Secret's placeholder, nor the JWT secret too short."""
+        self._check_secrets()
         if self.dev or not self.runs("api"):
             return
         missing = []
@@ -274,6 +321,75 @@ class Settings:
                 + ", ".join(missing)
                 + " (or pass --dev for a local development server)"
             )
+
+    def _check_secrets(self) -> None:
+        given = {
+            "--worker-token (QUEUEFLOW_WORKER_TOKEN)": [self.worker_token or ""],
+            "--api-keys (QUEUEFLOW_API_KEYS)": [f"{k.token}:{k.tenant}" for k in self.api_keys],
+            "--jwt-secret (QUEUEFLOW_JWT_SECRET)": [self.jwt_secret or ""],
+        }
+        unfilled = [name for name, values in given.items() if any(PLACEHOLDER in v for v in values)]
+        if unfilled:
+            raise ConfigError(
+                f"{', '.join(unfilled)} still holds the placeholder {PLACEHOLDER} of"
+                " deploy/k8s/secret.example.yaml: put a real secret in its place (for example"
+                f" `{MAKE_A_SECRET}`; an API key is token:tenant with such a token)"
+            )
+        if self.weak_jwt_secret and not self.allow_weak_jwt_secret:
+            size = len((self.jwt_secret or "").encode())
+            raise ConfigError(
+                f"--jwt-secret (QUEUEFLOW_JWT_SECRET) is {size} bytes; an HS256 secret needs at least"
+                f" {JWT_SECRET_MIN_BYTES}: make one with `{MAKE_A_SECRET}` and sign the tenants' tokens"
+                " with it, or pass --allow-weak-jwt-secret (QUEUEFLOW_ALLOW_WEAK_JWT_SECRET) to start"
+                " with this one anyway (a warning at every start)"
+            )
+
+
+def check_dev_mode(settings: Settings, environ: Mapping[str, str]) -> None:
+    """--dev accepts any bearer token as a tenant and as a worker, so it runs only where nobody
+    else can reach it and nothing real is configured: on loopback, without credentials, and
+    outside Kubernetes. Anything else is a start-up error that says what to change."""
+    if not settings.dev:
+        return
+    faults = []
+    if not is_loopback(settings.host):
+        faults.append(
+            f"--host {settings.host!r} (QUEUEFLOW_HOST) is not a loopback address: leave --host"
+            f" out (--dev binds {DEV_HOST}) or set it to 127.0.0.1, ::1 or localhost"
+        )
+    configured = [
+        name
+        for name, value in (
+            ("--worker-token (QUEUEFLOW_WORKER_TOKEN)", settings.worker_token),
+            ("--api-keys (QUEUEFLOW_API_KEYS)", settings.api_keys),
+            ("--jwt-secret (QUEUEFLOW_JWT_SECRET)", settings.jwt_secret),
+        )
+        if value
+    ]
+    if configured:
+        faults.append(
+            f"{', '.join(configured)} configured: credentials mean a real deployment, so drop"
+            " --dev to enforce them, or unset them for a local development server"
+        )
+    if environ.get("KUBERNETES_SERVICE_HOST"):
+        faults.append(
+            "KUBERNETES_SERVICE_HOST is set, so this runs in a Kubernetes pod: drop --dev and give"
+            " the api its credentials from a Secret (docs/deployment.md)"
+        )
+    if faults:
+        raise ConfigError(
+            "refusing --dev (QUEUEFLOW_DEV), which accepts any bearer token as a tenant and a"
+            " worker: " + "; ".join(faults)
+        )
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 OPTIONS = dataclasses.fields(Settings)
@@ -327,6 +443,8 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str] | None = 
         if meta["at_least"] is not None:
             value = max(meta["at_least"], value)
         values[f.name] = value
+    if values.get("dev") and "host" not in values:
+        values["host"] = DEV_HOST
     settings = Settings(**values)
     if settings.mode not in MODES:
         raise ConfigError(f"--mode must be one of {', '.join(MODES)}, not {settings.mode!r}")
@@ -339,4 +457,5 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str] | None = 
             raise ConfigError(
                 f"--default-queue / --queues: {err.message.removeprefix('validation error: ')}"
             ) from None
+    check_dev_mode(settings, env)
     return settings

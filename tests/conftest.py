@@ -29,10 +29,12 @@ pytest_plugins = ["tests.support.api"]
 
 @pytest.fixture(scope="session", autouse=True)
 def _scrub_environment() -> Iterator[None]:
-    """No QUEUEFLOW_* or DATABASE_URL from the developer's shell leaks into settings or children."""
+    """No QUEUEFLOW_* or DATABASE_URL from the developer's shell leaks into settings or children,
+    nor KUBERNETES_SERVICE_HOST from a CI pod: the tests' --dev servers run on loopback, and --dev
+    refuses to start where that variable says it runs in Kubernetes."""
     with pytest.MonkeyPatch.context() as patch:
         for name in list(os.environ):
-            if name.startswith("QUEUEFLOW_") or name == "DATABASE_URL":
+            if name.startswith("QUEUEFLOW_") or name in ("DATABASE_URL", "KUBERNETES_SERVICE_HOST"):
                 patch.delenv(name)
         yield
 

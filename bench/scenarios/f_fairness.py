@@ -4,7 +4,8 @@ lease calls it takes until globex's job is handed out. Without fair share that j
 behind the whole backlog (100,000 calls at max_jobs 1). Also reported: the lease call's latency
 with the 100,000-job backlog of one tenant in the queue (the claim's per-tenant probes).
 
-Method: a fresh database, `--mode api` and `--mode janitor`, the two tenants as API keys.
+Method: a fresh database, `--mode api` (the two tenants as API keys, the worker token) and
+`--mode janitor`.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from bench.context import Context, Scenario
 from bench.harness import connect, servers
 from bench.report import Figure, percentile
 
-KEYS = "--api-keys", "fair-acme:acme,fair-globex:globex"
+# Credentials, so the api runs without --dev (which refuses them); the remote worker leases with
+# the harness's token, here the worker token.
+KEYS = "--api-keys", "fair-acme:acme,fair-globex:globex", "--worker-token", client.TOKEN
 QUEUE = "shared"
 
 
@@ -63,7 +66,7 @@ async def run(ctx: Context, run_no: int) -> dict[str, float]:
     latencies: list[float] = []
     async with (
         ctx.database("fair") as dsn,
-        servers(ctx.server(dsn, "api", *KEYS), ctx.server(dsn, "janitor")) as (api, _),
+        servers(ctx.server(dsn, "api", *KEYS, dev=False), ctx.server(dsn, "janitor")) as (api, _),
         client.session() as http,
     ):
         await _enqueue(http, api.base_url, "fair-acme", backlog)

@@ -5,10 +5,14 @@ Tenant routes: no token 401; the worker token or a live worker key 403 (infrastr
 tenant identity); a valid API key or JWT is that tenant; anything else 401. Worker routes: the
 worker token passes for every tenant; a live worker key passes for its own tenant (the handlers
 hold it to its tenant and queues); a valid tenant credential is 403; anything else, a revoked or
-expired key included, 401. `--dev` accepts any non-empty token as tenant `tenant1` when no API keys
-and no JWT secret are configured, and as a worker when no worker token is configured (with one, the
-worker routes take only it); a token shaped like a worker key is always judged as one, so that
-revoking a key holds in --dev too. Every secret comparison is constant-time.
+expired key included, 401. A JWT's `scope` decides its access (shared/domain/scopes.py: `read`
+alone is read-only, a scope outside the vocabulary is 401); with --jwt-audience and --jwt-issuer
+its `aud` and `iss` must match. `--dev` accepts any non-empty token as tenant `tenant1` when no API
+keys and no JWT secret are configured, and as a worker when no worker token is configured (with
+one, the worker routes take only it); `serve` refuses --dev beside any credential
+(shared/config.py check_dev_mode), and this class enforces a configured credential regardless. A
+token shaped like a worker key is always judged as one, so that revoking a key holds in --dev too.
+Every secret comparison is constant-time.
 
 Worker keys live in the database. Each process caches what it looked up, by token digest, for at
 most KEY_CACHE_SECS, and only while its LISTEN connection is up: a revocation's notification drops
@@ -29,6 +33,7 @@ import jwt
 
 from shared.config import Settings
 from shared.domain.errors import Forbidden, Unauthorized
+from shared.domain.scopes import scope_read_only
 from shared.domain.worker_keys import WorkerGrant, may_be_key
 from shared.domain.worker_keys import token_digest as _digest
 from shared.web.body import is_utf8
@@ -112,6 +117,11 @@ class Authenticator:
         self._worker = _digest(settings.worker_token) if settings.worker_token else None
         self._keys = [(_digest(k.token), Tenant(k.tenant, k.read_only)) for k in settings.api_keys]
         self._jwt_secret = settings.jwt_secret
+        self._jwt_audience = settings.jwt_audience
+        self._jwt_issuer = settings.jwt_issuer
+        self._jwt_required = ["exp", "sub"] + [
+            claim for claim, want in (("aud", settings.jwt_audience), ("iss", settings.jwt_issuer)) if want
+        ]
         self._dev_tenants = settings.dev and not settings.api_keys and not settings.jwt_secret
         self._dev_workers = settings.dev and self._worker is None
         self.worker_keys: WorkerKeyCache | None = None  # set once the database is open
@@ -142,14 +152,17 @@ class Authenticator:
                     token,
                     self._jwt_secret,
                     algorithms=["HS256"],
-                    options={"require": ["exp", "sub"]},
+                    audience=self._jwt_audience,
+                    issuer=self._jwt_issuer,
+                    options={"require": self._jwt_required},
                     leeway=30,
                 )
             except jwt.PyJWTError:
                 return None
             sub = claims.get("sub")
-            if isinstance(sub, str) and sub:
-                return Tenant(sub, read_only=claims.get("scope") == "read")
+            read_only = scope_read_only(claims)
+            if isinstance(sub, str) and sub and read_only is not None:
+                return Tenant(sub, read_only=read_only)
         return None
 
     async def tenant(self, header: str | None) -> Tenant:

@@ -173,7 +173,7 @@ async def test_hs256_jwt_sub_is_the_tenant(api):
     assert (await get_job(client, minted, bearer(make_jwt("initech"))))["tenant_id"] == "initech"
 
 
-async def test_jwt_with_another_scope_is_read_write(api):
+async def test_jwt_with_scope_write_is_read_write(api):
     client = await api(**STRICT)
     body = await list_json(client, "/api/v1/whoami", bearer(make_jwt("acme", scope="write")))
     assert body == {"tenant": "acme", "access": "read_write"}
@@ -308,6 +308,8 @@ async def test_dev_mode_still_needs_a_token(api):
 
 async def test_dev_mode_with_real_keys_maps_them_and_refuses_unknown_tokens(api):
     # The contract's decision: --dev's placeholder tenant only while no API key or JWT secret is set.
+    # `serve` now refuses --dev beside any credential (tests/e2e/test_startup_refusals.py); an app
+    # built with both still enforces the credential.
     client = await api(dev=True, api_keys="key1:acme")
     assert (await list_json(client, "/api/v1/whoami", ACME))["tenant"] == "acme"
     await expect_error(await client.get("/api/v1/whoami", headers=DEV), 401)

@@ -64,8 +64,7 @@ class Cli:
             return resp.status, await resp.json()
 
     async def api_post(self, path: str, body: Any) -> tuple[int, Any]:
-        """POST as a tenant (job creation) or, on a worker route, as a worker (in --dev, a token
-        that is no tenant's key)."""
+        """POST as a tenant (job creation) or, on a worker route, with the worker token."""
         token = "dev" if path == "/api/v1/jobs" else "a-worker"
         async with (
             aiohttp.ClientSession(headers={"Authorization": f"Bearer {token}"}) as session,
@@ -93,8 +92,10 @@ class Cli:
 
 @pytest.fixture
 async def cli(database_url, service) -> Cli:
-    """A server whose key `dev` is tenant1 (read-write) and `acme-ro` is tenant acme (read-only)."""
-    proc = await service(database_url, mode="all", extra_args=["--api-keys", "dev:tenant1,acme-ro:acme:ro"])
+    """A server whose key `dev` is tenant1 (read-write), `acme-ro` is tenant acme (read-only) and
+    `a-worker` the worker token (credentials, so not --dev, which refuses them)."""
+    keys = ["--api-keys", "dev:tenant1,acme-ro:acme:ro", "--worker-token", "a-worker"]
+    proc = await service(database_url, mode="all", dev=False, extra_args=keys)
     return Cli(proc.base_url)
 
 

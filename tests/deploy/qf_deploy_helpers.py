@@ -143,6 +143,15 @@ def load_secret_example() -> dict[str, Any]:
     return docs[0]
 
 
+def filled_secret_example() -> dict[str, Any]:
+    """The example Secret as a user fills it in: each REPLACE_ME replaced by a random-looking value
+    long enough for a JWT secret (the server refuses the placeholder itself at start)."""
+    example = load_secret_example()
+    filler = "qf7Hq2xLw9Zr4Tn8Vb3Mk6Pd1Sg5Yc0J"  # 32 bytes
+    data = {key: value.replace("REPLACE_ME", filler) for key, value in example["stringData"].items()}
+    return {**example, "stringData": data}
+
+
 def render_overlay(kustomize: str, name: str) -> Rendered:
     return render_kustomization(kustomize, OVERLAYS_DIR / name, name)
 
@@ -580,6 +589,44 @@ def worst_case_connections(rendered: Rendered, secret: dict[str, Any] | None = N
         # `queueflow migrate` opens a single connection (shared/db/migrate.py), no pool.
         total += job["spec"].get("parallelism", 1)
     return total
+
+
+# What the egress policy lets out by default: DNS, PostgreSQL, OTLP/HTTP. Nothing else.
+DEFAULT_EGRESS_PORTS = {(53, "UDP"), (53, "TCP"), (5432, "TCP"), (4318, "TCP")}
+KUBE_DNS = {
+    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+    "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+}
+
+
+def egress_ports(policy: dict[str, Any]) -> set[tuple[int, str]]:
+    return {(p["port"], p.get("protocol", "TCP")) for rule in policy["spec"]["egress"] for p in rule["ports"]}
+
+
+def check_egress(rendered: Rendered, policy: dict[str, Any], secret: dict[str, Any] | None = None) -> None:
+    """The egress policy selects every pod (the migrations Job's too), restricts egress only, and
+    opens DNS to the cluster DNS alone, the database URL's port and OTLP/HTTP's port: every rule
+    names its ports (a rule without ports would open every port)."""
+    from urllib.parse import urlsplit
+
+    spec = policy["spec"]
+    assert spec["policyTypes"] == ["Egress"], "ingress stays with the other policy"
+    for owner in rendered.pod_owners():
+        labels = pod_spec_labels(owner)
+        assert selector_matches(spec["podSelector"]["matchLabels"], labels), owner["metadata"]["name"]
+    assert all(rule.get("ports") for rule in spec["egress"]), "every egress rule names its ports"
+    (dns,) = [r for r in spec["egress"] if {p["port"] for p in r["ports"]} == {53}]
+    assert dns["to"] == [KUBE_DNS], "DNS only to the cluster's DNS"
+    assert {p.get("protocol") for p in dns["ports"]} == {"UDP", "TCP"}
+    assert egress_ports(policy) == DEFAULT_EGRESS_PORTS
+    for owner in rendered.pod_owners():
+        for container in containers(owner):
+            url = container_env(rendered, container, secret)["DATABASE_URL"]
+            assert ((urlsplit(url).port or 5432), "TCP") in egress_ports(policy), "the database's port"
+
+
+def pod_spec_labels(owner: dict[str, Any]) -> dict[str, str]:
+    return owner["spec"]["template"]["metadata"].get("labels", {})
 
 
 def check_disruption_budgets(rendered: Rendered) -> None:

@@ -147,10 +147,45 @@ def test_runtime_checks_that_the_venv_interpreter_resolves(runtime: Stage) -> No
 def test_builder_makes_a_venv_and_installs_the_project(builder: Stage) -> None:
     runs = " && ".join(i.value for i in builder.all("RUN"))
     assert "python3 -m venv" in runs  # Debian has no `python` outside a venv
-    assert "pip install --no-deps ." in runs
+    assert "pip install --no-deps --no-build-isolation ." in runs
     assert "pip check" in runs
     venv = {i.value for i in builder.all("ENV") if "VIRTUAL_ENV=/opt/queueflow" in i.value}
     assert venv, "the builder's venv lives at /opt/queueflow"
+
+
+def test_builder_installs_only_what_the_lock_pins_with_hashes(builder: Stage) -> None:
+    """Every pip install of the builder is the lock in hash-checking mode, or the project itself
+    without dependencies and without build isolation (which would fetch setuptools unhashed), and
+    the lock is installed before the project."""
+    installs = []
+    for run in builder.all("RUN"):
+        for command in run.value.split("&&"):
+            words = command.split()
+            if "pip" in words and "install" in words:
+                installs.append(words[words.index("install") + 1 :])
+    assert installs == [
+        ["--require-hashes", "-r", "requirements.lock"],
+        ["--no-deps", "--no-build-isolation", "."],
+    ], installs
+    copied = [c.value.split()[:-1] for c in builder.all("COPY")]
+    assert copied[0] == ["requirements.lock"], "the lock alone first: its layer outlives source changes"
+    uninstall = " ".join(i.value for i in builder.all("RUN"))
+    assert "pip uninstall -y -q setuptools wheel" in uninstall, "the build backend stays out of the image"
+
+
+def test_every_base_is_a_build_arg_so_it_can_be_pinned_by_digest(
+    dockerfile: tuple[dict[str, str], list[Stage]],
+) -> None:
+    """No registry is reachable here, so the defaults are tags; a build that reaches one passes
+    `--build-arg PYTHON_IMAGE=python:3.11-slim-bookworm@sha256:...` (docs/deployment.md)."""
+    args, stages = dockerfile
+    for stage in stages:
+        assert stage.base.startswith("${") and stage.base.endswith("}"), stage.base
+    pinned = {**args, "PYTHON_IMAGE": f"{BASE_IMAGE}@sha256:{'0' * 64}"}
+    for stage in stages:
+        assert resolve(stage.base, pinned).endswith("@sha256:" + "0" * 64), stage
+    doc = (REPO / "docs" / "deployment.md").read_text()
+    assert "PYTHON_IMAGE=python:3.11-slim-bookworm@sha256:" in doc
 
 
 def test_builder_copies_every_package_pyproject_installs(builder: Stage, pyproject: dict) -> None:

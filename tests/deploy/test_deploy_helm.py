@@ -28,6 +28,7 @@ from qf_deploy_helpers import (
     Rendered,
     check_deployment_selectors,
     check_disruption_budgets,
+    check_egress,
     check_env_names,
     check_grace_periods,
     check_invocations,
@@ -41,7 +42,9 @@ from qf_deploy_helpers import (
     component,
     container_env,
     containers,
+    egress_ports,
     env_names,
+    filled_secret_example,
     helm_or_skip,
     helm_template,
     hpa_for,
@@ -61,6 +64,7 @@ SERVICES = ("api", "janitor", "workflow", "worker")
 FULL_VALUES = HELM_CHART / "ci" / "full-values.yaml"
 CREDENTIALS = {"QUEUEFLOW_WORKER_TOKEN", "QUEUEFLOW_API_KEYS", "QUEUEFLOW_JWT_SECRET"}
 HOOK = "helm.sh/hook"
+JWT_SECRET = "jwt-secret-of-more-than-32-bytes-0123"
 HOOK_WEIGHT = "helm.sh/hook-weight"
 
 
@@ -82,8 +86,9 @@ class Variant:
 
 
 VARIANTS = {
-    # Credentials from the Secret "queueflow" of deploy/k8s/secret.example.yaml, as the overlays.
-    "default": Variant(external=(load_secret_example(),)),
+    # Credentials from the Secret "queueflow" of deploy/k8s/secret.example.yaml (filled in), as
+    # the overlays.
+    "default": Variant(external=(filled_secret_example(),)),
     # Everything on; credentials in the chart's own Secret; a ConfigMap of the user's in envFrom.
     "full": Variant(
         values=(FULL_VALUES,),
@@ -120,9 +125,9 @@ VARIANTS = {
             "migration.enabled=false",
             "auth.existingSecret=",
             "auth.workerToken=w-token",
-            "auth.jwtSecret=jwt-secret",
+            f"auth.jwtSecret={JWT_SECRET}",
         ),
-        external=(load_secret_example(),),
+        external=(filled_secret_example(),),
         migration=False,
     ),
 }
@@ -331,7 +336,7 @@ def test_defaults_run_what_the_kustomize_base_runs(rendered_variants: dict[str, 
     autoscaler and budget of deploy/k8s/base, and the worst-case connection count is the same."""
     base = render_kustomization(kustomize_or_skip(), K8S / "base", "base")
     chart = rendered_variants["default"]
-    secret = load_secret_example()
+    secret = filled_secret_example()
     for name in SERVICES:
         ours, theirs = deployment(chart, name), deployment(base, name)
         (our_container,) = pod_spec(ours)["containers"]
@@ -409,7 +414,7 @@ def test_full_values_reach_the_server(rendered_variants: dict[str, Rendered]) ->
     assert worker.lease_secs == 60  # worker.extraEnv
     assert {s.lease_secs for n, s in settings.items() if n != "worker"} == {30}
     api = settings["api"]
-    assert api.worker_token == "ci-worker-token" and api.jwt_secret == "ci-jwt-secret"
+    assert api.worker_token == "ci-worker-token" and api.jwt_secret == "ci-jwt-secret-of-at-least-32-bytes"
     assert [(k.token, k.tenant, k.read_only) for k in api.api_keys] == [
         ("ci-key", "tenant-a", False),
         ("ci-reader", "tenant-a", True),
@@ -512,14 +517,14 @@ def test_chart_secret_holds_only_the_credentials_given(rendered_variants: dict[s
     starts with them."""
     chart = rendered_variants["no-migration"]
     (secret,) = chart.of_kind("Secret")
-    assert secret["stringData"] == {"QUEUEFLOW_WORKER_TOKEN": "w-token", "QUEUEFLOW_JWT_SECRET": "jwt-secret"}
+    assert secret["stringData"] == {"QUEUEFLOW_WORKER_TOKEN": "w-token", "QUEUEFLOW_JWT_SECRET": JWT_SECRET}
     assert not hooks(secret)
     refs = secret_refs(chart)
     assert refs["DATABASE_URL"] == {("queueflow", "DATABASE_URL")}
     assert "QUEUEFLOW_API_KEYS" not in refs
     api = deployment(chart, "api")
     settings = settings_of(chart, api, pod_spec(api)["containers"][0])
-    assert (settings.worker_token, settings.jwt_secret, settings.api_keys) == ("w-token", "jwt-secret", ())
+    assert (settings.worker_token, settings.jwt_secret, settings.api_keys) == ("w-token", JWT_SECRET, ())
 
 
 def test_missing_credentials_are_refused(helm_bin: str) -> None:
@@ -613,7 +618,7 @@ def test_migrations_hook_uses_an_existing_service_account(helm_bin: str) -> None
 
 
 def test_network_policy(chart: Rendered) -> None:
-    (policy,) = chart.of_kind("NetworkPolicy")
+    (policy,) = [p for p in chart.of_kind("NetworkPolicy") if "Ingress" in p["spec"]["policyTypes"]]
     spec = policy["spec"]
     for d in chart.deployments():
         assert selector_matches(
@@ -625,6 +630,63 @@ def test_network_policy(chart: Rendered) -> None:
     assert open_rule == {"ports": [{"port": settings.api_port, "protocol": "TCP"}]}
     assert metrics_rule["ports"] == [{"port": settings.metrics_port, "protocol": "TCP"}]
     assert metrics_rule["from"] and all(source != {} for source in metrics_rule["from"])
+
+
+def test_egress_policy(chart: Rendered) -> None:
+    """Every variant: DNS, the database and OTLP only (the full values widen it, below)."""
+    policy = next(p for p in chart.of_kind("NetworkPolicy") if p["metadata"]["name"].endswith("-egress"))
+    if chart.name == "full":
+        assert (6432, "TCP") in egress_ports(policy)
+        return
+    check_egress(chart, policy)
+
+
+def test_default_egress_is_the_kustomize_bases(rendered_variants: dict[str, Rendered]) -> None:
+    base = render_kustomization(kustomize_or_skip(), K8S / "base", "base")
+    theirs = base.get("NetworkPolicy", "queueflow-egress")["spec"]
+    (ours,) = [
+        p["spec"]
+        for p in rendered_variants["default"].of_kind("NetworkPolicy")
+        if p["metadata"]["name"].endswith("-egress")
+    ]
+    assert ours["egress"] == theirs["egress"] and ours["policyTypes"] == theirs["policyTypes"]
+
+
+def test_egress_ports_and_destinations_come_from_the_values(rendered_variants: dict[str, Rendered]) -> None:
+    """full-values.yaml: the database on two ports and one subnet, OTLP to a collector's pods, DNS
+    on the default port, and one extra rule for what the handlers call."""
+    (policy,) = [
+        p for p in rendered_variants["full"].of_kind("NetworkPolicy") if p["metadata"]["name"] == "qf-egress"
+    ]
+    rules = policy["spec"]["egress"]
+    database = next(r for r in rules if {p["port"] for p in r["ports"]} == {5432, 6432})
+    assert database["to"] == [{"ipBlock": {"cidr": "10.20.0.0/24"}}]
+    otlp = next(r for r in rules if {p["port"] for p in r["ports"]} == {4318})
+    assert otlp["to"] == [
+        {"ipBlock": {"cidr": "10.30.0.5/32"}},
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "observability"}}},
+    ]
+    assert rules[-1] == {
+        "to": [{"ipBlock": {"cidr": "192.0.2.0/24"}}],
+        "ports": [{"port": 443, "protocol": "TCP"}],
+    }
+    assert all(rule.get("ports") for rule in rules)
+
+
+def test_egress_policy_can_be_switched_off(helm_bin: str) -> None:
+    names = {
+        p["metadata"]["name"]
+        for p in render_with(helm_bin, "networkPolicy.egress.enabled=false").of_kind("NetworkPolicy")
+    }
+    assert names == {"queueflow"}, "the ingress policy stays"
+    assert not render_with(helm_bin, "networkPolicy.enabled=false").of_kind("NetworkPolicy")
+
+
+def test_values_schema_rejects_egress_mistakes(helm_bin: str) -> None:
+    assert "ports" in refuse(helm_bin, "networkPolicy.egress.database.ports={http}")
+    assert "ports" in refuse(helm_bin, "networkPolicy.egress.otlp.ports={70000}")
+    assert "cidrs" in refuse(helm_bin, "networkPolicy.egress.database.cidrs={db.example.com}")
+    assert "cidr" in refuse(helm_bin, "networkPolicy.egress.database.cidr=10.0.0.0/8")
 
 
 def test_service_monitor(rendered_variants: dict[str, Rendered]) -> None:

@@ -22,6 +22,7 @@ from qf_deploy_helpers import (
     Rendered,
     check_deployment_selectors,
     check_disruption_budgets,
+    check_egress,
     check_env_names,
     check_grace_periods,
     check_invocations,
@@ -36,6 +37,7 @@ from qf_deploy_helpers import (
     container_env,
     containers,
     env_names,
+    filled_secret_example,
     hpa_for,
     invocation,
     min_replicas,
@@ -163,13 +165,19 @@ def test_env_names_are_read_by_the_server(overlay: Rendered) -> None:
 
 
 def test_every_deployment_loads_valid_settings(overlay: Rendered, secret_example: dict[str, Any]) -> None:
-    """Run the server's own settings code on each Deployment's flags and environment."""
+    """Run the server's own settings code on each Deployment's flags and environment, with the
+    example Secret filled in; as it is, with its placeholders, the api refuses to start."""
+    from shared.config import ConfigError
+
     for deployment, container in serve_containers(overlay):
-        settings = settings_of(overlay, deployment, container, secret_example)
+        settings = settings_of(overlay, deployment, container, filled_secret_example())
         assert settings.mode == component(deployment)
         assert settings.auto_migrate is False, "the migrations Job migrates, not the servers"
         assert settings.dev is False
         settings.check_credentials()  # api refuses to start without credentials
+        if component(deployment) == "api":
+            with pytest.raises(ConfigError, match="placeholder REPLACE_ME"):
+                settings_of(overlay, deployment, container, secret_example).check_credentials()
 
 
 def test_only_the_api_gets_credentials(overlay: Rendered) -> None:
@@ -378,7 +386,7 @@ def test_the_migrate_phase_selects_what_the_job_needs(overlay: Rendered) -> None
 
 
 def test_network_policy_keeps_metrics_in_cluster(overlay: Rendered, secret_example: dict[str, Any]) -> None:
-    (policy,) = overlay.of_kind("NetworkPolicy")
+    policy = overlay.get("NetworkPolicy", "queueflow")
     spec = policy["spec"]
     assert spec["policyTypes"] == ["Ingress"]
     for deployment in overlay.deployments():
@@ -405,6 +413,14 @@ def test_network_policy_keeps_metrics_in_cluster(overlay: Rendered, secret_examp
     for deployment, container in serve_containers(overlay):
         settings = settings_of(overlay, deployment, container, secret_example)
         assert settings.metrics_port in guarded
+
+
+def test_egress_is_dns_the_database_and_otlp_only(overlay: Rendered, secret_example: dict[str, Any]) -> None:
+    assert {p["metadata"]["name"] for p in overlay.of_kind("NetworkPolicy")} == {
+        "queueflow",
+        "queueflow-egress",
+    }
+    check_egress(overlay, overlay.get("NetworkPolicy", "queueflow-egress"), secret_example)
 
 
 def test_service_monitor(rendered_overlays: dict[str, Rendered]) -> None:
