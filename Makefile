@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install tools run test test-sdks image image-test bench bench-peers bench-compare bench-dbtime soak lint fmt clean
+.PHONY: install tools run test test-sdks image image-test bench bench-peers bench-compare bench-dbtime soak schema lint fmt clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -75,6 +75,12 @@ bench-dbtime: bench-peers
 # duplicate execution.
 soak: $(STAMP)
 	SOAK_MINUTES=$(or $(SOAK_MINUTES),30) $(BIN)/python -m bench.soak $(ARGS)
+
+# shared/db/schema.sql, the schema the migrations make (for reading; devkit/schema.py replays them in
+# a throwaway PostgreSQL). Run it after adding or changing a migration, and commit the file:
+# tests/db/test_schema_file.py fails while it differs. `make schema ARGS=--check` only compares.
+schema: $(STAMP)
+	$(BIN)/python -m devkit.schema $(ARGS)
 
 # Style, types and layers: ruff (lint and format), mypy over services/ and shared/ (strict on the
 # domain and db layers), and import-linter's layer contracts (pyproject.toml, docs/architecture.md).
