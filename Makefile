@@ -59,13 +59,13 @@ bench: $(STAMP)
 bench-peers: $(STAMP)
 	$(BIN)/python -m bench.peers.install
 
-# QueueFlow beside graphile-worker, pg-boss and PgQueuer (docs/benchmarks.md, "Comparison with
-# peers"). ARGS passes options through, e.g. `make bench-compare ARGS=--quick`.
+# QueueFlow beside graphile-worker, pg-boss and PgQueuer (docs/benchmarks.md, "The comparison").
+# ARGS passes options through, e.g. `make bench-compare ARGS=--quick`.
 bench-compare: bench-peers
 	$(BIN)/python -m bench.compare $(ARGS)
 
 # Where each system's in-process drain spends PostgreSQL's time, statement by statement
-# (pg_stat_statements; docs/benchmarks.md, "Speed work, ninth round").
+# (pg_stat_statements; docs/benchmarks.md, "Where the database's time goes").
 bench-dbtime: bench-peers
 	$(BIN)/python -m bench.dbtime $(ARGS)
 
