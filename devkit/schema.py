@@ -292,15 +292,28 @@ _CONSTRAINT_RANK = {"p": "0", "u": "1", "c": "2", "f": "3", "x": "4", "t": "5"}
 
 
 async def _relations(conn: asyncpg.Connection) -> list[Item]:
-    """Tables (with their indexes and statistics objects), views, sequences and triggers."""
+    """Tables (with their indexes and statistics objects), views, triggers and sequences."""
     rels = await conn.fetch(f"""
         SELECT c.oid, c.oid::regclass::text AS name, c.relkind::text, c.relpersistence::text, c.reloptions
         FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
         WHERE {_USER_NSP} AND c.relkind IN ('r', 'v', 'm', 'S')
           AND {_not_extension_member("pg_class", "c.oid")}""")
-    name_of = {r["oid"]: r["name"] for r in rels}
-    kind_of = {r["oid"]: r["relkind"] for r in rels}
-    oids = list(name_of)
+    named = {r["oid"]: r for r in rels}
+    return [
+        *await _tables(conn, named),
+        *await _views(conn, named),
+        *await _indexes_and_statistics(conn, named),
+        *await _triggers(conn, named),
+        *await _sequences(conn, named),
+    ]
+
+
+def _options(rel: asyncpg.Record) -> str:
+    return f" WITH ({', '.join(rel['reloptions'])})" if rel["reloptions"] else ""
+
+
+async def _tables(conn: asyncpg.Connection, named: Mapping[int, asyncpg.Record]) -> list[Item]:
+    oids = [oid for oid, r in named.items() if r["relkind"] == "r"]
     columns = _grouped(
         await conn.fetch(
             """
@@ -325,6 +338,43 @@ async def _relations(conn: asyncpg.Connection) -> list[Item]:
             oids,
         )
     )
+    items = []
+    for oid in oids:
+        rel = named[oid]
+        name = rel["name"]
+        lines = [_column(c) for c in columns.get(oid, [])]
+        ranked = sorted(constraints.get(oid, []), key=lambda c: (_CONSTRAINT_RANK[c["contype"]], c["name"]))
+        lines += [f"CONSTRAINT {c['name']} {c['def']}" for c in ranked]
+        unlogged = "UNLOGGED " if rel["relpersistence"] == "u" else ""
+        body = ",\n".join(f"    {line}" for line in lines)
+        sql = f"CREATE {unlogged}TABLE {name} (\n{body}\n){_options(rel)};"
+        settings = _column_settings(name, columns.get(oid, []))
+        items.append(Item("table", (name, "0"), f"Table {name}", "\n".join([sql, *settings])))
+    return items
+
+
+async def _views(conn: asyncpg.Connection, named: Mapping[int, asyncpg.Record]) -> list[Item]:
+    rows = await conn.fetch(
+        "SELECT c.oid, pg_get_viewdef(c.oid, true) AS def FROM pg_class c WHERE c.oid = ANY($1::oid[])",
+        [oid for oid, r in named.items() if r["relkind"] in ("v", "m")],
+    )
+    items = []
+    for row in rows:
+        rel = named[row["oid"]]
+        what, title = (
+            ("VIEW", "View") if rel["relkind"] == "v" else ("MATERIALIZED VIEW", "Materialized view")
+        )
+        sql = f"CREATE {what} {rel['name']}{_options(rel)} AS\n{row['def'].rstrip().rstrip(';')};"
+        items.append(Item("view", (rel["name"], "0"), f"{title} {rel['name']}", sql))
+    return items
+
+
+async def _indexes_and_statistics(
+    conn: asyncpg.Connection, named: Mapping[int, asyncpg.Record]
+) -> list[Item]:
+    """Each placed under its table (or materialized view); indexes made by a constraint are left to
+    the constraint."""
+    oids = list(named)
     indexes = await conn.fetch(
         """
         SELECT i.indrelid AS owner, i.indexrelid::regclass::text AS name, pg_get_indexdef(i.indexrelid) AS def
@@ -340,20 +390,35 @@ async def _relations(conn: asyncpg.Connection) -> list[Item]:
         " FROM pg_statistic_ext s JOIN pg_namespace n ON n.oid = s.stxnamespace WHERE s.stxrelid = ANY($1::oid[])",
         oids,
     )
-    triggers = await conn.fetch(
+    items = []
+    for kind, order, rows in (("Index", "1", indexes), ("Statistics", "2", statistics)):
+        for row in rows:
+            owner = named[row["owner"]]
+            section = "table" if owner["relkind"] == "r" else "view"
+            title = f"{kind} {row['name']}"
+            items.append(Item(section, (owner["name"], order, row["name"]), title, row["def"] + ";"))
+    return items
+
+
+async def _triggers(conn: asyncpg.Connection, named: Mapping[int, asyncpg.Record]) -> list[Item]:
+    rows = await conn.fetch(
         "SELECT tgrelid AS owner, quote_ident(tgname) AS name, pg_get_triggerdef(oid, true) AS def, tgenabled::text"
         " FROM pg_trigger WHERE tgrelid = ANY($1::oid[]) AND NOT tgisinternal",
-        oids,
+        list(named),
     )
-    views = {
-        r["oid"]: r["def"]
-        for r in await conn.fetch(
-            "SELECT c.oid, pg_get_viewdef(c.oid, true) AS def FROM pg_class c"
-            " WHERE c.oid = ANY($1::oid[]) AND c.relkind IN ('v', 'm')",
-            oids,
-        )
-    }
-    sequences = await conn.fetch(
+    items = []
+    for row in rows:
+        owner = named[row["owner"]]["name"]
+        sql = row["def"] + ";"
+        state = {"D": "DISABLE", "R": "ENABLE REPLICA", "A": "ENABLE ALWAYS"}.get(row["tgenabled"])
+        if state:
+            sql += f"\nALTER TABLE {owner} {state} TRIGGER {row['name']};"
+        items.append(Item("trigger", (owner, row["name"]), f"Trigger {row['name']} on {owner}", sql))
+    return items
+
+
+async def _sequences(conn: asyncpg.Connection, named: Mapping[int, asyncpg.Record]) -> list[Item]:
+    rows = await conn.fetch(
         """
         SELECT s.seqrelid AS oid, format_type(s.seqtypid, NULL) AS type, s.seqstart, s.seqincrement,
                s.seqmin, s.seqmax, s.seqcache, s.seqcycle, d.deptype::text,
@@ -363,48 +428,13 @@ async def _relations(conn: asyncpg.Connection) -> list[Item]:
              AND d.refclassid = 'pg_class'::regclass AND d.deptype IN ('a', 'i')
         LEFT JOIN pg_attribute a ON a.attrelid = d.refobjid AND a.attnum = d.refobjsubid
         WHERE s.seqrelid = ANY($1::oid[])""",
-        oids,
+        [oid for oid, r in named.items() if r["relkind"] == "S"],
     )
-
     items = []
-    for rel in rels:
-        oid, name, kind = rel["oid"], rel["name"], rel["relkind"]
-        options = f" WITH ({', '.join(rel['reloptions'])})" if rel["reloptions"] else ""
-        if kind == "r":
-            lines = [_column(c) for c in columns.get(oid, [])]
-            ranked = sorted(
-                constraints.get(oid, []), key=lambda c: (_CONSTRAINT_RANK[c["contype"]], c["name"])
-            )
-            lines += [f"CONSTRAINT {c['name']} {c['def']}" for c in ranked]
-            unlogged = "UNLOGGED " if rel["relpersistence"] == "u" else ""
-            body = ",\n".join(f"    {line}" for line in lines)
-            sql = f"CREATE {unlogged}TABLE {name} (\n{body}\n){options};"
-            settings = _column_settings(name, columns.get(oid, []))
-            items.append(Item("table", (name, "0"), f"Table {name}", "\n".join([sql, *settings])))
-        elif kind in ("v", "m"):
-            what = "VIEW" if kind == "v" else "MATERIALIZED VIEW"
-            title = "View" if kind == "v" else "Materialized view"
-            sql = f"CREATE {what} {name}{options} AS\n{views[oid].rstrip().rstrip(';')};"
-            items.append(Item("view", (name, "0"), f"{title} {name}", sql))
-    for index in indexes:
-        owner = name_of[index["owner"]]
-        section = "table" if kind_of[index["owner"]] == "r" else "view"  # or a materialized view's
-        items.append(Item(section, (owner, "1", index["name"]), f"Index {index['name']}", index["def"] + ";"))
-    for stat in statistics:
-        owner = name_of[stat["owner"]]
-        title = f"Statistics {stat['name']}"
-        items.append(Item("table", (owner, "2", stat["name"]), title, stat["def"] + ";"))
-    for trigger in triggers:
-        owner = name_of[trigger["owner"]]
-        sql = trigger["def"] + ";"
-        state = {"D": "DISABLE", "R": "ENABLE REPLICA", "A": "ENABLE ALWAYS"}.get(trigger["tgenabled"])
-        if state:
-            sql += f"\nALTER TABLE {owner} {state} TRIGGER {trigger['name']};"
-        items.append(Item("trigger", (owner, trigger["name"]), f"Trigger {trigger['name']} on {owner}", sql))
-    for seq in sequences:
+    for seq in rows:
         if seq["deptype"] == "i":
             continue  # an identity column's own sequence: its column says GENERATED ... AS IDENTITY
-        name = name_of[seq["oid"]]
+        name = named[seq["oid"]]["name"]
         cycle = " CYCLE" if seq["seqcycle"] else ""
         owned = f"\n    OWNED BY {seq['column']}" if seq["column"] else ""
         sql = (
@@ -479,17 +509,28 @@ _COMMENT_TARGET = {
 
 
 async def _comments(conn: asyncpg.Connection) -> list[Item]:
-    rows = await conn.fetch("""
-        SELECT o.type, o.schema, o.identity, quote_literal(d.description) AS text
-        FROM pg_description d, LATERAL pg_identify_object(d.classoid, d.objoid, d.objsubid) o
-        WHERE NOT EXISTS (SELECT FROM pg_depend e WHERE e.classid = d.classoid AND e.objid = d.objoid
+    """Comments on the objects of the application's schemas (a trigger's or a constraint's schema
+    is its table's; pg_identify_object names no schema for a trigger)."""
+    rows = await conn.fetch(f"""
+        SELECT o.type, o.identity, quote_literal(d.description) AS text
+        FROM pg_description d
+        CROSS JOIN LATERAL pg_identify_object(d.classoid, d.objoid, d.objsubid) o
+        JOIN pg_namespace n ON n.oid = CASE d.classoid
+            WHEN 'pg_namespace'::regclass THEN d.objoid
+            WHEN 'pg_class'::regclass THEN (SELECT relnamespace FROM pg_class WHERE oid = d.objoid)
+            WHEN 'pg_proc'::regclass THEN (SELECT pronamespace FROM pg_proc WHERE oid = d.objoid)
+            WHEN 'pg_type'::regclass THEN (SELECT typnamespace FROM pg_type WHERE oid = d.objoid)
+            WHEN 'pg_constraint'::regclass THEN (SELECT connamespace FROM pg_constraint WHERE oid = d.objoid)
+            WHEN 'pg_statistic_ext'::regclass THEN (SELECT stxnamespace FROM pg_statistic_ext WHERE oid = d.objoid)
+            WHEN 'pg_trigger'::regclass THEN (SELECT c.relnamespace FROM pg_trigger t
+                                              JOIN pg_class c ON c.oid = t.tgrelid WHERE t.oid = d.objoid)
+        END
+        WHERE {_USER_NSP}
+          AND NOT (d.classoid = 'pg_namespace'::regclass AND n.nspname = 'public')  -- its stock comment
+          AND NOT EXISTS (SELECT FROM pg_depend e WHERE e.classid = d.classoid AND e.objid = d.objoid
                           AND e.deptype = 'e')""")
     items = []
     for r in rows:
-        schema = r["identity"] if r["type"] == "schema" else r["schema"]
-        system = schema is None or schema in ("pg_catalog", "information_schema") or schema.startswith("pg_")
-        if system or (r["type"] == "schema" and schema == "public"):
-            continue  # the system's own, or public's stock comment
         target = _COMMENT_TARGET.get(r["type"])
         if target is None:
             raise UnsupportedObject(

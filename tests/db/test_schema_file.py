@@ -52,6 +52,32 @@ async def test_a_new_index_and_an_edited_function_change_what_the_file_shows(db)
     assert after[index].startswith("CREATE INDEX jobs_progress_idx ON queueflow.jobs USING btree (worker_id)")
 
 
+async def test_views_types_statistics_extensions_and_comments_show_in_the_file(db):
+    before = {item.key for item in await read_schema(db)}
+    await db.execute("""
+        CREATE TYPE queueflow.mood AS ENUM ('calm', 'busy');
+        CREATE VIEW queueflow.waiting AS SELECT id FROM queueflow.jobs WHERE status = 'pending';
+        CREATE STATISTICS queueflow.jobs_queue_tenant ON queue_name, tenant_id FROM queueflow.jobs;
+        CREATE EXTENSION pg_trgm SCHEMA queueflow;
+        COMMENT ON TRIGGER jobs_notify_inserted ON queueflow.jobs IS 'wakes the queue''s waiters';
+        ALTER TABLE queueflow.jobs DISABLE TRIGGER jobs_step_finished""")
+    after = {item.key: item.sql for item in await read_schema(db)}
+
+    assert set(after) - before == {
+        ("type", "Type queueflow.mood"),
+        ("view", "View queueflow.waiting"),
+        ("table", "Statistics queueflow.jobs_queue_tenant"),
+        ("extension", "Extension pg_trgm"),  # and none of its functions, types or operators
+        ("comment", "Comment on trigger jobs_notify_inserted on queueflow.jobs"),
+    }
+    assert after[("type", "Type queueflow.mood")] == "CREATE TYPE queueflow.mood AS ENUM ('calm', 'busy');"
+    assert after[("trigger", "Trigger jobs_step_finished on queueflow.jobs")].endswith(
+        "\nALTER TABLE queueflow.jobs DISABLE TRIGGER jobs_step_finished;"
+    )
+    # What the file prints is SQL the server takes back.
+    await db.execute(after[("comment", "Comment on trigger jobs_notify_inserted on queueflow.jobs")])
+
+
 async def test_owners_and_privileges_do_not_show_in_the_file(db):
     before = [item.sql for item in await read_schema(db)]
     role = f"qf_schema_owner_{uuid.uuid4().hex[:8]}"
