@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install tools lock run test test-sdks image image-test bench bench-peers bench-compare bench-dbtime soak lint fmt clean
+.PHONY: install tools lock run test test-sdks image image-test bench bench-peers bench-compare bench-dbtime soak schema lint fmt clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -71,13 +71,13 @@ bench: $(STAMP)
 bench-peers: $(STAMP)
 	$(BIN)/python -m bench.peers.install
 
-# QueueFlow beside graphile-worker, pg-boss and PgQueuer (docs/benchmarks.md, "Comparison with
-# peers"). ARGS passes options through, e.g. `make bench-compare ARGS=--quick`.
+# QueueFlow beside graphile-worker, pg-boss and PgQueuer (docs/benchmarks.md, "The comparison").
+# ARGS passes options through, e.g. `make bench-compare ARGS=--quick`.
 bench-compare: bench-peers
 	$(BIN)/python -m bench.compare $(ARGS)
 
 # Where each system's in-process drain spends PostgreSQL's time, statement by statement
-# (pg_stat_statements; docs/benchmarks.md, "Speed work, ninth round").
+# (pg_stat_statements; docs/benchmarks.md, "Where the database's time goes").
 bench-dbtime: bench-peers
 	$(BIN)/python -m bench.dbtime $(ARGS)
 
@@ -87,6 +87,12 @@ bench-dbtime: bench-peers
 # duplicate execution.
 soak: $(STAMP)
 	SOAK_MINUTES=$(or $(SOAK_MINUTES),30) $(BIN)/python -m bench.soak $(ARGS)
+
+# shared/db/schema.sql, the schema the migrations make (for reading; devkit/schema.py replays them in
+# a throwaway PostgreSQL). Run it after adding or changing a migration, and commit the file:
+# tests/db/test_schema_file.py fails while it differs. `make schema ARGS=--check` only compares.
+schema: $(STAMP)
+	$(BIN)/python -m devkit.schema $(ARGS)
 
 # Style, types and layers: ruff (lint and format), mypy over services/ and shared/ (strict on the
 # domain and db layers), and import-linter's layer contracts (pyproject.toml, docs/architecture.md).

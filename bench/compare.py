@@ -17,7 +17,7 @@ QueueFlow's figures come from its own scenarios (bench/scenarios), run with thes
 - latency at 200 jobs/s: W2's 5 ms phase, client clock (POST start -> lease received), once with
   16 loops parked in long-poll leasing up to 50, once with 200 parked.
 Each peer's figures come from its program in bench/peers (one process per measurement, which
-prints one JSON line); see docs/benchmarks.md, "Comparison with peers", for their configurations.
+prints one JSON line); see docs/benchmarks.md, "The comparison", for their configurations.
 
 `--quick`: 2,000 jobs per drain, 5 timed batches, 200 latency jobs, one run: a smoke check only.
 `--markdown`: print the results in --out as a Markdown table and exit (runs nothing).

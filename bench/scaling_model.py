@@ -3,8 +3,9 @@ several PostgreSQL clusters (or Citus worker nodes), given one cluster's measure
 
 The model (docs/scaling.md explains it and sources its inputs):
 
-- One cluster drains at most `capacity` jobs/s (measured: docs/benchmarks.md). Work is not
-  shared between clusters: a tenant's jobs live, are claimed and complete on its own cluster.
+- One cluster drains at most `capacity` jobs/s (measured; the default is the figure docs/scaling.md
+  sources). Work is not shared between clusters: a tenant's jobs live, are claimed and complete on
+  its own cluster.
 - `tenants` tenants offer load in Zipf proportions (share of tenant i ~ 1 / i**skew; skew 0 is
   uniform). The fleet as a whole is limited by its hottest cluster: total = capacity / (largest
   share any one cluster carries). One tenant never exceeds one cluster, so the heaviest tenant's

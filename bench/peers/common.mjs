@@ -1,6 +1,6 @@
 // Shared by the Node peer programs (graphile.mjs, pgboss.mjs): the command line, the three
 // workloads' timing rules, and the one JSON line each program prints. See docs/benchmarks.md,
-// "Comparison with peers". Written for bench.compare; nothing here is specific to one queue.
+// "The comparison". Written for bench.compare; nothing here is specific to one queue.
 
 import { readFileSync } from "node:fs";
 import { performance } from "node:perf_hooks";

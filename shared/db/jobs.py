@@ -178,7 +178,7 @@ async def insert_jobs(db: Executor, tenant: str | None, jobs: Sequence[NewJob]) 
 # A batch of at least this many jobs, none with an idempotency or unique key (a row the insert may
 # keep out), goes in by COPY: 6.4 ms for 1,000 jobs against insert_jobs' 8.9 (one JSON document
 # parsed into rows, and its payloads and configs parsed again as jsonb), the same at 10 jobs
-# (docs/benchmarks.md, "Speed work, sixth round"). The same triggers run, and the same rows result.
+# (ADR 0017). The same triggers run, and the same rows result.
 COPY_MIN_JOBS = 50
 # Every batch copies these; each of the rest only when a job of the batch sets it (the usual bulk
 # enqueue sets none and leaves them to their defaults: 0.7 ms less a 1,000-job batch; a batch with

@@ -17,11 +17,13 @@ def migration_files() -> list[tuple[str, str]]:
     return [(f.name.removesuffix(".sql"), f.read_text(encoding="utf-8")) for f in files]
 
 
-async def apply_migrations(dsn_or_conn: str | asyncpg.Connection) -> list[str]:
-    """Apply every migration not yet recorded; returns the versions applied now.
+async def apply_migrations(dsn_or_conn: str | asyncpg.Connection, through: str | None = None) -> list[str]:
+    """Apply every migration not yet recorded (with `through`, only those up to that version);
+    returns the versions applied now.
 
     Concurrent callers serialise on a session advisory lock, so several processes starting at once
-    apply each file exactly once.
+    apply each file exactly once. (`through` is for devkit/schema.py, which reads the schema after
+    each version to say which migration last changed each object of shared/db/schema.sql.)
     """
     conn = await asyncpg.connect(dsn_or_conn) if isinstance(dsn_or_conn, str) else dsn_or_conn
     try:
@@ -35,6 +37,8 @@ async def apply_migrations(dsn_or_conn: str | asyncpg.Connection) -> list[str]:
             done = {r["version"] for r in await conn.fetch("SELECT version FROM queueflow.schema_migrations")}
             applied = []
             for version, sql in migration_files():
+                if through is not None and version > through:
+                    break
                 if version in done:
                     continue
                 async with conn.transaction():

@@ -100,7 +100,7 @@ async def copy_rows(
     columns named in `binary` arrive already in their binary form (bytes, or None for NULL), e.g.
     text_array's or jsonb_binary's, made once for the values a batch repeats. asyncpg's own array
     encoder costs about 1 µs an array (abstract-class checks on the list and on each element;
-    docs/benchmarks.md, "Speed work, thirteenth round").
+    docs/benchmarks.md, "Design decisions the measurements established"; 1c4a86a).
 
     asyncpg encodes each record by the types of a statement that selects the columns; here that
     statement selects the `binary` columns as bytea, whose binary form is the bytes as given."""

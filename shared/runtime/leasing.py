@@ -23,7 +23,7 @@ log = structlog.get_logger("queueflow.leasing")
 # Lease calls that wait together for a queue's claim gate share one claim when they lease on the
 # same terms (worker id, tenant, lease length): up to this many jobs for one claim. A claim's fixed
 # cost is paid once for all of them, and the gate's two places go to claims many times larger
-# instead of queueing small ones (docs/benchmarks.md, "Speed work, fifth round").
+# instead of queueing small ones (ADR 0021, with what it bought).
 SHARED_CLAIM_MAX = 500
 
 

@@ -4,7 +4,7 @@
 -- Version 12 wrote it as `WHERE NOT EXISTS (...)` over the distinct keys, which the planner joined
 -- to the whole of limit_state (read and sorted, then merged): a cost that grew with every key ever
 -- named. With 100,000 known keys a 1,000-job insert over 1,000 keys took 27 ms instead of 15
--- (docs/benchmarks.md, "Enqueue with limits"). Only that statement changes.
+-- (ADR 0022). Only that statement changes.
 CREATE OR REPLACE FUNCTION queueflow.notify_inserted() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
     bad text;

@@ -4,8 +4,7 @@
 -- As a SQL function with subqueries it cannot be inlined, so PostgreSQL planned its body afresh in
 -- every claim that called it (the claim of a queue whose window of limited jobs found too few with
 -- room: a saturated key's backlog at its head): about 0.3 ms of a 1.8 ms claim of 50 jobs. PL/pgSQL
--- keeps the plans of its statements for the session (docs/benchmarks.md, "Speed work, seventh
--- round").
+-- keeps the plans of its statements for the session (ADR 0022).
 CREATE OR REPLACE FUNCTION queueflow.limit_room(s queueflow.limit_state, big integer) RETURNS integer
 LANGUAGE plpgsql STABLE AS $$
 BEGIN

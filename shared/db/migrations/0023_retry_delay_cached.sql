@@ -5,7 +5,7 @@
 -- As a SQL function reading FROM a VALUES list it cannot be inlined, so PostgreSQL planned its body
 -- again in every statement that retries a job (a failure through the retry policy, the janitor's
 -- reclaim of an expired lease): one retryable failure took 0.41-0.42 ms against 0.32-0.33 as
--- PL/pgSQL, whose plans last the session (docs/benchmarks.md, "Speed work, seventh round").
+-- PL/pgSQL, whose plans last the session (ADR 0022).
 CREATE OR REPLACE FUNCTION queueflow.retry_delay_secs(config jsonb, attempt integer) RETURNS double precision
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE

@@ -6,8 +6,8 @@
 -- hash join. Both read the whole table. The function's plans are generic and made once per
 -- session. A session that first claimed while the table was small (every server at start) keeps
 -- those sequential scans for good. A claim of 80 limited jobs took 11 ms with no release waiting,
--- 18 ms with 1,000, 52 ms with 10,000 and 62 ms with 50,000 of other keys (docs/benchmarks.md,
--- "Speed work, ninth round"). A slower claim folds less often, so releases pile up faster.
+-- 18 ms with 1,000, 52 ms with 10,000 and 62 ms with 50,000 of other keys (ADR 0022). A slower
+-- claim folds less often, so releases pile up faster.
 --
 -- Both reads now go through two small PL/pgSQL functions, each called once a claim with the
 -- claim's keys. They look at how many releases wait each time: up to a thousand are read at once,

@@ -7,7 +7,7 @@
 -- list again for each of them costs nothing. With a few hundred waiting, the usual state under a
 -- many-key drain, that loop was most of the claim: 10.4 of a 16 ms claim of 80 jobs with 600
 -- releases waiting, against 5 ms for the same claim with over a thousand waiting, when the
--- key-by-key probe ran (docs/benchmarks.md, "Speed work, tenth round"). The probe is now the only
+-- key-by-key probe ran (ADR 0022). The probe is now the only
 -- way: one index probe a key of the claim, its rows deleted by their place. Counting the waiting
 -- releases stays with queueflow.pending_releases, which reads them all at once when few wait (a
 -- window names up to a batch and 32 more keys per tenant, so that read is worth it there).

@@ -6,7 +6,7 @@
 -- every key it updated: with a window of 532 keys all saturated, 141,778 index probes and as many
 -- lock attempts, and 300 ms for a claim that could take no job. That is the steady state of "one
 -- job at a time per customer" with every customer busy, where each release wakes such a claim
--- (docs/benchmarks.md, "Speed work, tenth round"). The rows are now locked once, in a materialized
+-- (ADR 0022). The rows are now locked once, in a materialized
 -- CTE, and the count joins them: the same rows locked and updated, 55-65 ms for that claim.
 DO $migration$
 DECLARE

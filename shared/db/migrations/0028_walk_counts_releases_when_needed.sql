@@ -4,7 +4,7 @@
 -- The window (`walk_room`, version 24) added every walked key's waiting releases to its room, and
 -- read them through `pending_releases`: below 1,000 waiting, all of them, grouped by key. In a
 -- drain over many keys that read was about 0.9 ms of a 3.9 ms claim of 50 (`auto_explain`,
--- docs/benchmarks.md, "Speed work, eleventh round"), and it was almost always unneeded: a release
+-- ADR 0022), and it was almost always unneeded: a release
 -- only adds room, so a key whose recorded room already covers every walked job of it gets the same
 -- verdict without them. The releases of the other keys are now counted one key at a time, by their
 -- index. The room is only compared with the walked jobs' ranks and with zero, and both comparisons

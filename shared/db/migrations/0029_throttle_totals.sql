@@ -4,7 +4,7 @@
 -- /metrics labels the busiest keys one by one and sums the rest as `_other`. Its statement read
 -- every `limit_state` row with a throttled claim (and probed each one's waiting releases) to rank
 -- them and sum the rest: 23 ms at 10,000 keys, 296 ms at 100,000 and 1.8 s at 1,000,000, on every
--- scrape of every process (docs/benchmarks.md, "Speed work, eleventh round"). Keys are per
+-- scrape of every process (docs/limits.md, "Metrics"). Keys are per
 -- customer in the use the feature is for, so they only grow (`limit_state` is never pruned).
 --
 -- The claim now also adds the jobs it counts as throttled to one of sixteen total rows (by

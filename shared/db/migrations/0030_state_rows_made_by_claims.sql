@@ -3,7 +3,7 @@
 --
 -- The insert trigger probed the state row of every distinct key an insert named, and made the
 -- missing ones: about 2.7 ms of a 1,000-job insert over 1,000 keys that all had rows already
--- (16.2 ms against 13.5 ms without it; docs/benchmarks.md, "Speed work, twelfth round"), paid
+-- (16.2 ms against 13.5 ms without it; docs/limits.md, "How it works"), paid
 -- again by every batch for the same keys. It also read the key's policy in the insert's snapshot,
 -- so a policy written while the insert ran could miss the new row (the policy write refreshes the
 -- rows it sees): the key kept the policy it replaced.

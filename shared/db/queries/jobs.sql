@@ -195,8 +195,8 @@ SELECT status, workflow_id FROM queueflow.jobs WHERE id = $1 AND tenant_id = $2;
 -- names, and PostgreSQL keeps the one generic plan after its first five calls. With $1 visible, a
 -- large backlog of another queue made every call's custom plan look cheaper than the generic one
 -- (a queue the statistics have not seen holds no job in them), and each claim was planned again:
--- about 0.7 ms of a claim of 50 beside a 1,000,000-job backlog (docs/benchmarks.md, "Speed work,
--- eleventh round").
+-- about 0.7 ms of a claim of 50 beside a 1,000,000-job backlog (ADR 0022, with the other
+-- plans of the hot paths that had to survive their statistics).
 WITH flags AS MATERIALIZED (
     -- Any tenant's: one probe of jobs_claim_limited_order_idx. (In the index's order: without it a
     -- generic plan may read the table from its first page to the queue's first limited job.)
