@@ -12,10 +12,10 @@ from typing import Any
 
 import structlog
 
-from shared.db import jobs as jobs_db
-from shared.db.batcher import CompletionBatcher, InsertBatcher
 from shared import metrics
+from shared.db import jobs as jobs_db
 from shared.db import pooler
+from shared.db.batcher import CompletionBatcher, InsertBatcher
 from shared.db.listener import Hub, Listener
 from shared.db.migrate import apply_migrations
 from shared.db.pool import Pool, create_pool, until_answered

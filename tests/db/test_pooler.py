@@ -106,9 +106,11 @@ async def _busy_clients(url: str, count: int) -> AsyncIterator[None]:
 
 
 async def test_statement_pooling_is_refused_with_what_to_configure(database_url: str) -> None:
-    with pgbouncer(database_url, pool_mode="statement", pool_size=4) as bouncer:
-        with pytest.raises(ConfigError) as refused:
-            await probe(bouncer.url_for(database_url))
+    with (
+        pgbouncer(database_url, pool_mode="statement", pool_size=4) as bouncer,
+        pytest.raises(ConfigError) as refused,
+    ):
+        await probe(bouncer.url_for(database_url))
     message = str(refused.value)
     assert "DATABASE_URL goes through a pooler in statement mode" in message
     assert "QUEUEFLOW_LISTEN_DATABASE_URL" in message and "QUEUEFLOW_STATEMENT_CACHE_SIZE=0" in message
@@ -136,7 +138,12 @@ async def test_the_plan_for_only_a_transaction_pooler_url_turns_the_cache_off_an
         both = await plan(url, bouncer.url_for(database_url) + "?application_name=other", 0, 1.0)
         assert (both.pooled, both.listen) == (("DATABASE_URL", "QUEUEFLOW_LISTEN_DATABASE_URL"), False)
     direct = await plan(database_url, database_url, 100, 1.0)
-    assert (direct.pooled, direct.statement_cache_size, direct.listen, direct.warning) == ((), 100, True, None)
+    assert (direct.pooled, direct.statement_cache_size, direct.listen, direct.warning) == (
+        (),
+        100,
+        True,
+        None,
+    )
 
 
 async def test_migrations_through_a_transaction_pooler_apply_once_and_leave_no_lock(

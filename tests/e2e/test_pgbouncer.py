@@ -260,9 +260,9 @@ async def test_a_server_given_only_a_transaction_pooler_url_adapts_and_works(
     status, leased = await lease
     assert status == 200 and [j["job"]["id"] for j in leased["jobs"]] == [created["job_id"]], leased
     token = leased["jobs"][0]["lease_token"]
-    assert (
-        await call(http, "POST", f"{api}/jobs/{created['job_id']}/complete", {"lease_token": token})
-    )[0] == 204
+    assert (await call(http, "POST", f"{api}/jobs/{created['job_id']}/complete", {"lease_token": token}))[
+        0
+    ] == 204
 
     # Concurrent requests, so that transactions move between the bouncer's server connections:
     # with the default statement cache these answered 500 (prepared statement does not exist).
@@ -274,7 +274,11 @@ async def test_a_server_given_only_a_transaction_pooler_url_adapts_and_works(
                     http,
                     "POST",
                     f"{api}/jobs/batch",
-                    {"jobs": [{"task_name": "remote-echo", "payload": {"n": n}, "config": {"queue": "remote"}}]},
+                    {
+                        "jobs": [
+                            {"task_name": "remote-echo", "payload": {"n": n}, "config": {"queue": "remote"}}
+                        ]
+                    },
                 )
                 for n in range(16)
             )
