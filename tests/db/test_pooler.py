@@ -3,7 +3,9 @@
 pooling however the bouncer hands out its server connections (one of them, or several shared with
 busy clients), named statements known not to survive it, statement pooling refused with what to
 configure; and the migrations, which go through the same URL when no listen URL is set, apply
-through it once under concurrency and leave no lock behind."""
+through it once under concurrency and leave no lock behind. PgBouncer 1.21+ with
+max_prepared_statements, which no registry the project may use ships, is emulated by
+tests/support/tracking_pooler.py: still a transaction pooler to the probe, with the cache kept."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from shared.config import ConfigError
 from shared.db.migrate import _LOCK_KEY, apply_migrations, migration_files
 from shared.db.pooler import DIRECT, Pooling, plan, probe
 from tests.support.pgbouncer import pgbouncer
+from tests.support.tracking_pooler import tracking_pooler
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -162,3 +165,21 @@ async def test_migrations_through_a_transaction_pooler_apply_once_and_leave_no_l
         assert await conn.fetchval("SELECT pg_try_advisory_xact_lock($1)", _LOCK_KEY) is True
     finally:
         await conn.close()
+
+
+async def test_a_transaction_pooler_that_carries_named_statements_is_found_and_keeps_the_cache(
+    database_url: str,
+) -> None:
+    """PgBouncer 1.21+ with max_prepared_statements, emulated: found as a transaction pooler
+    (so a missing listen URL is still polled around), and the statement cache is left on."""
+    async with tracking_pooler(database_url, pool_size=4) as pooler:
+        url = pooler.url_for(database_url)
+        for _ in range(3):
+            assert await probe(url) == Pooling(transaction_pooler=True, named_statements=True)
+        assert pooler.carried >= 1  # the probe's statement really ran on a server connection that lacked it
+        route = await plan(url, url, 100, 1.0)
+        assert (route.pooled, route.statement_cache_size, route.listen) == (("DATABASE_URL",), 100, False)
+        assert route.warning is not None and "QUEUEFLOW_LISTEN_DATABASE_URL" in route.warning
+        assert "QUEUEFLOW_STATEMENT_CACHE_SIZE" not in route.warning
+        configured = await plan(url, database_url, 100, 1.0)
+        assert (configured.statement_cache_size, configured.listen, configured.warning) == (100, True, None)

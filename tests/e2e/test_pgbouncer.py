@@ -11,7 +11,10 @@ Given only the bouncer's URL (nothing else set), the process finds the transacti
 (shared/db/pooler.py), says so in a warning, on /ready and on /metrics, turns its statement cache
 off and polls instead of listening: concurrent requests get no 500, a remote worker's long-poll is
 woken and its jobs completed, and a workflow finishes. Through session pooling nothing changes.
-(tests/db/test_pooler.py has the probe's own cases.)
+Through a transaction pooler that carries named statements (PgBouncer 1.21+ with
+max_prepared_statements, emulated by tests/support/tracking_pooler.py: no registry the project may
+use ships 1.21+) the cache stays on and the same work succeeds. (tests/db/test_pooler.py has the
+probe's own cases.)
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import pytest
 
 from tests.support.metrics import requests_served_with
 from tests.support.pgbouncer import Bouncer, pgbouncer
+from tests.support.tracking_pooler import tracking_pooler
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.timeout(180)
@@ -229,7 +233,6 @@ async def test_a_server_given_only_a_transaction_pooler_url_adapts_and_works(
     (tests/db/test_pooler.py shows it with the driver) and a LISTEN through it hears nothing. The
     safety poll is 60 s, longer than every wait below, so the poller is what wakes them."""
     proc = await service(bouncer.url_for(database_url), mode="all", extra_args=NO_SAFETY_POLL)
-    api = f"{proc.base_url}/api/v1"
 
     # Found at start, and said: in a warning naming the two settings, on /ready and on /metrics.
     warnings = [e for e in log_events(proc) if e.get("event") == "transaction_pooler_detected"]
@@ -248,6 +251,17 @@ async def test_a_server_given_only_a_transaction_pooler_url_adapts_and_works(
     assert await gauge(http, proc, "queueflow_notifications_polled") == 1
     assert "listener_connected" not in proc.log_text()  # no LISTEN through the bouncer
 
+    await remote_jobs_and_a_workflow_run_by_polling(http, proc)
+    assert await requests_served_with(http, proc, "5") == 0
+    assert "request_failed" not in proc.log_text()
+    assert "does not exist" not in proc.log_text()  # prepared statement "__asyncpg_stmt_..."
+    assert "login attempt: db=" in bouncer.log_text()  # the pool really went through the bouncer
+
+
+async def remote_jobs_and_a_workflow_run_by_polling(http: aiohttp.ClientSession, proc: Any) -> None:
+    """A remote worker's long-polls and a two-step workflow, while concurrent requests move
+    between the pooler's server connections; the safety poll (60 s) outlasts every wait."""
+    api = f"{proc.base_url}/api/v1"
     # A remote worker's parked long-poll is woken (by the poller: no NOTIFY reaches it).
     lease = asyncio.create_task(
         call(http, "POST", f"{api}/queues/remote/lease", {"max_jobs": 1, "wait_secs": 30})
@@ -314,11 +328,6 @@ async def test_a_server_given_only_a_transaction_pooler_url_adapts_and_works(
 
     await eventually(finished, timeout=50, interval=0.2, message="the two-step workflow finished")
 
-    assert await requests_served_with(http, proc, "5") == 0
-    assert "request_failed" not in proc.log_text()
-    assert "does not exist" not in proc.log_text()  # prepared statement "__asyncpg_stmt_..."
-    assert "login attempt: db=" in bouncer.log_text()  # the pool really went through the bouncer
-
 
 async def test_through_session_pooling_nothing_is_adapted_and_notify_wakes_a_long_poll(
     database_url: str, service: Any, http: aiohttp.ClientSession
@@ -344,4 +353,28 @@ async def test_through_session_pooling_nothing_is_adapted_and_notify_wakes_a_lon
         status, leased = await lease
         assert status == 200 and [j["job"]["id"] for j in leased["jobs"]] == [created["job_id"]], leased
         assert "login attempt: db=" in session_bouncer.log_text()
+        await proc.terminate(grace=15.0)
+
+
+async def test_a_server_through_a_pooler_that_carries_named_statements_keeps_its_cache(
+    database_url: str, service: Any, http: aiohttp.ClientSession
+) -> None:
+    """PgBouncer 1.21+ with max_prepared_statements, emulated: a transaction pooler all the same
+    (no LISTEN through it, so the process polls and warns of that only), and named statements
+    carried between its server connections, so the configured cache stays on and works."""
+    async with tracking_pooler(database_url, pool_size=12) as pooler:
+        proc = await service(pooler.url_for(database_url), mode="all", extra_args=NO_SAFETY_POLL)
+        report = (await ready(http, proc))["pooler"]
+        assert (report["pooled"], report["statement_cache_size"], report["notifications"]) == (
+            ["DATABASE_URL"],
+            100,
+            "poll",
+        )
+        assert "QUEUEFLOW_LISTEN_DATABASE_URL" in report["warning"]
+        assert "QUEUEFLOW_STATEMENT_CACHE_SIZE" not in report["warning"]
+        carried = pooler.carried
+        await remote_jobs_and_a_workflow_run_by_polling(http, proc)
+        assert pooler.carried > carried  # the pool's named statements moved between server connections
+        assert await requests_served_with(http, proc, "5") == 0
+        assert "request_failed" not in proc.log_text()
         await proc.terminate(grace=15.0)
