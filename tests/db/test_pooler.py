@@ -150,7 +150,7 @@ async def test_the_plan_for_only_a_transaction_pooler_url_turns_the_cache_off_an
 
 
 async def test_migrations_through_a_transaction_pooler_apply_once_and_leave_no_lock(
-    pg_cluster: object, empty_database: str
+    empty_database: str,
 ) -> None:
     with pgbouncer(empty_database, pool_mode="transaction", pool_size=3) as bouncer:
         url = bouncer.url_for(empty_database)
