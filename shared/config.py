@@ -113,14 +113,16 @@ class Settings:
         "QUEUEFLOW_LISTEN_DATABASE_URL",
         None,
         "direct PostgreSQL URL for the LISTEN connection and migrations (default: --database-url);"
-        " set it when --database-url goes through a transaction pooler",
+        " set it when --database-url goes through a transaction pooler (without it, a process that"
+        " finds one at start polls for work every second instead of listening)",
     )
     statement_cache_size: int = option(
         "--statement-cache-size",
         "QUEUEFLOW_STATEMENT_CACHE_SIZE",
         100,
         "prepared statements kept per pool connection; 0 prepares none that outlive a statement"
-        " (PgBouncer before 1.21 in transaction mode)",
+        " (PgBouncer before 1.21 in transaction mode; a transaction pooler found at start to lose"
+        " them turns it off)",
         at_least=0,
     )
     host: str = option("--host", "QUEUEFLOW_HOST", "0.0.0.0", "bind address for the HTTP listeners")
@@ -291,8 +293,9 @@ class Settings:
 
     @property
     def direct_database_url(self) -> str:
-        """The URL of a session of its own (LISTEN, migrations' advisory lock): never a pooler's
-        transaction-mode port."""
+        """The URL of a session of its own, for LISTEN (and the migrations): never a pooler's
+        transaction-mode port (where a process finds one at start it polls instead of listening,
+        shared/db/pooler.py)."""
         return self.listen_database_url or self.database_url
 
     def runs(self, service: str) -> bool:

@@ -127,6 +127,18 @@ LONG_POLL_WAITERS = Gauge(
 )
 
 STORE_UP = Gauge("queueflow_store_up", "1 if the database answered this scrape.", registry=REGISTRY)
+# Set once at start from the pooler probe (shared/db/pooler.py).
+DB_TRANSACTION_POOLER = Gauge(
+    "queueflow_db_transaction_pooler",
+    "1 if DATABASE_URL was found at start to go through a transaction pooler.",
+    registry=REGISTRY,
+)
+NOTIFICATIONS_POLLED = Gauge(
+    "queueflow_notifications_polled",
+    "1 if this process has no LISTEN connection (its listen URL goes through a transaction pooler)"
+    " and waiters re-check for work on a timer instead of being notified.",
+    registry=REGISTRY,
+)
 QUEUE_PENDING = Gauge(
     "queueflow_queue_pending_jobs", "Claimable jobs, all tenants.", ["queue"], registry=REGISTRY
 )

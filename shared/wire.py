@@ -489,8 +489,27 @@ class HealthStatus(Response):
     version: str
 
 
+class PoolerStatus(Response):
+    """How the process reaches PostgreSQL when a transaction pooler is on the way (an extension;
+    docs/deployment.md, "PgBouncer and other poolers")."""
+
+    # The settings whose URL goes through a transaction pooler: DATABASE_URL and/or
+    # QUEUEFLOW_LISTEN_DATABASE_URL.
+    pooled: list[str]
+    # The pool's statement cache in effect: 0 when named prepared statements do not survive the
+    # pooler (whatever QUEUEFLOW_STATEMENT_CACHE_SIZE says).
+    statement_cache_size: int
+    # "listen": woken by NOTIFY; "poll": no LISTEN connection could hear anything, so waiters
+    # re-check for work on a timer (set QUEUEFLOW_LISTEN_DATABASE_URL).
+    notifications: Literal["listen", "poll"]
+    # What the process had to adapt and what to configure instead; absent when nothing was.
+    warning: str | None = None
+
+
 class ReadyStatus(Response):
     status: str
+    # An extension: present only when a transaction pooler is on the way.
+    pooler: PoolerStatus | None = None
 
 
 class ErrorBody(Response):

@@ -98,8 +98,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _migrate(args: argparse.Namespace) -> Any:
-    # A direct URL first: the migrations hold a session advisory lock, which a transaction pooler
-    # would leave on whichever server connection happened to run it.
+    # A direct URL first, as `serve` migrates through it (a transaction pooler's works too: the
+    # migrations run in one transaction under a transaction-scoped lock).
     url = (
         args.database_url or os.environ.get("QUEUEFLOW_LISTEN_DATABASE_URL") or os.environ.get("DATABASE_URL")
     )

@@ -12,11 +12,14 @@ from typing import Any
 
 import structlog
 
+from shared import metrics
 from shared.db import jobs as jobs_db
+from shared.db import pooler
 from shared.db.batcher import CompletionBatcher, InsertBatcher
 from shared.db.listener import Hub, Listener
 from shared.db.migrate import apply_migrations
 from shared.db.pool import Pool, create_pool, until_answered
+from shared.db.pooler import Poller, Route
 from shared.tracing import Tracer
 
 log = structlog.get_logger("queueflow.db")
@@ -26,10 +29,19 @@ CLOSE_WAIT_SECS = 10.0
 
 
 class Database:
-    def __init__(self, pool: Pool, hub: Hub, listener: Listener, tracer: Tracer | None = None) -> None:
+    def __init__(
+        self,
+        pool: Pool,
+        hub: Hub,
+        listener: Listener | Poller,
+        tracer: Tracer | None = None,
+        route: Route | None = None,
+    ) -> None:
         self.pool = pool
         self.hub = hub
         self.listener = listener
+        # How the process reaches PostgreSQL (a transaction pooler on the way?), for /ready.
+        self.route = route or Route()
         # The process's tracer when it exports traces (shared/tracing.py), else None: the claim,
         # the completions and the enqueues ask only that.
         self.tracer = tracer
@@ -50,25 +62,34 @@ class Database:
         migrate: bool,
         direct_dsn: str | None = None,
         statement_cache_size: int = 100,
+        safety_poll_secs: float = pooler.POLL_SECS,
         tracer: Tracer | None = None,
     ) -> Database:
-        """Migrate (unless told not to), open the pool, and start the listener. The pool uses
-        `dsn`, which may be a transaction pooler's; the migrations (a session advisory lock) and the
-        LISTEN connection use `direct_dsn` (default `dsn`), which must be a session of their own."""
+        """Find out whether a transaction pooler is on the way (shared/db/pooler.py), migrate
+        (unless told not to), open the pool, and start the listener. The pool uses `dsn`, which may
+        be a transaction pooler's; the migrations and the LISTEN connection use `direct_dsn`
+        (default `dsn`), which should be a session of its own. Through a transaction pooler the
+        pool prepares its statements unnamed unless named ones survive it, and where LISTEN would go
+        through one a Poller wakes every waiter at least every POLL_SECS (or `safety_poll_secs`,
+        the waiters' own safety poll, when shorter) instead."""
         direct = direct_dsn or dsn
+        poll_secs = min(pooler.POLL_SECS, safety_poll_secs)
+        route = await pooler.plan(dsn, direct, statement_cache_size, poll_secs)
+        metrics.DB_TRANSACTION_POOLER.set(1 if "DATABASE_URL" in route.pooled else 0)
+        metrics.NOTIFICATIONS_POLLED.set(0 if route.listen else 1)
         if migrate:
             applied = await apply_migrations(direct)
             if applied:
                 log.info("migrations_applied", versions=applied)
-        pool = await create_pool(dsn, min_connections, max_connections, statement_cache_size)
+        pool = await create_pool(dsn, min_connections, max_connections, route.statement_cache_size)
         hub = Hub()
-        listener = Listener(direct, hub)
+        listener = Listener(direct, hub) if route.listen else Poller(hub, poll_secs)
         try:
             await listener.start()
         except BaseException:
             await pool.close()
             raise
-        return cls(pool, hub, listener, tracer)
+        return cls(pool, hub, listener, tracer, route)
 
     def give_back_unanswered_claim(self, queue: str, key: uuid.UUID) -> None:
         """A claim's answer was lost with its connection (it may have committed, leasing jobs no

@@ -1,4 +1,13 @@
-"""Forward-only SQL migrations, applied in file-name order under an advisory lock."""
+"""Forward-only SQL migrations, applied in file-name order in one transaction, under a
+transaction-scoped advisory lock.
+
+Concurrent callers (several processes starting at once) serialise on that lock: the first applies
+every file not yet recorded, and the others then find them recorded and apply nothing. The lock
+ends with its transaction, so the migrations run through a transaction pooler too (which lends
+each transaction whichever server connection is free): a session lock would stay behind on one of
+its server connections, held by no one, and the next process to start would wait for it forever.
+One transaction for all the files also means a failing file leaves the schema as it was.
+"""
 
 from __future__ import annotations
 
@@ -21,14 +30,18 @@ async def apply_migrations(dsn_or_conn: str | asyncpg.Connection, through: str |
     """Apply every migration not yet recorded (with `through`, only those up to that version);
     returns the versions applied now.
 
-    Concurrent callers serialise on a session advisory lock, so several processes starting at once
-    apply each file exactly once. (`through` is for devkit/schema.py, which reads the schema after
-    each version to say which migration last changed each object of shared/db/schema.sql.)
+    (`through` is for devkit/schema.py, which reads the schema after each version to say which
+    migration last changed each object of shared/db/schema.sql.)
     """
-    conn = await asyncpg.connect(dsn_or_conn) if isinstance(dsn_or_conn, str) else dsn_or_conn
+    # No statement cache: a named statement would not outlive its transaction through a pooler.
+    conn = (
+        await asyncpg.connect(dsn_or_conn, statement_cache_size=0)
+        if isinstance(dsn_or_conn, str)
+        else dsn_or_conn
+    )
     try:
-        await conn.execute("SELECT pg_advisory_lock($1)", _LOCK_KEY)
-        try:
+        async with conn.transaction():
+            await conn.execute(f"SELECT pg_advisory_xact_lock({_LOCK_KEY})")
             await conn.execute(
                 "CREATE SCHEMA IF NOT EXISTS queueflow;"
                 " CREATE TABLE IF NOT EXISTS queueflow.schema_migrations ("
@@ -41,15 +54,10 @@ async def apply_migrations(dsn_or_conn: str | asyncpg.Connection, through: str |
                     break
                 if version in done:
                     continue
-                async with conn.transaction():
-                    await conn.execute(sql)
-                    await conn.execute(
-                        "INSERT INTO queueflow.schema_migrations (version) VALUES ($1)", version
-                    )
+                await conn.execute(sql)
+                await conn.execute("INSERT INTO queueflow.schema_migrations (version) VALUES ($1)", version)
                 applied.append(version)
             return applied
-        finally:
-            await conn.execute("SELECT pg_advisory_unlock($1)", _LOCK_KEY)
     finally:
         if isinstance(dsn_or_conn, str):
             await conn.close()

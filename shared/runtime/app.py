@@ -126,6 +126,7 @@ async def _database(app: web.Application) -> AsyncIterator[None]:
         min_connections=s.min_db_connections,
         max_connections=s.max_db_connections,
         statement_cache_size=s.statement_cache_size,
+        safety_poll_secs=s.worker_poll_secs,
         migrate=s.auto_migrate,
         tracer=app.get(TRACER),
     )

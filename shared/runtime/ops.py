@@ -13,6 +13,7 @@ import shared
 from shared import metrics, wire
 from shared.db import jobs as jobs_db
 from shared.db import limits
+from shared.db.pooler import Route
 from shared.runtime.keys import DATABASE, LIFECYCLE, PROBED, SETTINGS
 from shared.web.body import json_response
 from shared.web.errors import error_response
@@ -34,9 +35,21 @@ async def ready(request: web.Request) -> web.Response:
     app = _source(request)
     if app[LIFECYCLE].draining:
         return error_response(503, "shutting down")
-    if not await app[DATABASE].ping():
+    db = app[DATABASE]
+    if not await db.ping():
         return error_response(503, "database not ready")
-    return json_response(wire.ReadyStatus(status="ready"))
+    return json_response(wire.ReadyStatus(status="ready", pooler=_pooler(db.route)))
+
+
+def _pooler(route: Route) -> wire.PoolerStatus | None:
+    if not route.pooled:
+        return None
+    return wire.PoolerStatus(
+        pooled=list(route.pooled),
+        statement_cache_size=route.statement_cache_size,
+        notifications="listen" if route.listen else "poll",
+        warning=route.warning,
+    )
 
 
 async def metrics_endpoint(request: web.Request) -> web.Response:

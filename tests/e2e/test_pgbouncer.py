@@ -1,17 +1,26 @@
-"""QueueFlow through a real PgBouncer (Debian's, 1.18) in transaction pooling.
+"""QueueFlow through a real PgBouncer (Debian's, 1.18).
 
-The pool goes through the bouncer with `--statement-cache-size 0` (PgBouncer before 1.21 cannot
-carry a named prepared statement from one transaction to the next); the LISTEN connection and the
-migrations go straight to PostgreSQL (`--listen-database-url`). With the safety poll at 60 s, every
-wake-up inside the test's waits comes from NOTIFY. The whole worker protocol, batch enqueue and
-acknowledgement, in-process handlers, a workflow and a cron schedule run through it, with no 5xx.
-The same run with asyncpg's default statement cache fails, which shows the pooler is really in the
-path (and why the setting exists).
+Configured as documented: the pool goes through the bouncer in transaction pooling with
+`--statement-cache-size 0` (PgBouncer before 1.21 cannot carry a named prepared statement from one
+transaction to the next), and the LISTEN connection and the migrations go straight to PostgreSQL
+(`--listen-database-url`). With the safety poll at 60 s, every wake-up inside the test's waits comes
+from NOTIFY. The whole worker protocol, batch enqueue and acknowledgement, in-process handlers, a
+workflow and a cron schedule run through it, with no 5xx.
+
+Given only the bouncer's URL (nothing else set), the process finds the transaction pooler at start
+(shared/db/pooler.py), says so in a warning, on /ready and on /metrics, turns its statement cache
+off and polls instead of listening: concurrent requests get no 500, a remote worker's long-poll is
+woken and its jobs completed, and a workflow finishes. Through session pooling nothing changes.
+Through a transaction pooler that carries named statements (PgBouncer 1.21+ with
+max_prepared_statements, emulated by tests/support/tracking_pooler.py: no registry the project may
+use ships 1.21+) the cache stays on and the same work succeeds. (tests/db/test_pooler.py has the
+probe's own cases.)
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -22,6 +31,7 @@ import pytest
 
 from tests.support.metrics import requests_served_with
 from tests.support.pgbouncer import Bouncer, pgbouncer
+from tests.support.tracking_pooler import tracking_pooler
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.timeout(180)
@@ -48,6 +58,36 @@ async def call(http: aiohttp.ClientSession, method: str, url: str, body: Any = N
         return resp.status, data
 
 
+async def ready(http: aiohttp.ClientSession, proc: Any) -> Any:
+    async with http.get(f"{proc.base_url}/ready") as resp:
+        assert resp.status == 200
+        return await resp.json()
+
+
+async def gauge(http: aiohttp.ClientSession, proc: Any, name: str) -> float:
+    """The value of an unlabelled gauge on the process's /metrics."""
+    async with http.get(f"{proc.metrics_url}/metrics") as resp:
+        text = await resp.text()
+    values = [float(line.split(" ")[1]) for line in text.splitlines() if line.startswith(name + " ")]
+    assert len(values) == 1, (name, values)
+    return values[0]
+
+
+async def parked(http: aiohttp.ClientSession, proc: Any) -> bool:
+    return await gauge(http, proc, "queueflow_long_poll_waiters") >= 1
+
+
+def log_events(proc: Any) -> list[dict[str, Any]]:
+    """The process's JSON log lines."""
+    events = []
+    for line in proc.log_text().splitlines():
+        with contextlib.suppress(ValueError):
+            event = json.loads(line)
+            if isinstance(event, dict):
+                events.append(event)
+    return events
+
+
 async def test_everything_works_through_pgbouncer_in_transaction_mode(
     database_url: str, bouncer: Bouncer, service: Any, http: aiohttp.ClientSession
 ) -> None:
@@ -57,22 +97,26 @@ async def test_everything_works_through_pgbouncer_in_transaction_mode(
         extra_args=["--listen-database-url", database_url, "--statement-cache-size", "0", *NO_SAFETY_POLL],
     )
     api = f"{proc.base_url}/api/v1"
-    loop = asyncio.get_running_loop()
+    # Configured as documented: the pooler is reported, and nothing had to be adapted.
+    assert await ready(http, proc) == {
+        "status": "ready",
+        "pooler": {"pooled": ["DATABASE_URL"], "statement_cache_size": 0, "notifications": "listen"},
+    }
+    found = [e for e in log_events(proc) if e.get("event") == "transaction_pooler_detected"]
+    assert [e["level"] for e in found] == ["info"], found
 
     # A parked long-poll is woken by the enqueue's NOTIFY, through the direct LISTEN connection.
     lease = asyncio.create_task(
         call(http, "POST", f"{api}/queues/remote/lease", {"max_jobs": 1, "wait_secs": 30})
     )
-    await asyncio.sleep(1)
-    enqueued_at = loop.time()
+    await eventually(lambda: parked(http, proc), message="the lease call parked")
     status, created = await call(
         http, "POST", f"{api}/jobs", {"task_name": "remote-echo", "config": {"queue": "remote"}}
     )
     assert status == 201, created
+    # The wait is shorter than the safety poll: only the NOTIFY can wake it before it ends empty.
     status, leased = await lease
-    woken_in = loop.time() - enqueued_at
     assert status == 200 and [j["job"]["id"] for j in leased["jobs"]] == [created["job_id"]], leased
-    assert woken_in < 15, f"the long-poll returned after {woken_in:.1f} s: its time-out, not a NOTIFY"
     job_id, token = created["job_id"], leased["jobs"][0]["lease_token"]
 
     # The per-job protocol: heartbeat, complete, a replay, a stale token.
@@ -182,27 +226,155 @@ async def test_everything_works_through_pgbouncer_in_transaction_mode(
     assert "login attempt: db=" in bouncer.log_text()  # the pool really went through the bouncer
 
 
-async def test_the_default_statement_cache_fails_through_pgbouncer_1_18(
+async def test_a_server_given_only_a_transaction_pooler_url_adapts_and_works(
     database_url: str, bouncer: Bouncer, service: Any, http: aiohttp.ClientSession
 ) -> None:
-    """Why --statement-cache-size exists: asyncpg's named prepared statements do not survive the
-    pooler handing each transaction to another server connection (before PgBouncer 1.21)."""
-    proc = await service(
-        bouncer.url_for(database_url), mode="api", extra_args=["--listen-database-url", database_url]
+    """Nothing set but DATABASE_URL, the bouncer's: the default statement cache would fail here
+    (tests/db/test_pooler.py shows it with the driver) and a LISTEN through it hears nothing. The
+    safety poll is 60 s, longer than every wait below, so the poller is what wakes them."""
+    proc = await service(bouncer.url_for(database_url), mode="all", extra_args=NO_SAFETY_POLL)
+
+    # Found at start, and said: in a warning naming the two settings, on /ready and on /metrics.
+    warnings = [e for e in log_events(proc) if e.get("event") == "transaction_pooler_detected"]
+    assert [e["level"] for e in warnings] == ["warning"], warnings
+    assert "QUEUEFLOW_LISTEN_DATABASE_URL" in warnings[0]["detail"]
+    assert "QUEUEFLOW_STATEMENT_CACHE_SIZE=0" in warnings[0]["detail"]
+    assert (warnings[0]["statement_cache_size"], warnings[0]["notifications"]) == (0, "poll")
+    report = (await ready(http, proc))["pooler"]
+    assert (report["pooled"], report["statement_cache_size"], report["notifications"]) == (
+        ["DATABASE_URL"],
+        0,
+        "poll",
     )
-    statuses: list[int] = []
-    for _ in range(5):  # concurrent requests, so that transactions move between server connections
+    assert report["warning"] == warnings[0]["detail"]
+    assert await gauge(http, proc, "queueflow_db_transaction_pooler") == 1
+    assert await gauge(http, proc, "queueflow_notifications_polled") == 1
+    assert "listener_connected" not in proc.log_text()  # no LISTEN through the bouncer
+
+    await remote_jobs_and_a_workflow_run_by_polling(http, proc)
+    assert await requests_served_with(http, proc, "5") == 0
+    assert "request_failed" not in proc.log_text()
+    assert "does not exist" not in proc.log_text()  # prepared statement "__asyncpg_stmt_..."
+    assert "login attempt: db=" in bouncer.log_text()  # the pool really went through the bouncer
+
+
+async def remote_jobs_and_a_workflow_run_by_polling(http: aiohttp.ClientSession, proc: Any) -> None:
+    """A remote worker's long-polls and a two-step workflow, while concurrent requests move
+    between the pooler's server connections; the safety poll (60 s) outlasts every wait."""
+    api = f"{proc.base_url}/api/v1"
+    # A remote worker's parked long-poll is woken (by the poller: no NOTIFY reaches it).
+    lease = asyncio.create_task(
+        call(http, "POST", f"{api}/queues/remote/lease", {"max_jobs": 1, "wait_secs": 30})
+    )
+    await eventually(lambda: parked(http, proc), message="the lease call parked")
+    status, created = await call(
+        http, "POST", f"{api}/jobs", {"task_name": "remote-echo", "config": {"queue": "remote"}}
+    )
+    assert status == 201, created
+    status, leased = await lease
+    assert status == 200 and [j["job"]["id"] for j in leased["jobs"]] == [created["job_id"]], leased
+    token = leased["jobs"][0]["lease_token"]
+    assert (await call(http, "POST", f"{api}/jobs/{created['job_id']}/complete", {"lease_token": token}))[
+        0
+    ] == 204
+
+    # Concurrent requests, so that transactions move between the bouncer's server connections:
+    # with the default statement cache these answered 500 (prepared statement does not exist).
+    job_ids: list[str] = []
+    for _ in range(5):
         answers = await asyncio.gather(
             *(
                 call(
                     http,
                     "POST",
-                    f"{proc.base_url}/api/v1/jobs/batch",
-                    {"jobs": [{"task_name": "echo", "payload": {"n": n}}]},
+                    f"{api}/jobs/batch",
+                    {
+                        "jobs": [
+                            {"task_name": "remote-echo", "payload": {"n": n}, "config": {"queue": "remote"}}
+                        ]
+                    },
                 )
                 for n in range(16)
             )
         )
-        statuses += [status for status, _ in answers]
-    assert 500 in statuses, statuses
-    assert 'prepared statement \\"__asyncpg_stmt_' in proc.log_text()
+        assert [status for status, _ in answers] == [201] * 16, answers
+        job_ids += [job_id for _, body in answers for job_id in body["job_ids"]]
+    # The remote worker leases them all (long-polls again) and completes them in one call.
+    taken: list[Any] = []
+    while len(taken) < len(job_ids):
+        status, leased = await call(
+            http, "POST", f"{api}/queues/remote/lease", {"max_jobs": 100, "wait_secs": 30}
+        )
+        assert status == 200 and leased["jobs"], leased
+        taken += leased["jobs"]
+    status, answer = await call(
+        http,
+        "POST",
+        f"{api}/jobs/complete",
+        {"jobs": [{"id": j["job"]["id"], "lease_token": j["lease_token"], "result": {}} for j in taken]},
+    )
+    assert status == 200 and {r["status"] for r in answer["results"]} == {204}, answer
+    assert sorted(j["job"]["id"] for j in taken) == sorted(job_ids)
+
+    # A workflow of two steps, run by the in-process workers, advanced without notifications.
+    steps = [{"name": "a", "task_name": "echo"}, {"name": "b", "task_name": "echo", "depends_on": ["a"]}]
+    status, workflow = await call(http, "POST", f"{api}/workflows", {"name": "polled", "steps": steps})
+    assert status == 201, workflow
+
+    async def finished() -> bool:
+        status, body = await call(http, "GET", f"{api}/workflows/{workflow['workflow_id']}")
+        assert status == 200 and body["status"] == "completed", body
+        return True
+
+    await eventually(finished, timeout=50, interval=0.2, message="the two-step workflow finished")
+
+
+async def test_through_session_pooling_nothing_is_adapted_and_notify_wakes_a_long_poll(
+    database_url: str, service: Any, http: aiohttp.ClientSession
+) -> None:
+    """A session pool keeps each connection's server: no pooler to report, the statement cache as
+    configured, and the LISTEN connection (through the same bouncer) hears the enqueue."""
+    with pgbouncer(database_url, pool_mode="session", pool_size=60) as session_bouncer:
+        proc = await service(session_bouncer.url_for(database_url), mode="api", extra_args=NO_SAFETY_POLL)
+        api = f"{proc.base_url}/api/v1"
+        assert await ready(http, proc) == {"status": "ready"}
+        assert await gauge(http, proc, "queueflow_db_transaction_pooler") == 0
+        assert await gauge(http, proc, "queueflow_notifications_polled") == 0
+        assert "transaction_pooler_detected" not in proc.log_text()
+        lease = asyncio.create_task(
+            call(http, "POST", f"{api}/queues/remote/lease", {"max_jobs": 1, "wait_secs": 30})
+        )
+        await eventually(lambda: parked(http, proc), message="the lease call parked")
+        status, created = await call(
+            http, "POST", f"{api}/jobs", {"task_name": "remote-echo", "config": {"queue": "remote"}}
+        )
+        assert status == 201, created
+        # Shorter than the 60 s safety poll, and no poller: only the NOTIFY can wake it in time.
+        status, leased = await lease
+        assert status == 200 and [j["job"]["id"] for j in leased["jobs"]] == [created["job_id"]], leased
+        assert "login attempt: db=" in session_bouncer.log_text()
+        await proc.terminate(grace=15.0)
+
+
+async def test_a_server_through_a_pooler_that_carries_named_statements_keeps_its_cache(
+    database_url: str, service: Any, http: aiohttp.ClientSession
+) -> None:
+    """PgBouncer 1.21+ with max_prepared_statements, emulated: a transaction pooler all the same
+    (no LISTEN through it, so the process polls and warns of that only), and named statements
+    carried between its server connections, so the configured cache stays on and works."""
+    async with tracking_pooler(database_url, pool_size=12) as pooler:
+        proc = await service(pooler.url_for(database_url), mode="all", extra_args=NO_SAFETY_POLL)
+        report = (await ready(http, proc))["pooler"]
+        assert (report["pooled"], report["statement_cache_size"], report["notifications"]) == (
+            ["DATABASE_URL"],
+            100,
+            "poll",
+        )
+        assert "QUEUEFLOW_LISTEN_DATABASE_URL" in report["warning"]
+        assert "QUEUEFLOW_STATEMENT_CACHE_SIZE" not in report["warning"]
+        carried = pooler.carried
+        await remote_jobs_and_a_workflow_run_by_polling(http, proc)
+        assert pooler.carried > carried  # the pool's named statements moved between server connections
+        assert await requests_served_with(http, proc, "5") == 0
+        assert "request_failed" not in proc.log_text()
+        await proc.terminate(grace=15.0)
