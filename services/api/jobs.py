@@ -62,7 +62,7 @@ async def create_batch(request: web.Request) -> web.Response:
 
 
 async def list_jobs(request: web.Request) -> web.Response:
-    query = list_query(request, JobStatus)
+    query = list_query(request, JobStatus, id_contains=True)
     found = await jobs_db.list_jobs(db_of(request).pool, tenant_of(request).id, query)
     return json_response(wire.ListJobsResponse.of(query.page, found))
 

@@ -40,6 +40,7 @@ from shared.domain.jobs import (
     SPACE_CHARS,
     JobStatus,
 )
+from shared.domain.paging import ID_FRAGMENT_PATTERN
 from shared.domain.visibility import DEFAULT_LOG_PAGE, MAX_LOG_PAGE
 from shared.domain.workflows import MAX_EVENT_KEY_BYTES, MAX_WORKFLOW_STEPS, WorkflowStatus
 from shared.runtime.keys import SETTINGS
@@ -143,9 +144,20 @@ def _status(values: type[JobStatus] | type[WorkflowStatus] | None) -> dict[str, 
     return {"type": "string", "enum": ["", *(str(v) for v in values)]}
 
 
+# An extension of the job listing (the 0.5 client sends no such parameter).
+_ID_CONTAINS = (
+    {"type": "string", "pattern": ID_FRAGMENT_PATTERN},
+    (
+        "Only jobs whose id contains this piece of an id: hex digits, dashes and case ignored; empty"
+        " is no filter. A whole id is looked up by its key; a shorter piece is searched for in the"
+        " tenant's jobs, newest first, until the page is full (one that matches nothing reads them"
+        " all, as `include_total` does)."
+    ),
+)
+
 # operationId: (status values or None, filters that apply, cursor id kind)
 _LISTINGS: dict[str, tuple[Any, dict[str, tuple[dict[str, Any], str]], str]] = {
-    "listJobs": (JobStatus, {"queue": (_TEXT, "Only this queue."), "task_name": (_TEXT, "Only this task.")}, "uuid"),
+    "listJobs": (JobStatus, {"queue": (_TEXT, "Only this queue."), "task_name": (_TEXT, "Only this task."), "id_contains": _ID_CONTAINS}, "uuid"),
     "listWorkflows": (WorkflowStatus, {"queue": (_TEXT, "Ignored."), "task_name": (_TEXT, "Ignored.")}, "text"),
     "listCrons": (None, {"queue": (_TEXT, "Ignored."), "task_name": (_TEXT, "Ignored.")}, "text"),
     "listDeadLetters": (

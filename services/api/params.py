@@ -12,7 +12,15 @@ from aiohttp import web
 
 from shared.domain.errors import NotFound, ValidationFailed
 from shared.domain.jobs import check_queue_name, instant
-from shared.domain.paging import DEFAULT_LIMIT, MAX_LIMIT, MAX_OFFSET, Cursor, ListQuery, PageRequest
+from shared.domain.paging import (
+    DEFAULT_LIMIT,
+    MAX_LIMIT,
+    MAX_OFFSET,
+    Cursor,
+    ListQuery,
+    PageRequest,
+    id_fragment,
+)
 from shared.domain.traces import TraceContext, trace_context
 
 
@@ -136,11 +144,16 @@ def page_of(request: web.Request) -> PageRequest:
 
 
 def list_query(
-    request: web.Request, statuses: type[enum.StrEnum] | None = None, *, replayed: bool = False
+    request: web.Request,
+    statuses: type[enum.StrEnum] | None = None,
+    *,
+    replayed: bool = False,
+    id_contains: bool = False,
 ) -> ListQuery:
     """A list route's page and filters. `status` is checked against `statuses` when the listing
-    has them; `replayed` is read only where it means something (dead letters). Empty values are no
-    filter, and parameters a listing does not know are ignored, as upstream ignores them."""
+    has them; `replayed` (dead letters) and `id_contains` (jobs) are read only where they mean
+    something. Empty values are no filter, and parameters a listing does not know are ignored, as
+    upstream ignores them."""
     q = request.query
     status = q.get("status") if statuses is not None else None
     if status and statuses is not None and status not in {str(member) for member in statuses}:
@@ -151,4 +164,5 @@ def list_query(
         queue=q.get("queue") or None,
         task_name=q.get("task_name") or None,
         replayed=_bool("replayed", q["replayed"]) if replayed and q.get("replayed") else None,
+        id_digits=id_fragment(q["id_contains"]) if id_contains and "id_contains" in q else None,
     )

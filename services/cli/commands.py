@@ -213,7 +213,16 @@ COMMANDS: dict[str, Call | Group] = {
             ),
             "get": Call("GET", JOBS + "/{id}", "show a job"),
             "list": Call(
-                "GET", JOBS, "list jobs", (opt("--status"), opt("--queue"), opt("--task-name"), *PAGE)
+                "GET",
+                JOBS,
+                "list jobs",
+                (
+                    opt("--status"),
+                    opt("--queue"),
+                    opt("--task-name"),
+                    opt("--id-contains", help="any piece of the job id (hex digits and dashes)"),
+                    *PAGE,
+                ),
             ),
             "cancel": Call("POST", JOBS + "/{id}/cancel", "cancel a job", done="cancelled"),
             "retry": Call("POST", JOBS + "/{id}/retry", "run a failed or cancelled job again, in place"),

@@ -51,7 +51,7 @@ from shared.domain.jobs import (
     new_job_ids,
     retry_refusal,
 )
-from shared.domain.paging import ListQuery, Page
+from shared.domain.paging import ID_DIGITS, ListQuery, Page
 from shared.domain.traces import Settled, TraceContext
 from shared.tracing import Tracer
 
@@ -344,8 +344,20 @@ async def get_job(db: Executor, tenant: str, job_id: uuid.UUID) -> Job:
 
 
 async def list_jobs(db: Executor, tenant: str, query: ListQuery) -> Page[Job]:
-    equal = {"status": query.status, "queue_name": query.queue, "task_name": query.task_name}
-    return await fetch_page(db, "jobs", "uuid", tenant, query.page, to_job, equal)
+    """A page of the tenant's jobs. `id_digits` of a whole id looks it up by primary key; fewer
+    digits are searched for in each id the page walks (the tenant's index, newest first, until the
+    page is full); more than an id has match nothing without a scan."""
+    equal: dict[str, Any] = {"status": query.status, "queue_name": query.queue, "task_name": query.task_name}
+    contains: dict[str, str] = {}
+    conditions: tuple[str, ...] = ()
+    if (digits := query.id_digits) is not None:
+        if len(digits) == ID_DIGITS:
+            equal["id"] = uuid.UUID(digits)
+        elif len(digits) < ID_DIGITS:
+            contains = {"replace(id::text, '-', '')": digits}
+        else:
+            conditions = ("false",)  # PostgreSQL reads no row for it
+    return await fetch_page(db, "jobs", "uuid", tenant, query.page, to_job, equal, conditions, contains)
 
 
 def _cancelled(rows: Sequence[asyncpg.Record]) -> None:

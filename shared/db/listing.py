@@ -26,9 +26,11 @@ async def fetch_page(
     to_item: Callable[[asyncpg.Record], T],
     equal: dict[str, Any] | None = None,
     conditions: tuple[str, ...] = (),
+    contains: dict[str, str] | None = None,
 ) -> Page[T]:
     """One page of `table` for `tenant`. `equal` maps columns to exact values (None: no filter);
-    `conditions` are fixed SQL fragments of this module's callers, never input."""
+    `contains` maps SQL expressions to text their value must contain (no pattern: `strpos`);
+    `conditions` and the expressions are fixed SQL fragments of this module's callers, never input."""
     where = ["tenant_id = $1"]
     args: list[Any] = [tenant]
 
@@ -39,6 +41,8 @@ async def fetch_page(
     for column, value in (equal or {}).items():
         if value is not None:
             where.append(f"{column} = {arg(value)}")
+    for expression, text in (contains or {}).items():
+        where.append(f"strpos({expression}, {arg(text)}) > 0")
     where.extend(conditions)
     if page.created_after is not None:
         where.append(f"created_at >= {arg(page.created_after)}")

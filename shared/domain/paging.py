@@ -6,6 +6,7 @@ opaque cursor "<created_at as unix microseconds>:<id>" (API-NOTES section 1.1).
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
@@ -22,6 +23,9 @@ DEFAULT_LIMIT = 50
 MAX_LIMIT = 100
 MAX_OFFSET = 2**62  # beyond PostgreSQL's bigint there is nothing to skip to anyway
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# `id_contains` of the job listing: a piece of a job id, whose canonical text is 36 characters.
+ID_FRAGMENT_PATTERN = "^[0-9a-fA-F-]{0,36}$"
+ID_DIGITS = 32
 
 
 class Cursor(Struct, frozen=True):
@@ -66,15 +70,24 @@ class PageRequest(Struct, frozen=True, kw_only=True):
     created_before: datetime | None = None
 
 
+def id_fragment(raw: str) -> str | None:
+    """The hex digits, lowercased, of an `id_contains` (a piece of a job id as written, dashes
+    and case ignored), or None when it has none (no filter). Anything else is a 400."""
+    if re.fullmatch(ID_FRAGMENT_PATTERN, raw) is None:
+        raise ValidationFailed("id_contains must be a piece of a job id: up to 36 hex digits and dashes")
+    return raw.replace("-", "").lower() or None
+
+
 class ListQuery(Struct, frozen=True, kw_only=True):
-    """A page of one of a tenant's listings, and its exact-match filters (None matches all; a
-    listing uses the filters that apply to it)."""
+    """A page of one of a tenant's listings, and its filters (None matches all; a listing uses the
+    filters that apply to it): exact values, and `id_digits`, hex digits the id must contain."""
 
     page: PageRequest = PageRequest()
     status: str | None = None
     queue: str | None = None
     task_name: str | None = None
     replayed: bool | None = None
+    id_digits: str | None = None
 
 
 class Page(Struct, Generic[T], frozen=True, kw_only=True):

@@ -467,6 +467,48 @@ async def test_list_filters_by_status_queue_and_task_name(api):
     assert await listed(status="completed") == []
 
 
+async def test_list_id_contains_finds_the_jobs_whose_id_holds_that_piece_dashes_and_case_ignored(api):
+    client = await api()
+    ids = await create_batch(client, [{"task_name": "t"}] * 3)
+    target = ids[1]
+
+    async def listed(fragment: str, **params) -> list[str]:
+        body = await list_json(client, "/api/v1/jobs", id_contains=fragment, **params)
+        return [j["id"] for j in body["jobs"]]
+
+    tail = target[-12:]  # the random part of a UUIDv7, which jobs made together do not share
+    assert await listed(tail) == [target]
+    assert await listed(tail.upper()) == [target]
+    assert await listed(target[20:30]) == [target]  # across a dash: "8abc-12345" ...
+    assert await listed(target[20:30].replace("-", "")) == [target]  # ... or without it
+    assert await listed(target) == [target]  # a whole id, with or without its dashes
+    assert await listed(target.replace("-", "")) == [target]
+    assert await listed(target, status="completed") == []  # with the other filters
+    assert sorted(await listed("")) == sorted(ids)  # empty is no filter
+    assert sorted(await listed("-")) == sorted(ids)
+    assert await listed("0" * 33) == []  # more digits than an id has
+    assert (await list_json(client, "/api/v1/jobs", id_contains=tail, include_total=True))["total"] == 1
+
+
+@pytest.mark.parametrize("fragment", ["xyz", "0199-zz", "0" * 37, "a b", "%", "_"])
+async def test_list_id_contains_anything_but_36_hex_digits_and_dashes_is_400(api, fragment):
+    client = await api()
+    resp = await client.get("/api/v1/jobs", params={"id_contains": fragment}, headers=DEV)
+    message = await expect_error(resp, 400, "validation error: ")
+    assert "id_contains" in message
+
+
+async def test_list_id_contains_finds_only_the_callers_jobs(api):
+    client = await api(**STRICT)
+    theirs = await create_job(client, GLOBEX)
+    for fragment in (theirs, theirs[-12:]):
+        body = await list_json(client, "/api/v1/jobs", ACME, id_contains=fragment)
+        assert body["jobs"] == [], fragment
+    assert [
+        j["id"] for j in (await list_json(client, "/api/v1/jobs", GLOBEX, id_contains=theirs))["jobs"]
+    ] == [theirs]
+
+
 async def test_list_unknown_status_is_400(api):
     client = await api()
     await expect_error(await client.get("/api/v1/jobs?status=done", headers=DEV), 400, "validation error: ")

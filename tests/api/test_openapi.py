@@ -376,6 +376,11 @@ async def test_what_the_document_allows_the_server_takes(spec, path, component, 
         ("/api/v1/dlq", {"cursor": "1700000000000000:x"}, False),
         ("/api/v1/workflows", {"status": "pending"}, False),
         ("/api/v1/workflows", {"status": "running", "queue": "ignored"}, True),
+        ("/api/v1/jobs", {"id_contains": "0199-AbC"}, True),
+        ("/api/v1/jobs", {"id_contains": ""}, True),
+        ("/api/v1/jobs", {"id_contains": "f" * 36}, True),
+        ("/api/v1/jobs", {"id_contains": "f" * 37}, False),
+        ("/api/v1/jobs", {"id_contains": "0199%"}, False),
     ],
 )
 async def test_list_parameters_are_exactly_what_the_listing_accepts(spec, path, query, valid):

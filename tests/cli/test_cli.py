@@ -158,6 +158,9 @@ async def test_job_create_wait_get_list_and_stats_through_the_cli(database_url, 
     assert got["id"] == job["id"]
     listed = json.loads((await asyncio.to_thread(run, "job", "list", "--limit", "5", *common)).stdout)
     assert [j["id"] for j in listed["jobs"]] == [job["id"]]
+    for piece, found in ((job["id"][-12:], [job["id"]]), ("ffffffffffff0", [])):
+        argv = ("job", "list", "--id-contains", piece, *common)
+        assert [j["id"] for j in json.loads((await asyncio.to_thread(run, *argv)).stdout)["jobs"]] == found
     stats = json.loads((await asyncio.to_thread(run, "stats", *common)).stdout)
     assert stats["jobs_completed"] == 1
     tasks = json.loads((await asyncio.to_thread(run, "tasks", *common)).stdout)

@@ -21,7 +21,15 @@ READ_ONLY_BUTTONS = {
     "Mermaid text",
     "Try again",
     "Show more schedules",
+    "Copy job id",
+    "Copy workflow id",
+    "Copy worker id",
 }
+
+
+def short_id(job_id: str) -> str:
+    """How the console shows a UUID in a list: its last group, the random part, after an ellipsis."""
+    return "\u2026" + job_id[-12:]
 
 
 async def call(

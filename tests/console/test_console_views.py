@@ -24,6 +24,7 @@ from tests.console.helpers import (
     failed_job,
     job,
     lease_one,
+    short_id,
     wait_for_job_status,
 )
 from tests.support.waiting import eventually
@@ -186,6 +187,77 @@ async def test_jobs_list_pages_by_cursor_newest_first_filters_from_the_hash_and_
     await console.screenshot("jobs")
 
 
+async def test_jobs_made_together_show_ids_that_differ_and_copy_the_whole_id(client, server, console):
+    # One batch: every id has the same creation millisecond, the top of a UUIDv7.
+    ids = await create_jobs(client, 20, "emails")
+    await console.sign_in("dev", "#/jobs?queue=emails")
+    await expect(rows(console)).to_have_count(20)
+    links = rows(console).locator("td:first-child a")
+    shown = await links.all_inner_texts()
+    assert len(set(shown)) == 20, shown
+    by_row = dict(zip(await row_values(console, "data-job"), shown, strict=True))
+    assert by_row == {job_id: short_id(job_id) for job_id in ids}
+    assert await links.first.get_attribute("title") == (await row_values(console, "data-job"))[0]
+
+    # The copy button beside an id puts the whole id on the clipboard.
+    await console.page.context.grant_permissions(
+        ["clipboard-read", "clipboard-write"], origin=server.base_url
+    )
+    target = ids[7]
+    row = console.page.locator(f'tr[data-job="{target}"]')
+    await row.get_by_role("button", name="Copy job id").click()
+    await expect(console.page.locator(".toast", has_text=f"Copied job id {target}.")).to_be_visible()
+    assert await console.page.evaluate("navigator.clipboard.readText()") == target
+
+    # So does the one on the job's page, whose heading holds the whole id.
+    await row.get_by_role("link").click()
+    await expect(console.page.locator("#view h1")).to_have_text(f"Job {target}")
+    await console.page.evaluate("navigator.clipboard.writeText('')")
+    await console.page.locator(".page-head").get_by_role("button", name="Copy job id").click()
+    await eventually(lambda: _clipboard_is(console, target), timeout=5)
+
+
+async def _clipboard_is(console, text: str) -> bool:
+    return await console.page.evaluate("navigator.clipboard.readText()") == text
+
+
+async def test_a_search_by_a_piece_of_an_id_finds_exactly_that_job(client, console):
+    ids = await create_jobs(client, 20, "emails")
+    target = ids[11]
+    # Eight digits of the random tail that no other job's id holds.
+    fragment = next(
+        piece
+        for piece in (target[-12:][i : i + 8] for i in range(5))
+        if not any(piece in other.replace("-", "") for other in ids if other != target)
+    )
+    await console.sign_in("dev", "#/jobs")
+    await expect(rows(console)).to_have_count(20)
+    search = console.page.get_by_label("Job id", exact=True)
+    await search.fill(fragment.upper())
+    await console.page.get_by_role("button", name="Apply filters").click()
+    await expect(console.page).to_have_url(re.compile(rf"#/jobs\?id_contains={fragment.upper()}$"))
+    await expect(rows(console)).to_have_count(1)
+    assert await row_values(console, "data-job") == [target]
+    # The bulk actions take no id: they are not offered for a search.
+    await expect(console.page.get_by_role("button", name="Cancel matching jobs")).to_have_count(0)
+
+    # An id as the console shows it, pasted back with its ellipsis, and a whole id find it too.
+    for written in (short_id(target), f" {target} "):
+        await search.fill(written)
+        await console.page.get_by_role("button", name="Apply filters").click()
+        await expect(search).to_have_value(written.strip().lstrip("\u2026"))
+        await expect(rows(console)).to_have_count(1)
+        assert await row_values(console, "data-job") == [target]
+
+    # What cannot be part of an id is refused in the form, without asking the server.
+    asked = len(console.watch.api_requests)
+    await search.fill("not-an-id")
+    await console.page.get_by_role("button", name="Apply filters").click()
+    assert "hex digits" in await search.evaluate("e => e.validationMessage")
+    await expect(search).to_have_value("not-an-id")
+    assert not [u for u in console.watch.api_requests[asked:] if "id_contains=not" in u]
+
+
 async def test_job_detail_shows_everything_and_follows_the_job_live(client, console):
     job_id = await create_job(client, queue="emails", payload={"to": "ops@example.com"}, max_retries=4)
     await console.sign_in("dev", f"#/jobs/{job_id}")
@@ -336,7 +408,7 @@ async def test_workflow_graph_is_drawn_coloured_by_step_state_and_updates_live(c
     # A step's node links to its job, whose page links back to the workflow.
     await console.page.locator('#graph-panel svg a[data-step="fetch"]').click()
     await expect(console.page.locator("#view h1")).to_contain_text(fetch_job)
-    await console.page.locator("dl.facts").get_by_role("link", name=wf_id[:8]).click()
+    await console.page.locator("dl.facts").get_by_role("link", name=short_id(wf_id)).click()
     await expect(console.page.locator("#view h1")).to_have_text("Workflow nightly-etl")
 
     # The list shows it too.
@@ -422,6 +494,29 @@ async def test_dead_letters_list_detail_replay_one_and_replay_by_filter(client, 
     await expect(rows(console)).to_have_count(4)
     await expect(rows(console).first).to_contain_text("csv row 7")
     await console.screenshot("dead-letters")
+
+    # Each entry shows the job it came from, linked to it.
+    for entry in entries:
+        cell = console.page.locator(f'tr[data-dead-letter="{entry["id"]}"] td[data-col="job"]')
+        await expect(cell.get_by_role("link")).to_have_text(short_id(entry["job_id"]))
+        await expect(cell.get_by_role("link")).to_have_attribute("title", entry["job_id"])
+    newest = entries[0]
+    await console.page.locator(f'tr[data-dead-letter="{newest["id"]}"] td[data-col="job"] a').click()
+    await console.heading(f"Job {newest['job_id']}")
+    await expect(console.page.locator(".page-head .badge")).to_have_text("failed")
+    await console.page.go_back()
+    await console.heading("Dead letters")
+    # The entry's page names the job whole, and links to it too.
+    await console.go(f"#/dlq/{newest['id']}")
+    await console.heading(f"Dead letter #{newest['id']}")
+    job_fact = console.page.locator(
+        "dl.facts > div", has=console.page.locator("dt", has_text=re.compile("^Job$"))
+    )
+    await expect(job_fact.get_by_role("link")).to_have_text(newest["job_id"])
+    await job_fact.get_by_role("link").click()
+    await console.heading(f"Job {newest['job_id']}")
+    await console.go("#/dlq")
+    await expect(rows(console)).to_have_count(4)
 
     # Replay one from the list.
     first = by_queue["emails"][0]
@@ -672,7 +767,7 @@ async def test_keyboard_shortcuts_move_between_views(console):
     await console.heading("Jobs")
     await expect(console.page.locator("#view .empty")).to_have_text("No jobs match.")
     await console.page.keyboard.press("/")
-    await expect(console.page.get_by_label("Status", exact=True)).to_be_focused()
+    await expect(console.page.get_by_label("Job id", exact=True)).to_be_focused()
     await console.page.evaluate("document.activeElement.blur()")
     await console.page.keyboard.press("?")
     await expect(console.page.locator("dialog#shortcuts")).to_be_visible()

@@ -27,6 +27,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
+# Where `make tools` (deploy/tools/install-*.sh) puts kustomize, Helm and Toxiproxy: git-ignored,
+# so a fresh clone has no such folder until the tools are installed.
+TOOLS_BIN = DEPLOY / "tools" / "bin"
 K8S = DEPLOY / "k8s"
 OVERLAYS_DIR = K8S / "overlays"
 SECRET_EXAMPLE = K8S / "secret.example.yaml"
@@ -58,7 +61,7 @@ def find_tool(name: str, env_var: str) -> str | None:
     explicit = os.environ.get(env_var)
     if explicit:
         return shutil.which(explicit)  # a path or a name on PATH; None if it is neither
-    local = DEPLOY / "tools" / "bin" / name
+    local = TOOLS_BIN / name
     if local.is_file() and os.access(local, os.X_OK):
         return str(local)
     return shutil.which(name)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import re
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from qf_deploy_helpers import (
     KUSTOMIZE_VERSION,
     REPO,
     SECRET_EXAMPLE,
+    TOOLS_BIN,
     Rendered,
     check_deployment_selectors,
     check_disruption_budgets,
@@ -452,10 +454,34 @@ def test_docs_describe_every_service_mode() -> None:
         )
 
 
+def clone_paths() -> set[str] | None:
+    """What a clone of this checkout holds: each tracked file and the folders on its path (None
+    outside a git checkout)."""
+    listed = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z"], capture_output=True, text=True)
+    if listed.returncode != 0:
+        return None
+    held = set()
+    for name in filter(None, listed.stdout.split("\0")):
+        parts = name.split("/")
+        held.update("/".join(parts[:n]) for n in range(1, len(parts) + 1))
+    return held
+
+
 def test_docs_point_at_real_paths() -> None:
+    """Each deploy/ path docs/deployment.md names is in a fresh clone (tracked, whatever this
+    checkout has built or installed), except the tools' folder, which the paragraph naming it must
+    say an install makes."""
     doc = (REPO / "docs" / "deployment.md").read_text()
     for overlay in re.findall(r"deploy/k8s/overlays/([a-z0-9-]+)", doc):
         assert overlay in overlay_names(), f"docs mention overlays/{overlay}"
-    for path in set(re.findall(r"`(deploy/[A-Za-z0-9_./-]+)`", doc)):
-        assert (REPO / path).exists(), f"docs mention {path}"
+    held = clone_paths()
+    problems = []
+    for paragraph in doc.split("\n\n"):
+        for path in sorted(set(re.findall(r"`(deploy/[A-Za-z0-9_./-]+)`", paragraph))):
+            if (REPO / path).is_relative_to(TOOLS_BIN):
+                if not re.search(r"`make tools`|deploy/tools/install-[a-z]+\.sh", paragraph):
+                    problems.append(f"{path}, without the install that makes it")
+            elif not (path.rstrip("/") in held if held is not None else (REPO / path).exists()):
+                problems.append(f"{path}, which a clone does not have")
+    assert not problems, "docs/deployment.md mentions " + "; ".join(problems)
     assert (K8S / "secret.example.yaml").exists()

@@ -128,8 +128,66 @@
     return h("pre", { class: "json", tabindex: "0" }, JSON.stringify(value ?? null, null, 2));
   }
 
+  // --- ids ------------------------------------------------------------------------------------
+
+  // Job and workflow ids are UUIDv7: their first 12 hex digits are the creation time in
+  // milliseconds, which jobs made within a minute share. An id is shown by its last group (48
+  // random bits) after an ellipsis, "…3f9c0a1e52b7", with the whole id as its title and a button
+  // beside it that copies the whole id; an id of another shape (a worker's name) is shown whole.
+  const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
   function shortId(id) {
-    return String(id).length > 12 ? String(id).slice(0, 8) : String(id);
+    const text = String(id);
+    return UUID_RE.test(text) ? `…${text.slice(-12)}` : text;
+  }
+
+  async function copyText(text) {
+    try {
+      await navigator.clipboard.writeText(text);
+      return true;
+    } catch {
+      // No Clipboard API (a page over plain http from another host): copy a selected text field.
+      const area = h("textarea", { class: "copy-buffer", readonly: true, "aria-hidden": "true" }, text);
+      document.body.append(area);
+      area.select();
+      try {
+        return document.execCommand("copy");
+      } finally {
+        area.remove();
+      }
+    }
+  }
+
+  function copyButton(noun, id) {
+    const icon = svg(
+      "svg",
+      { viewBox: "0 0 16 16", width: "14", height: "14", "aria-hidden": "true", focusable: "false" },
+      svg("rect", { x: "5.5", y: "5.5", width: "8", height: "9", rx: "1.5" }),
+      svg("path", { d: "M3.5 10.5h-1v-8a1 1 0 0 1 1-1h7v1" }),
+    );
+    return h(
+      "button",
+      {
+        type: "button",
+        class: "copy quiet small",
+        title: `Copy ${id}`,
+        "data-copy": String(id),
+        onclick: async () => {
+          if (await copyText(String(id))) toast(`Copied ${noun} id ${id}.`);
+          else toast(`Could not copy: select the ${noun} id ${id} and copy it.`, "error");
+        },
+      },
+      icon,
+      hidden(`Copy ${noun} id`),
+    );
+  }
+
+  // An id as every view shows it: a link to its page (when `href`), in short or (`full`) whole,
+  // or after a `label`, with its copy button.
+  function idRef(noun, id, href, { full = false, label = "", fk } = {}) {
+    const text = `${label}${full ? id : shortId(id)}`;
+    const props = { class: "mono", title: String(id), "data-id": String(id), "data-fk": fk };
+    return h("span", { class: "id-ref" }, href ? h("a", { href, ...props }, text) : h("span", props, text), copyButton(noun, id));
   }
 
   function badge(status, label) {
@@ -806,6 +864,7 @@
         });
       }
       if (index === 0) control.setAttribute("data-filter-first", "");
+      if (field.check) control.addEventListener("input", () => control.setCustomValidity(""));
       form.append(h("div", { class: "field" }, h("label", { for: id }, field.label), control));
     });
     form.append(
@@ -815,7 +874,15 @@
     form.addEventListener("submit", (event) => {
       event.preventDefault();
       const values = {};
-      for (const field of fields) values[field.name] = form.elements[field.name].value.trim();
+      for (const field of fields) {
+        const control = form.elements[field.name];
+        values[field.name] = field.check ? field.check(control.value) : control.value.trim();
+        if (values[field.name] === null) {
+          control.setCustomValidity(field.invalid);
+          control.reportValidity();
+          return;
+        }
+      }
       onApply(values);
     });
     return form;
@@ -855,7 +922,7 @@
         h(
           "tr",
           { "data-job": job.id },
-          h("td", {}, h("a", { href: `#/jobs/${enc(job.id)}`, class: "mono", title: job.id, "data-fk": `j:${job.id}` }, shortId(job.id))),
+          h("td", {}, idRef("job", job.id, `#/jobs/${enc(job.id)}`, { fk: `j:${job.id}` })),
           h("td", {}, job.task_name),
           h("td", {}, job.queue_name),
           h("td", {}, badge(job.status)),
@@ -868,8 +935,16 @@
     );
   }
 
+  // The job id search: any piece of an id, as shown or pasted (an ellipsis and spaces are dropped);
+  // null when it cannot be part of an id.
+  function idSearch(raw) {
+    const text = raw.replace(/[\s…]/g, "");
+    return /^[0-9a-f-]{0,36}$/i.test(text) ? text : null;
+  }
+
   async function jobsView(ctx, root, _id, params) {
     const filters = {
+      id_contains: params.get("id_contains") || "",
       status: params.get("status") || "",
       queue: params.get("queue") || "",
       task_name: params.get("task_name") || "",
@@ -883,6 +958,14 @@
       pageHead("Jobs", { extra: [updated] }),
       filterForm(
         [
+          {
+            name: "id_contains",
+            label: "Job id",
+            value: filters.id_contains,
+            placeholder: "any part of an id",
+            check: idSearch,
+            invalid: "A job id has hex digits and dashes only, 36 characters at most.",
+          },
           {
             name: "status",
             label: "Status",
@@ -898,9 +981,11 @@
       datalist("queue-names", suggestions.queues),
       datalist("task-names", suggestions.tasks),
     );
-    if (state.canWrite) root.append(jobBulkActions(ctx, filters));
+    // The bulk actions take the queue, task and status filters only: not offered for a search by id.
+    if (state.canWrite && !filters.id_contains) root.append(jobBulkActions(ctx, filters));
     root.append(listBody, pagerSlot);
     const query = { ...filters, limit: PAGE_SIZE, cursor };
+    // A search that matches nothing reads all the tenant's jobs: it refreshes at the slow pace.
     await ctx.poll(async () => {
       const page = await ctx.api("GET", "jobs", { query });
       renderIfChanged(listBody, page.jobs, () => jobTable(page.jobs, "No jobs match."));
@@ -911,7 +996,7 @@
         }),
       );
       updated.touch();
-    });
+    }, filters.id_contains ? SLOW_REFRESH_MS : REFRESH_MS);
   }
 
   function jobBulkActions(ctx, filters) {
@@ -1113,7 +1198,7 @@
           { "data-attempt": String(a.attempt) },
           h("td", { class: "num" }, String(a.attempt)),
           h("td", {}, badge(ATTEMPT_STATUS[a.outcome] || a.outcome, a.outcome.replace(/_/g, " "))),
-          h("td", {}, a.worker_id ? h("span", { class: "mono" }, a.worker_id) : h("span", { class: "muted" }, "—")),
+          h("td", {}, a.worker_id ? idRef("worker", a.worker_id, null, { full: true }) : h("span", { class: "muted" }, "—")),
           h("td", {}, timeEl(a.started_at)),
           h("td", {}, timeEl(a.ended_at)),
           h("td", { class: "num" }, a.duration_secs != null ? `${a.duration_secs.toFixed(a.duration_secs < 10 ? 2 : 0)} s` : "—"),
@@ -1230,7 +1315,7 @@
         });
         head.replaceChildren(
           pageHead(["Job ", h("span", { class: "mono" }, job.id)], {
-            badges: [badge(job.status)],
+            badges: [copyButton("job", job.id), badge(job.status)],
             extra: [live],
             actions: actions(job),
           }),
@@ -1250,7 +1335,7 @@
         job.next_retry_at ? fact("Next retry", timeEl(job.next_retry_at)) : null,
         job.workflow_id
           ? fact("Workflow", [
-              h("a", { href: `#/workflows/${enc(job.workflow_id)}`, class: "mono" }, shortId(job.workflow_id)),
+              idRef("workflow", job.workflow_id, `#/workflows/${enc(job.workflow_id)}`),
               job.workflow_step_id ? ` step ${job.workflow_step_id}` : "",
             ])
           : null,
@@ -1285,7 +1370,7 @@
         h(
           "tr",
           { "data-workflow": wf.id },
-          h("td", {}, h("a", { href: `#/workflows/${enc(wf.id)}`, class: "mono", title: wf.id, "data-fk": `w:${wf.id}` }, shortId(wf.id))),
+          h("td", {}, idRef("workflow", wf.id, `#/workflows/${enc(wf.id)}`, { fk: `w:${wf.id}` })),
           h("td", {}, wf.name),
           h("td", {}, badge(wf.status)),
           h("td", { class: "num" }, (wf.steps || []).length),
@@ -1531,8 +1616,8 @@
           h(
             "td",
             {},
-            st.job_id ? h("a", { href: `#/jobs/${enc(st.job_id)}`, class: "mono", title: st.job_id, "data-fk": `s:${st.name}` }, shortId(st.job_id)) : null,
-            st.child_workflow_id ? h("a", { href: `#/workflows/${enc(st.child_workflow_id)}` }, "child workflow") : null,
+            st.job_id ? idRef("job", st.job_id, `#/jobs/${enc(st.job_id)}`, { fk: `s:${st.name}` }) : null,
+            st.child_workflow_id ? idRef("workflow", st.child_workflow_id, `#/workflows/${enc(st.child_workflow_id)}`, { label: "child workflow " }) : null,
             // A sleep or a wait runs no job: what it waits for, and until when.
             st.event_key ? h("span", { "data-waiting": "" }, "waiting for ", h("code", {}, st.event_key)) : null,
             st.wake_at ? h("span", { "data-wakes": "" }, st.event_key ? " · times out " : "sleeping · wakes ", timeEl(st.wake_at)) : null,
@@ -1636,7 +1721,7 @@
       if (!current || current.status !== w.status) {
         head.replaceChildren(
           pageHead(["Workflow ", w.name], { badges: [badge(w.status)], extra: [live], actions: actions(w) }),
-          h("p", { class: "subtitle mono" }, w.id),
+          h("p", { class: "subtitle" }, idRef("workflow", w.id, null, { full: true })),
         );
       }
       current = w;
@@ -1649,7 +1734,7 @@
         fact("Retries", String(w.retry_count ?? 0)),
         w.deadline_at ? fact("Deadline", timeEl(w.deadline_at)) : null,
         w.parent_workflow_id
-          ? fact("Parent workflow", [h("a", { href: `#/workflows/${enc(w.parent_workflow_id)}`, class: "mono" }, shortId(w.parent_workflow_id)), w.parent_step_name ? ` step ${w.parent_step_name}` : ""])
+          ? fact("Parent workflow", [idRef("workflow", w.parent_workflow_id, `#/workflows/${enc(w.parent_workflow_id)}`), w.parent_step_name ? ` step ${w.parent_step_name}` : ""])
           : null,
       ]);
       renderIfChanged(errorSlot, w.error_message || "", () =>
@@ -1798,12 +1883,13 @@
       const page = await ctx.api("GET", "dlq", { query });
       renderIfChanged(listBody, page.dead_letters, () =>
         table(
-          [["Entry"], ["Task"], ["Queue"], ["Reason", "hide-narrow"], ["Error"], ["Died"], ["Replay"]],
+          [["Entry"], ["Job"], ["Task"], ["Queue"], ["Reason", "hide-narrow"], ["Error"], ["Died"], ["Replay"]],
           page.dead_letters.map((dl) =>
             h(
               "tr",
               { "data-dead-letter": dl.id },
               h("td", {}, h("a", { href: `#/dlq/${dl.id}`, class: "mono", "data-fk": `d:${dl.id}` }, `#${dl.id}`)),
+              h("td", { "data-col": "job" }, idRef("job", dl.job_id, `#/jobs/${enc(dl.job_id)}`, { fk: `dj:${dl.id}` })),
               h("td", {}, dl.task_name || "—"),
               h("td", {}, dl.queue_name || "—"),
               h("td", { class: "hide-narrow" }, dl.reason),
@@ -1813,7 +1899,7 @@
                 "td",
                 {},
                 dl.replayed_at
-                  ? [h("a", { href: `#/jobs/${enc(dl.replay_job_id)}`, class: "mono" }, `job ${shortId(dl.replay_job_id)}`), " ", timeEl(dl.replayed_at)]
+                  ? [idRef("job", dl.replay_job_id, `#/jobs/${enc(dl.replay_job_id)}`, { label: "job " }), " ", timeEl(dl.replayed_at)]
                   : state.canWrite
                     ? actionButton("Replay", async () => `Replayed as job ${shortId(await replayOne(dl.id))}.`, {
                         cls: "small",
@@ -1862,13 +1948,13 @@
         h(
           "dl",
           { class: "facts" },
-          fact("Job", h("a", { href: `#/jobs/${enc(dl.job_id)}`, class: "mono" }, dl.job_id)),
+          fact("Job", idRef("job", dl.job_id, `#/jobs/${enc(dl.job_id)}`, { full: true })),
           fact("Task", dl.task_name),
           fact("Queue", dl.queue_name),
           fact("Reason", dl.reason),
           fact("Died", timeEl(dl.created_at)),
           fact("Replayed", timeEl(dl.replayed_at)),
-          dl.replay_job_id ? fact("Replayed as", h("a", { href: `#/jobs/${enc(dl.replay_job_id)}`, class: "mono" }, dl.replay_job_id)) : null,
+          dl.replay_job_id ? fact("Replayed as", idRef("job", dl.replay_job_id, `#/jobs/${enc(dl.replay_job_id)}`, { full: true })) : null,
           job ? fact("Retries used", String(job.retry_count)) : null,
         ),
         h("h2", {}, "Error"),
@@ -2203,7 +2289,7 @@
             return h(
               "tr",
               { "data-worker": w.worker_id },
-              h("td", {}, h("span", { class: "mono" }, w.worker_id)),
+              h("td", {}, idRef("worker", w.worker_id, null, { full: true })),
               h("td", {}, w.live ? badge("completed", "live") : badge("cancelled", "gone")),
               h(
                 "td",
