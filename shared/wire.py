@@ -18,12 +18,15 @@ from typing import Annotated, Any, ClassVar, Literal, Self
 from msgspec import Meta, Struct
 
 from shared.domain import paging as domain_paging
-from shared.domain.cron import MAX_ZONE_NAME, CronSchedule
+from shared.domain.caps import check_size, check_workflow_sizes, truncated_error
+from shared.domain.cron import MAX_CRON_EXPR, MAX_ZONE_NAME, CronSchedule
 from shared.domain.errors import ValidationFailed
 from shared.domain.events import Event
 from shared.domain.jobs import (
     ACTIVE_JOB_STATUSES,
     DEFAULT_CONFIG,
+    MAX_NAME_BYTES,
+    MAX_QUEUE_BYTES,
     RETRYABLE_JOB_STATUSES,
     BackoffStrategy,
     DeadLetter,
@@ -206,6 +209,11 @@ class CreateJobRequest(Request):
     # Extensions beyond the upstream spec: free-form metadata, and a per-item key in batches.
     metadata: Object | None = None
     idempotency_key: Annotated[str, Meta(max_length=255)] | None = None
+
+    def check_sizes(self, most: int, where: str = "") -> None:
+        """ContentTooLarge when the payload or the metadata takes more than `most` bytes of JSON."""
+        check_size(f"{where}payload", self.payload, most)
+        check_size(f"{where}metadata", self.metadata, most)
 
     def to_new_job(self, default_queue: str, idempotency_key: str | None) -> NewJob:
         config = self.config or JobConfigRequest()
@@ -406,9 +414,14 @@ class CompleteJobsResponse(Response):
 
 
 class FailJobRequest(Request):
+    """`error` of any length is taken; past 64 KiB it is kept cut, with a marker (shared/domain/caps.py)."""
+
     lease_token: str
     error: str
     retryable: bool | None = None
+
+    def kept_error(self) -> str:
+        return truncated_error(self.error)
 
 
 # --- visibility (docs/visibility.md) -------------------------------------------------------------
@@ -506,6 +519,11 @@ class CreateWorkflowRequest(
 ):
     """The body of POST /api/v1/workflows: a workflow definition."""
 
+    def check_sizes(self, most: int) -> None:
+        """ContentTooLarge when its context or metadata, or a step's payload or metadata, takes
+        more than `most` bytes of JSON."""
+        check_workflow_sizes(self, most)
+
 
 class CreateWorkflowResponse(Response):
     workflow_id: str
@@ -549,14 +567,20 @@ class CreateCronRequest(Request):
     (`workflow`: a definition as POST /api/v1/workflows takes): exactly one of the two."""
 
     name: Name
-    cron_expr: str
-    task_name: str | None = None
+    cron_expr: Annotated[str, Meta(max_length=MAX_CRON_EXPR)]
+    task_name: Annotated[str, Meta(max_length=MAX_NAME_BYTES)] | None = None
     workflow: WorkflowDefinition | None = None
     payload: Object | None = None
-    queue: str | None = None
+    queue: Annotated[str, Meta(max_length=MAX_QUEUE_BYTES)] | None = None
     config: PartialJobConfig | None = None
     # An extension: the IANA time zone the expression is read in (UTC when absent).
     timezone: Annotated[str, Meta(min_length=1, max_length=MAX_ZONE_NAME)] | None = None
+
+    def check_sizes(self, most: int) -> None:
+        """ContentTooLarge when the payload, or a part of the workflow, is over `most` bytes."""
+        check_size("payload", self.payload, most)
+        if self.workflow is not None:
+            check_workflow_sizes(self.workflow, most, "workflow.")
 
 
 class CreateCronResponse(Response):

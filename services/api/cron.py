@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from services.api.context import act_on, db_of, tenant_of
+from services.api.context import act_on, db_of, settings_of, tenant_of
 from services.api.params import list_query
 from shared import wire
 from shared.db import crons
@@ -13,6 +13,7 @@ from shared.web.body import decode, json_response
 
 async def create_cron(request: web.Request) -> web.Response:
     body = await decode(request, wire.CreateCronRequest)
+    body.check_sizes(settings_of(request).max_payload_bytes)
     cron_id = await crons.create(
         db_of(request).pool,
         tenant_of(request).id,

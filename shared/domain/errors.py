@@ -62,3 +62,28 @@ class Conflict(DomainError):
     def __init__(self, reason: str) -> None:
         super().__init__(f"conflict: {reason}")
         self.reason = reason
+
+
+class ContentTooLarge(DomainError):
+    """A part of the body (a payload, a result) is larger than this server takes (413)."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(f"payload too large: {detail}")
+
+
+class RetryLater(DomainError):
+    """Refused for now, not for good: the answer carries `Retry-After: retry_after` (seconds)."""
+
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class TooManyRequests(RetryLater):
+    """The caller is past its own share: its tenant holds as many open streams or parked
+    long-polls as one tenant may, or its address presents unknown worker keys too fast (429)."""
+
+
+class Overloaded(RetryLater):
+    """This process holds as many open streams or parked long-polls as it takes from all callers
+    together (503)."""

@@ -22,10 +22,14 @@ from aiohttp import web
 from shared import metrics, wire
 from shared.domain.errors import (
     Conflict,
+    ContentTooLarge,
     DomainError,
     Forbidden,
     Gone,
     NotFound,
+    Overloaded,
+    RetryLater,
+    TooManyRequests,
     Unauthorized,
     ValidationFailed,
 )
@@ -44,6 +48,9 @@ STATUS_OF: dict[type[DomainError], int] = {
     Gone: 404,
     Conflict: 409,
     PayloadTooLarge: 413,
+    ContentTooLarge: 413,
+    TooManyRequests: 429,
+    Overloaded: 503,
 }
 REQUEST_ID = "X-Request-ID"
 # Seconds a client should wait before retrying after a 503 for an unreachable database.
@@ -120,6 +127,8 @@ async def _handle(request: web.Request, handler: Handler, unavailable: Unavailab
         except DomainError as err:
             status = status_of(err)
             response = error_response(status, err.message)
+            if isinstance(err, RetryLater):
+                response.headers["Retry-After"] = str(err.retry_after)
             if isinstance(err, UnreadableBody):
                 response.force_close()
         except web.HTTPRequestEntityTooLarge as err:
