@@ -38,6 +38,11 @@ def quoted(text: str, most: int = QUOTED_CHARS) -> str:
     return f"{text[:most]!r}... ({len(text) - most} more characters)"
 
 
+def clipped(text: str, most: int = 2 * QUOTED_CHARS) -> str:
+    """`text` (a parser's message, which may quote the input) cut to its first `most` characters."""
+    return text if len(text) <= most else text[:most] + "..."
+
+
 def truncated_error(text: str, most: int = MAX_ERROR_BYTES) -> str:
     """`text` if it takes at most `most` bytes of UTF-8; else its beginning and a marker saying how
     many bytes were left out, `most` bytes in all, cut at a character boundary."""

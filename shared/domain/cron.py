@@ -22,7 +22,7 @@ import msgspec
 from croniter import croniter
 from msgspec import Struct
 
-from shared.domain.caps import QUOTED_CHARS
+from shared.domain.caps import QUOTED_CHARS, clipped
 from shared.domain.errors import ValidationFailed
 from shared.domain.jobs import Object, PartialJobConfig, utc_text
 from shared.domain.workflows import WorkflowDefinition
@@ -108,7 +108,7 @@ def next_after(expr: str, after: datetime, timezone: str | None = None) -> datet
             # The wall clock repeats (the second pass of an hour the clocks fell back over): its
             # matches were fired on the first pass, so walk on to the first one after `after`.
     except (ValueError, KeyError, TypeError) as err:  # croniter's errors derive from ValueError
-        raise ValidationFailed(f"invalid cron expression {_shown(expr)}: {err}") from None
+        raise ValidationFailed(f"invalid cron expression {_shown(expr)}: {clipped(str(err))}") from None
     except StopIteration:
         return None
     return None
