@@ -18,7 +18,7 @@ from typing import Annotated, Any, ClassVar, Literal, Self
 from msgspec import Meta, Struct
 
 from shared.domain import paging as domain_paging
-from shared.domain.caps import check_size, check_workflow_sizes, truncated_error
+from shared.domain.caps import check_size, check_sizes, check_workflow_sizes, truncated_error
 from shared.domain.cron import MAX_CRON_EXPR, MAX_ZONE_NAME, CronSchedule
 from shared.domain.errors import ValidationFailed
 from shared.domain.events import Event
@@ -231,6 +231,11 @@ class CreateJobRequest(Request):
 class CreateBatchJobsRequest(Request):
     jobs: list[CreateJobRequest]
 
+    def check_sizes(self, most: int) -> None:
+        """ContentTooLarge naming the first item whose payload or metadata is over `most` bytes."""
+        parts = [part for job in self.jobs for part in (job.payload, job.metadata)]
+        check_sizes(parts, most, lambda n: f"jobs[{n // 2}].{('payload', 'metadata')[n % 2]}")
+
 
 class CreateJobResponse(Response):
     job_id: str
@@ -394,6 +399,11 @@ class CompleteJobsRequest(Request):
     """`POST /api/v1/jobs/complete`: up to 100 completions in one call (an extension)."""
 
     jobs: Annotated[list[CompletionItem], Meta(min_length=1, max_length=MAX_COMPLETIONS)]
+
+    def check_sizes(self, most: int) -> None:
+        """ContentTooLarge naming the first item whose result is over `most` bytes (the whole call
+        is refused, as for a malformed item)."""
+        check_sizes([job.result for job in self.jobs], most, lambda n: f"jobs[{n}].result")
 
 
 CompletionOutcome = Literal["completed", "conflict", "not_found"]

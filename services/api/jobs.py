@@ -50,9 +50,9 @@ async def create_batch(request: web.Request) -> web.Response:
         raise ValidationFailed("jobs array cannot be empty")
     if len(body.jobs) > settings.max_batch:
         raise ValidationFailed(f"batch size cannot exceed {settings.max_batch}")
+    body.check_sizes(settings.max_payload_bytes)
     items = []
     for index, item in enumerate(body.jobs):
-        item.check_sizes(settings.max_payload_bytes, f"jobs[{index}].")
         try:
             items.append(
                 item.to_new_job(settings.default_queue, (item.idempotency_key or "").strip() or None)

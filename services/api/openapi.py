@@ -10,7 +10,8 @@ timestamps PostgreSQL can store, no NUL character anywhere (PostgreSQL text and 
 one), a step with exactly one of `task_name` and `workflow`, the shapes of a step condition, and
 the batch limits of this server's settings. What JSON Schema cannot say (unique step names,
 dependencies that name a step of the same workflow and form no cycle, JSON nested at most 100 deep,
-a cron expression that fires) is in the descriptions.
+a cron expression that fires, this server's size caps on payloads and results) is in the
+descriptions.
 """
 
 from __future__ import annotations
@@ -536,8 +537,7 @@ class _Caps:
 
 
 # Their defaults, for `queueflow spec` (a server passes its own settings).
-_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Settings)}
-DEFAULT_CAPS = _Caps(**{f.name: _DEFAULTS[f.name] for f in dataclasses.fields(_Caps)})
+DEFAULT_CAPS = _Caps.of(Settings(database_url="postgresql://unused/none"))
 
 
 @cache

@@ -135,9 +135,7 @@ async def complete_many(request: web.Request) -> web.Response:
     """The batch acknowledgement: each item goes through the same group commit as the per-job route
     (so concurrent batches share statements too) and gets the answer that route would give."""
     body = await decode(request, wire.CompleteJobsRequest)
-    most = settings_of(request).max_result_bytes
-    for index, item in enumerate(body.jobs):  # one too large refuses the call, as a malformed one does
-        check_size(f"jobs[{index}].result", item.result, most)
+    body.check_sizes(settings_of(request).max_result_bytes)
     written: list[BaseException | None] = [None] * len(body.jobs)
     writes: list[jobs_db.Completion] = []
     at: list[int] = []  # where each write's answer goes

@@ -198,6 +198,8 @@ async def test_unknown_worker_keys_past_a_sources_burst_are_429_and_other_source
                 assert resp.status == 200, await resp.text()
     # Another address has a bucket of its own.
     connector = aiohttp.TCPConnector(local_addr=("127.0.0.2", 0))
-    async with aiohttp.ClientSession(connector=connector) as other:
-        async with other.post(lease_url, json={}, headers=bearer("qfwk_guess_4")) as resp:
-            assert resp.status == 401, await resp.text()
+    async with (
+        aiohttp.ClientSession(connector=connector) as other,
+        other.post(lease_url, json={}, headers=bearer("qfwk_guess_4")) as resp,
+    ):
+        assert resp.status == 401, await resp.text()

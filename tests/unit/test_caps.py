@@ -10,7 +10,14 @@ import pytest
 
 from shared.domain import caps
 from shared.domain.admission import Occupancy, RateTable, source_of
-from shared.domain.caps import MAX_ERROR_BYTES, check_size, check_workflow_sizes, quoted, truncated_error
+from shared.domain.caps import (
+    MAX_ERROR_BYTES,
+    check_size,
+    check_sizes,
+    check_workflow_sizes,
+    quoted,
+    truncated_error,
+)
 from shared.domain.errors import ContentTooLarge, Overloaded, TooManyRequests
 from shared.domain.workflows import WorkflowDefinition, WorkflowStep
 
@@ -74,6 +81,14 @@ def test_no_cap_and_no_payload_are_never_refused():
     check_size("payload", {"x": "y" * 10_000}, 0)
     check_size("payload", None, 1)
     check_size("payload", {}, 1)
+
+
+def test_values_each_within_the_cap_pass_though_together_they_are_over_it():
+    values = [{"blob": "x" * 400}, None, {"blob": "y" * 400}, {"blob": "z" * 400}]
+    check_sizes(values, 1000, lambda n: f"jobs[{n}]")  # 1,2xx bytes together, 411 each
+    values[2] = {"blob": "y" * 1000}
+    with pytest.raises(ContentTooLarge, match=r"^payload too large: jobs\[2\] takes 1011 bytes"):
+        check_sizes(values, 1000, lambda n: f"jobs[{n}]")
 
 
 def test_a_workflow_names_the_part_that_is_too_large():
