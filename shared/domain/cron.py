@@ -47,8 +47,8 @@ CRON_PATTERN = (
 
 
 MAX_ZONE_NAME = 64
-# The longest expression taken: no crontab needs more, and parsing and searching with croniter then
-# stays bounded (docs/cron.md, "Limits").
+# The longest expression taken: no crontab needs more. It bounds what is stored and quoted, not
+# croniter's search, which is why the API checks a new one in a worker thread (docs/cron.md, "Limits").
 MAX_CRON_EXPR = 256
 # Wall-clock matches looked at before giving up on finding one later than the reference instant:
 # only the second pass of a repeated hour is skipped this way (3,600 for a per-second schedule).
