@@ -26,7 +26,6 @@ from shared.domain.jobs import (
     ACTIVE_JOB_STATUSES,
     DEFAULT_CONFIG,
     MAX_NAME_BYTES,
-    MAX_QUEUE_BYTES,
     RETRYABLE_JOB_STATUSES,
     BackoffStrategy,
     DeadLetter,
@@ -581,7 +580,7 @@ class CreateCronRequest(Request):
     task_name: Annotated[str, Meta(max_length=MAX_NAME_BYTES)] | None = None
     workflow: WorkflowDefinition | None = None
     payload: Object | None = None
-    queue: Annotated[str, Meta(max_length=MAX_QUEUE_BYTES)] | None = None
+    queue: str | None = None
     config: PartialJobConfig | None = None
     # An extension: the IANA time zone the expression is read in (UTC when absent).
     timezone: Annotated[str, Meta(min_length=1, max_length=MAX_ZONE_NAME)] | None = None
