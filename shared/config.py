@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from shared.domain.caps import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_MAX_RESULT_BYTES
 from shared.domain.errors import ValidationFailed
 from shared.domain.jobs import check_queue_name
 from shared.domain.visibility import DEFAULT_JOB_LOG_MAX_BYTES
@@ -264,6 +265,63 @@ class Settings:
         "unfinished top-level workflows one tenant may have; creating or retrying one more answers"
         " 429 with Retry-After (0: no quota)",
         at_least=0,
+    )
+    # Caps on what one caller can make a process keep or hold (docs/operations.md, "Request caps").
+    max_payload_bytes: int = option(
+        "--max-payload-bytes",
+        "QUEUEFLOW_MAX_PAYLOAD_BYTES",
+        DEFAULT_MAX_PAYLOAD_BYTES,
+        "largest job payload or metadata, workflow context or step payload, as JSON (413; 0: no cap)",
+        at_least=0,
+    )
+    max_result_bytes: int = option(
+        "--max-result-bytes",
+        "QUEUEFLOW_MAX_RESULT_BYTES",
+        DEFAULT_MAX_RESULT_BYTES,
+        "largest result a worker may complete a job with, as JSON (413; 0: no cap)",
+        at_least=0,
+    )
+    max_streams: int = option(
+        "--max-streams",
+        "QUEUEFLOW_MAX_STREAMS",
+        1000,
+        "SSE streams open at once on one api process (503 past it; 0: no cap)",
+        at_least=0,
+    )
+    max_tenant_streams: int = option(
+        "--max-tenant-streams",
+        "QUEUEFLOW_MAX_TENANT_STREAMS",
+        100,
+        "SSE streams one tenant may hold open at once on one api process (429 past it; 0: no cap)",
+        at_least=0,
+    )
+    max_long_polls: int = option(
+        "--max-long-polls",
+        "QUEUEFLOW_MAX_LONG_POLLS",
+        10_000,
+        "lease long-polls parked at once on one api process (503 past it; 0: no cap)",
+        at_least=0,
+    )
+    max_tenant_long_polls: int = option(
+        "--max-tenant-long-polls",
+        "QUEUEFLOW_MAX_TENANT_LONG_POLLS",
+        1000,
+        "lease long-polls one tenant's worker keys may park at once on one api process (429 past it; 0: no cap)",
+        at_least=0,
+    )
+    unknown_worker_key_rate: float = option(
+        "--unknown-worker-key-rate",
+        "QUEUEFLOW_UNKNOWN_WORKER_KEY_RATE",
+        5.0,
+        "database lookups of unknown qfwk_ tokens one source address may cause a second (429 past it; 0: no limit)",
+        at_least=0,
+    )
+    unknown_worker_key_burst: int = option(
+        "--unknown-worker-key-burst",
+        "QUEUEFLOW_UNKNOWN_WORKER_KEY_BURST",
+        20,
+        "such lookups a source address may cause at once before --unknown-worker-key-rate applies",
+        at_least=1,
     )
     shutdown_grace_secs: float = option(
         "--shutdown-grace-secs", "QUEUEFLOW_SHUTDOWN_GRACE_SECS", 30.0, "drain time on SIGTERM"

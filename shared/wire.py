@@ -18,12 +18,14 @@ from typing import Annotated, Any, ClassVar, Literal, Self
 from msgspec import Meta, Struct
 
 from shared.domain import paging as domain_paging
-from shared.domain.cron import MAX_ZONE_NAME, CronSchedule
+from shared.domain.caps import check_size, check_sizes, check_workflow_sizes, truncated_error
+from shared.domain.cron import MAX_CRON_EXPR, MAX_ZONE_NAME, CronSchedule
 from shared.domain.errors import ValidationFailed
 from shared.domain.events import Event
 from shared.domain.jobs import (
     ACTIVE_JOB_STATUSES,
     DEFAULT_CONFIG,
+    MAX_NAME_BYTES,
     RETRYABLE_JOB_STATUSES,
     BackoffStrategy,
     DeadLetter,
@@ -207,6 +209,11 @@ class CreateJobRequest(Request):
     metadata: Object | None = None
     idempotency_key: Annotated[str, Meta(max_length=255)] | None = None
 
+    def check_sizes(self, most: int, where: str = "") -> None:
+        """ContentTooLarge when the payload or the metadata takes more than `most` bytes of JSON."""
+        check_size(f"{where}payload", self.payload, most)
+        check_size(f"{where}metadata", self.metadata, most)
+
     def to_new_job(self, default_queue: str, idempotency_key: str | None) -> NewJob:
         config = self.config or JobConfigRequest()
         return NewJob(
@@ -222,6 +229,11 @@ class CreateJobRequest(Request):
 
 class CreateBatchJobsRequest(Request):
     jobs: list[CreateJobRequest]
+
+    def check_sizes(self, most: int) -> None:
+        """ContentTooLarge naming the first item whose payload or metadata is over `most` bytes."""
+        parts = [part for job in self.jobs for part in (job.payload, job.metadata)]
+        check_sizes(parts, most, lambda n: f"jobs[{n // 2}].{('payload', 'metadata')[n % 2]}")
 
 
 class CreateJobResponse(Response):
@@ -387,6 +399,11 @@ class CompleteJobsRequest(Request):
 
     jobs: Annotated[list[CompletionItem], Meta(min_length=1, max_length=MAX_COMPLETIONS)]
 
+    def check_sizes(self, most: int) -> None:
+        """ContentTooLarge naming the first item whose result is over `most` bytes (the whole call
+        is refused, as for a malformed item)."""
+        check_sizes([job.result for job in self.jobs], most, lambda n: f"jobs[{n}].result")
+
 
 CompletionOutcome = Literal["completed", "conflict", "not_found"]
 
@@ -406,9 +423,14 @@ class CompleteJobsResponse(Response):
 
 
 class FailJobRequest(Request):
+    """`error` of any length is taken; past 64 KiB it is kept cut, with a marker (shared/domain/caps.py)."""
+
     lease_token: str
     error: str
     retryable: bool | None = None
+
+    def kept_error(self) -> str:
+        return truncated_error(self.error)
 
 
 # --- visibility (docs/visibility.md) -------------------------------------------------------------
@@ -528,6 +550,11 @@ class CreateWorkflowRequest(
     fan-out's `max_items` (the server's --workflow-max-fan-out when absent) and the jobs of its
     sub-workflows; a definition that could create more is refused with 400."""
 
+    def check_sizes(self, most: int) -> None:
+        """ContentTooLarge when its context or metadata, or a step's payload or metadata, takes
+        more than `most` bytes of JSON."""
+        check_workflow_sizes(self, most)
+
 
 class CreateWorkflowResponse(Response):
     workflow_id: str
@@ -571,14 +598,20 @@ class CreateCronRequest(Request):
     (`workflow`: a definition as POST /api/v1/workflows takes): exactly one of the two."""
 
     name: Name
-    cron_expr: str
-    task_name: str | None = None
+    cron_expr: Annotated[str, Meta(max_length=MAX_CRON_EXPR)]
+    task_name: Annotated[str, Meta(max_length=MAX_NAME_BYTES)] | None = None
     workflow: WorkflowDefinition | None = None
     payload: Object | None = None
     queue: str | None = None
     config: PartialJobConfig | None = None
     # An extension: the IANA time zone the expression is read in (UTC when absent).
     timezone: Annotated[str, Meta(min_length=1, max_length=MAX_ZONE_NAME)] | None = None
+
+    def check_sizes(self, most: int) -> None:
+        """ContentTooLarge when the payload, or a part of the workflow, is over `most` bytes."""
+        check_size("payload", self.payload, most)
+        if self.workflow is not None:
+            check_workflow_sizes(self.workflow, most, "workflow.")
 
 
 class CreateCronResponse(Response):

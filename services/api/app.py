@@ -11,20 +11,37 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from services.api.console import add_console_routes
-from services.api.context import AUTH, SEEN, guard
+from services.api.context import AUTH, LONG_POLLS, SEEN, STREAMS, guard
 from services.api.openapi import openapi_handler, openapi_yaml_handler
 from services.api.routes import ROUTES, router_path
 from shared.config import Settings
 from shared.db import worker_keys
+from shared.domain.admission import Occupancy, RateTable
 from shared.domain.visibility import SeenRecently
 from shared.runtime.app import base_app
 from shared.runtime.keys import DATABASE, SETTINGS
 from shared.web.auth import Authenticator, WorkerKeyCache
 
+# Seconds a caller refused for too many open streams or parked long-polls is told to wait
+# (Retry-After). A refused lease call had claimed first and found nothing: its worker leases again
+# after a second, the back-off upstream's Python and Rust runtimes take after a lease error anyway.
+STREAM_RETRY_AFTER_SECS = 5
+LONG_POLL_RETRY_AFTER_SECS = 1
+
 
 def setup(app: web.Application) -> None:
-    app[AUTH] = Authenticator(app[SETTINGS])
+    settings = app[SETTINGS]
+    app[AUTH] = Authenticator(settings)
     app[SEEN] = SeenRecently()
+    app[STREAMS] = Occupancy(
+        "event streams", settings.max_streams, settings.max_tenant_streams, STREAM_RETRY_AFTER_SECS
+    )
+    app[LONG_POLLS] = Occupancy(
+        "parked lease long-polls",
+        settings.max_long_polls,
+        settings.max_tenant_long_polls,
+        LONG_POLL_RETRY_AFTER_SECS,
+    )
     app.cleanup_ctx.append(_worker_keys)
     for route in ROUTES:
         app.router.add_route(route.method, router_path(route.path), guard(route.handler, route.auth))
@@ -36,8 +53,9 @@ def setup(app: web.Application) -> None:
 async def _worker_keys(app: web.Application) -> AsyncIterator[None]:
     """Once the database is open: worker keys are looked up in it, and each revocation announced
     on its LISTEN connection drops the key from this process's cache."""
-    db = app[DATABASE]
-    cache = WorkerKeyCache(functools.partial(worker_keys.find, db.pool), lambda: db.hub.connected)
+    db, settings = app[DATABASE], app[SETTINGS]
+    misses = RateTable(settings.unknown_worker_key_rate, settings.unknown_worker_key_burst)
+    cache = WorkerKeyCache(functools.partial(worker_keys.find, db.pool), lambda: db.hub.connected, misses)
     app[AUTH].worker_keys = cache
     unsubscribe = db.hub.watch_worker_keys(cache.forget)
     try:

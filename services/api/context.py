@@ -12,6 +12,7 @@ from shared import logs
 from shared.config import Settings
 from shared.db.database import Database
 from shared.db.pool import Pool
+from shared.domain.admission import Occupancy, source_of
 from shared.domain.errors import Forbidden
 from shared.domain.visibility import SeenRecently
 from shared.domain.worker_keys import WorkerGrant
@@ -20,6 +21,8 @@ from shared.web.auth import Authenticator, Tenant
 
 AUTH = web.AppKey("authenticator", Authenticator)
 SEEN = web.AppKey("workers_seen", SeenRecently)
+STREAMS = web.AppKey("streams", Occupancy)  # open SSE streams, by tenant
+LONG_POLLS = web.AppKey("long_polls", Occupancy)  # parked lease long-polls, by worker key's tenant
 _TENANT = web.RequestKey("tenant", Tenant)
 _WORKER_KEY = web.RequestKey("worker_key", WorkerGrant)
 
@@ -52,6 +55,14 @@ def workers_seen_of(request: web.Request) -> SeenRecently:
     return request.app[SEEN]
 
 
+def streams_of(request: web.Request) -> Occupancy:
+    return request.app[STREAMS]
+
+
+def long_polls_of(request: web.Request) -> Occupancy:
+    return request.app[LONG_POLLS]
+
+
 def path_id(request: web.Request) -> str:
     return request.match_info["id"]
 
@@ -80,13 +91,14 @@ def guard(handler: Handler, auth: str) -> Handler:
     async def guarded(request: web.Request) -> web.StreamResponse:
         authenticator = request.app[AUTH]
         header = request.headers.get("Authorization")
+        source = source_of(request.remote)  # whose unknown worker keys are rate-limited
         if auth == "worker":
-            grant = await authenticator.worker(header)
+            grant = await authenticator.worker(header, source)
             if grant is not None:
                 request[_WORKER_KEY] = grant
                 logs.bind(tenant=grant.tenant, worker_key=str(grant.key_id))
         else:
-            tenant = await authenticator.tenant(header)
+            tenant = await authenticator.tenant(header, source)
             if auth == "write" and tenant.read_only:
                 raise Forbidden("access denied: read-only credential")
             request[_TENANT] = tenant

@@ -13,6 +13,7 @@ from shared.web.body import decode, json_response
 
 async def create_cron(request: web.Request) -> web.Response:
     body = await decode(request, wire.CreateCronRequest)
+    body.check_sizes(settings_of(request).max_payload_bytes)
     cron_id = await crons.create(
         db_of(request).pool,
         tenant_of(request).id,

@@ -8,12 +8,13 @@ import functools
 import msgspec
 from aiohttp import web
 
-from services.api.context import act_on, db_of, lifecycle_of, settings_of, tenant_of
+from services.api.context import act_on, db_of, lifecycle_of, settings_of, streams_of, tenant_of
 from services.api.params import clamped_int, job_id_in_path, list_query, non_negative_int, trace_headers
 from services.api.sse import Event, stream_events
 from shared import wire
 from shared.db import jobs as jobs_db
 from shared.db import visibility, watchers
+from shared.db.database import Database
 from shared.domain.errors import NotFound, ValidationFailed
 from shared.domain.jobs import JobStatus
 from shared.domain.visibility import DEFAULT_LOG_PAGE, MAX_LOG_PAGE
@@ -34,8 +35,10 @@ def _header_key(request: web.Request) -> str | None:
 
 async def create_job(request: web.Request) -> web.Response:
     body = await decode(request, wire.CreateJobRequest)
+    settings = settings_of(request)
+    body.check_sizes(settings.max_payload_bytes)
     key = _header_key(request) or (body.idempotency_key or "").strip() or None
-    job = body.to_new_job(settings_of(request).default_queue, key)
+    job = body.to_new_job(settings.default_queue, key)
     job_id = await enqueue_one(db_of(request), tenant_of(request).id, job, trace_headers(request))
     return json_response(wire.CreateJobResponse(job_id=str(job_id)), 201)
 
@@ -47,6 +50,7 @@ async def create_batch(request: web.Request) -> web.Response:
         raise ValidationFailed("jobs array cannot be empty")
     if len(body.jobs) > settings.max_batch:
         raise ValidationFailed(f"batch size cannot exceed {settings.max_batch}")
+    body.check_sizes(settings.max_payload_bytes)
     items = []
     for index, item in enumerate(body.jobs):
         try:
@@ -103,6 +107,11 @@ async def job_events(request: web.Request) -> web.StreamResponse:
     `?log_after=` (default 0: every line)."""
     db = db_of(request)
     tenant = tenant_of(request).id
+    with streams_of(request).held(tenant):  # past the caps: 429 or 503, before any query
+        return await _job_events(request, db, tenant)
+
+
+async def _job_events(request: web.Request, db: Database, tenant: str) -> web.StreamResponse:
     job_id = (await jobs_db.get_job(db.pool, tenant, job_id_in_path(request))).id
     after = non_negative_int(request, "log_after", 0)
 

@@ -10,7 +10,8 @@ timestamps PostgreSQL can store, no NUL character anywhere (PostgreSQL text and 
 one), a step with exactly one of `task_name` and `workflow`, the shapes of a step condition, and
 the batch limits of this server's settings. What JSON Schema cannot say (unique step names,
 dependencies that name a step of the same workflow and form no cycle, JSON nested at most 100 deep,
-a cron expression that fires) is in the descriptions.
+a cron expression that fires, this server's size caps on payloads and results) is in the
+descriptions.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ import shared
 from services.api.routes import PUBLIC_DOCS, ROUTES, fixed_siblings
 from shared import wire
 from shared.config import Settings
-from shared.domain.cron import CRON_PATTERN
+from shared.domain.caps import MAX_ERROR_BYTES
+from shared.domain.cron import CRON_PATTERN, MAX_CRON_EXPR
 from shared.domain.jobs import (
     CONTROL_CHARS,
     MAX_LIMIT_KEY_BYTES,
@@ -40,7 +42,7 @@ from shared.domain.jobs import (
     SPACE_CHARS,
     JobStatus,
 )
-from shared.domain.paging import ID_FRAGMENT_PATTERN
+from shared.domain.paging import ID_FRAGMENT_PATTERN, MAX_OFFSET
 from shared.domain.visibility import DEFAULT_LOG_PAGE, MAX_LOG_PAGE
 from shared.domain.workflows import MAX_EVENT_KEY_BYTES, MAX_WORKFLOW_STEPS, WorkflowStatus
 from shared.runtime.keys import SETTINGS
@@ -82,7 +84,7 @@ LIMIT_KEY_SCHEMA = {
 # the older spec or the 0.5 client names them.
 _PAGING: list[tuple[str, dict[str, Any], str]] = [
     ("limit", {"type": "integer", "format": "int64"}, "Page size, clamped to 1..=100 (default 50)."),
-    ("offset", {"type": "integer", "format": "int64"}, "Rows to skip, clamped to 0.. (default 0); ignored with a cursor."),
+    ("offset", {"type": "integer", "format": "int64", "maximum": MAX_OFFSET}, f"Rows to skip, negative clamped to 0 (default 0), at most {MAX_OFFSET}; ignored with a cursor. Page deeper with `cursor`."),
     ("order_by", {"type": "string", "pattern": NO_NUL}, "`created_at ASC`, or anything else for `created_at DESC` (the default)."),
     ("include_total", {"type": "boolean"}, "Add the exact `total` (an extra count)."),
     ("created_after", {"type": "string", "pattern": f"^({INSTANT})?$"}, "Rows created at or after this RFC 3339 instant; empty is no filter."),
@@ -351,7 +353,8 @@ def _cron_variants(cron: dict[str, Any]) -> None:
     ]
 
 
-def _refine(schemas: dict[str, Any], request_names: set[str], max_batch: int) -> None:
+def _refine(schemas: dict[str, Any], request_names: set[str], caps: _Caps) -> None:
+    max_batch = caps.max_batch
     for name in request_names:
         schemas[name] = _nul_free(schemas[name])
     props = {name: schemas[name]["properties"] for name in request_names if "properties" in schemas[name]}
@@ -431,7 +434,7 @@ def _refine(schemas: dict[str, Any], request_names: set[str], max_batch: int) ->
             "description": "5 fields (minute hour day-of-month month day-of-week), or 6 with a leading"
             " seconds field, evaluated in UTC. The pattern covers the usual forms; the server also"
             " takes whatever else croniter parses (a trailing year, `L`, `#`, days 29-31), provided"
-            " the schedule fires again.",
+            f" the schedule fires again. At most {MAX_CRON_EXPR} characters.",
         },
     )
     _step_variants(schemas["WorkflowStep"])
@@ -441,6 +444,41 @@ def _refine(schemas: dict[str, Any], request_names: set[str], max_batch: int) ->
         {"enum": sorted(available_timezones()), "description": "An IANA time zone (default UTC)."},
     )
     schemas["StepCondition"] = _condition_schema()
+    _document_sizes(props, caps)
+
+
+def _document_sizes(props: dict[str, Any], caps: _Caps) -> None:
+    """The size caps, which JSON Schema cannot say of an object: in the descriptions."""
+    payload = (
+        f"At most {caps.max_payload_bytes} bytes as JSON (this server's --max-payload-bytes); larger is a 413."
+        if caps.max_payload_bytes
+        else ""
+    )
+    result = (
+        f"At most {caps.max_result_bytes} bytes as JSON (this server's --max-result-bytes); larger is a 413."
+        if caps.max_result_bytes
+        else ""
+    )
+    parts = [
+        ("CreateJobRequest", "payload", payload),
+        ("CreateJobRequest", "metadata", payload),
+        ("CreateCronRequest", "payload", payload),
+        ("CreateWorkflowRequest", "context", payload),
+        ("CreateWorkflowRequest", "metadata", payload),
+        ("WorkflowDefinition", "context", payload),
+        ("WorkflowDefinition", "metadata", payload),
+        ("WorkflowStep", "payload", payload),
+        ("WorkflowStep", "metadata", payload),
+        ("CompleteJobRequest", "result", result),
+        ("CompletionItem", "result", result),
+    ]
+    for owner, field, text in parts:
+        if text:
+            props[owner][field]["description"] = text
+    props["FailJobRequest"]["error"]["description"] = (
+        f"Any length is taken: past {MAX_ERROR_BYTES} bytes of UTF-8 the server keeps the first"
+        " part and a marker saying how much was left out, that many bytes in all."
+    )
 
 
 # Events a stream sends beside `status`, by operation: (event, its data's schema, what it says).
@@ -496,20 +534,27 @@ def _reachable(schemas: dict[str, Any], roots: list[str]) -> set[str]:
     return found
 
 
-def _default_max_batch() -> int:
-    """--max-batch's default, for `queueflow spec` (a server passes its own setting)."""
-    default = next(f.default for f in dataclasses.fields(Settings) if f.name == "max_batch")
-    assert isinstance(default, int)
-    return default
+@dataclasses.dataclass(frozen=True)
+class _Caps:
+    """The settings the document states: the batch limits and the size caps."""
+
+    max_batch: int
+    max_payload_bytes: int
+    max_result_bytes: int
+
+    @classmethod
+    def of(cls, settings: Settings) -> _Caps:
+        return cls(**{f.name: getattr(settings, f.name) for f in dataclasses.fields(cls)})
 
 
-_DEFAULT_MAX_BATCH = _default_max_batch()
-# The routes that start a workflow, and so may answer 429 for the running-workflows quota.
+# Their defaults, for `queueflow spec` (a server passes its own settings).
+DEFAULT_CAPS = _Caps.of(Settings(database_url="postgresql://unused/none"))
+# The routes that start a workflow, and so may answer 429 for the running-workflows quota too.
 _QUOTA_ROUTES = ("createWorkflow", "retryWorkflow")
 
 
 @cache
-def build_spec(max_batch: int = _DEFAULT_MAX_BATCH) -> dict[str, Any]:
+def build_spec(caps: _Caps = DEFAULT_CAPS) -> dict[str, Any]:
     types: list[Any] = [wire.ErrorBody]
     types.extend(
         t for route in ROUTES for t in (route.request, route.response, route.events) if isinstance(t, type)
@@ -519,7 +564,7 @@ def build_spec(max_batch: int = _DEFAULT_MAX_BATCH) -> dict[str, Any]:
     by_type = dict(zip(types, schemas, strict=True))
     requests = [route.request.__name__ for route in ROUTES if route.request is not None]
     components.update(copy.deepcopy(JSON_SCHEMAS))
-    _refine(components, _reachable(components, requests), max_batch)
+    _refine(components, _reachable(components, requests), caps)
     error = {"description": "Error", "content": {"application/json": {"schema": by_type[wire.ErrorBody]}}}
     unavailable = {
         **error,
@@ -527,12 +572,28 @@ def build_spec(max_batch: int = _DEFAULT_MAX_BATCH) -> dict[str, Any]:
         "retry after `Retry-After` seconds",
         "headers": {"Retry-After": {"schema": {"type": "integer", "minimum": 0}}},
     }
+    # The caps of docs/operations.md, "Request caps".
+    too_large = {
+        **error,
+        "description": "The body is over --max-body-bytes, or a payload, metadata or result in it over"
+        " this server's cap (the error names it)",
+    }
+    too_many = {
+        **unavailable,
+        "description": "Too many at once: the caller's tenant holds its share of open streams or parked"
+        " long-polls, or its address presented unknown worker keys too fast; retry after"
+        " `Retry-After` seconds",
+    }
+    full = {
+        **unavailable,
+        "description": "The database cannot be reached right now, or this process holds as many open"
+        " streams or parked long-polls as it takes from all callers: retry after `Retry-After` seconds",
+    }
 
     quota = {
-        **error,
-        "description": "The tenant is at its running-workflows quota (--tenant-max-running-workflows):"
-        " retry after `Retry-After` seconds",
-        "headers": {"Retry-After": {"schema": {"type": "integer", "minimum": 0}}},
+        **too_many,
+        "description": "The tenant is at its running-workflows quota (--tenant-max-running-workflows),"
+        " or its address presented unknown worker keys too fast: retry after `Retry-After` seconds",
     }
 
     paths: dict[str, dict[str, Any]] = {}
@@ -597,8 +658,12 @@ def build_spec(max_batch: int = _DEFAULT_MAX_BATCH) -> dict[str, Any]:
         codes = ["400", "401", "403", "404", "409"] if route.auth != "public" else ["400"]
         for code in codes:
             op["responses"][code] = error
+        if route.request is not None:
+            op["responses"]["413"] = too_large
         if route.auth != "public":
-            op["responses"]["503"] = unavailable
+            op["responses"]["429"] = too_many  # (a worker key's lookup is rate-limited on every route)
+            capped = route.events is not None or route.operation_id == "leaseJobs"
+            op["responses"]["503"] = full if capped else unavailable
         if route.operation_id in _QUOTA_ROUTES:
             op["responses"]["429"] = quota
         if any(fixed_siblings(route.path, name) for name in re.findall(r"{(\w+)}", route.path)):
@@ -634,15 +699,15 @@ def build_spec(max_batch: int = _DEFAULT_MAX_BATCH) -> dict[str, Any]:
 
 
 @cache
-def spec_yaml(max_batch: int = _DEFAULT_MAX_BATCH) -> bytes:
+def spec_yaml(caps: _Caps = DEFAULT_CAPS) -> bytes:
     """The same document as YAML (msgspec's encoder, on PyYAML)."""
-    return msgspec.yaml.encode(build_spec(max_batch))
+    return msgspec.yaml.encode(build_spec(caps))
 
 
 async def openapi_handler(request: web.Request) -> web.Response:
-    return web.json_response(build_spec(request.app[SETTINGS].max_batch))
+    return web.json_response(build_spec(_Caps.of(request.app[SETTINGS])))
 
 
 async def openapi_yaml_handler(request: web.Request) -> web.Response:
-    body = spec_yaml(request.app[SETTINGS].max_batch)
+    body = spec_yaml(_Caps.of(request.app[SETTINGS]))
     return web.Response(body=body, content_type="application/yaml", charset="utf-8")

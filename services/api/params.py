@@ -15,10 +15,10 @@ from shared.domain.jobs import check_queue_name, instant
 from shared.domain.paging import (
     DEFAULT_LIMIT,
     MAX_LIMIT,
-    MAX_OFFSET,
     Cursor,
     ListQuery,
     PageRequest,
+    checked_offset,
     id_fragment,
 )
 from shared.domain.traces import TraceContext, trace_context
@@ -134,7 +134,7 @@ def page_of(request: web.Request) -> PageRequest:
     q = request.query
     return PageRequest(
         limit=min(MAX_LIMIT, max(1, _int("limit", q["limit"]))) if "limit" in q else DEFAULT_LIMIT,
-        offset=min(MAX_OFFSET, max(0, _int("offset", q["offset"]))) if "offset" in q else 0,
+        offset=checked_offset(_int("offset", q["offset"])) if "offset" in q else 0,
         ascending=q.get("order_by", "").strip() == "created_at ASC",
         include_total=_bool("include_total", q["include_total"]) if "include_total" in q else False,
         cursor=Cursor.decode(q["cursor"]) if q.get("cursor") else None,

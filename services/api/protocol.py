@@ -13,11 +13,19 @@ import uuid
 
 from aiohttp import web
 
-from services.api.context import db_of, lifecycle_of, settings_of, worker_key_of, workers_seen_of
+from services.api.context import (
+    db_of,
+    lifecycle_of,
+    long_polls_of,
+    settings_of,
+    worker_key_of,
+    workers_seen_of,
+)
 from services.api.params import job_id, job_id_in_path, lease_token, queue_in_path
 from shared import wire
 from shared.db import jobs as jobs_db
 from shared.db import visibility, worker_keys
+from shared.domain.caps import check_size
 from shared.domain.errors import DomainError, NotFound
 from shared.domain.jobs import Lease
 from shared.runtime.leasing import lease_jobs
@@ -50,6 +58,7 @@ async def lease(request: web.Request) -> web.Response:
         settings_of(request).worker_poll_secs,
         tenant=None if grant is None else grant.tenant,
         worker_id=body.worker_id,
+        parking=long_polls_of(request),
     )
     if body.worker_id is not None:
         await _worker_seen(request, body, queue, leases)
@@ -115,6 +124,7 @@ async def post_logs(request: web.Request) -> web.Response:
 
 async def complete(request: web.Request) -> web.Response:
     body = await decode(request, wire.CompleteJobRequest)
+    check_size("result", body.result, settings_of(request).max_result_bytes)
     job = job_id_in_path(request)
     await _check_owned(request, job)
     await db_of(request).completer.complete(job, lease_token(body.lease_token), body.result or {})
@@ -125,6 +135,7 @@ async def complete_many(request: web.Request) -> web.Response:
     """The batch acknowledgement: each item goes through the same group commit as the per-job route
     (so concurrent batches share statements too) and gets the answer that route would give."""
     body = await decode(request, wire.CompleteJobsRequest)
+    body.check_sizes(settings_of(request).max_result_bytes)
     written: list[BaseException | None] = [None] * len(body.jobs)
     writes: list[jobs_db.Completion] = []
     at: list[int] = []  # where each write's answer goes
@@ -170,5 +181,7 @@ async def fail(request: web.Request) -> web.Response:
     job = job_id_in_path(request)
     await _check_owned(request, job)
     db = db_of(request)
-    await jobs_db.fail(db.pool, job, lease_token(body.lease_token), body.error, retryable, tracer=db.tracer)
+    await jobs_db.fail(
+        db.pool, job, lease_token(body.lease_token), body.kept_error(), retryable, tracer=db.tracer
+    )
     return web.Response(status=204)

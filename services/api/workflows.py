@@ -7,12 +7,13 @@ import functools
 import msgspec
 from aiohttp import web
 
-from services.api.context import act_on, db_of, lifecycle_of, path_id, settings_of, tenant_of
+from services.api.context import act_on, db_of, lifecycle_of, path_id, settings_of, streams_of, tenant_of
 from services.api.params import list_query, trace_headers
 from services.api.sse import stream_status
 from shared import wire
 from shared.db import watchers
 from shared.db import workflows as workflows_db
+from shared.db.database import Database
 from shared.domain.errors import NotFound
 from shared.domain.workflows import WorkflowStatus, mermaid
 from shared.runtime import advance
@@ -24,6 +25,7 @@ SSE_MAX_SECS = 60 * 60
 async def create_workflow(request: web.Request) -> web.Response:
     body = await decode(request, wire.CreateWorkflowRequest)
     settings = settings_of(request)
+    body.check_sizes(settings.max_payload_bytes)
     db = db_of(request)
     wf_id, status = await advance.create_workflow(
         db.pool,
@@ -77,6 +79,11 @@ async def workflow_events(request: web.Request) -> web.StreamResponse:
     """One `status` event (a WorkflowEvent) on every workflow or step change, until terminal."""
     db = db_of(request)
     tenant = tenant_of(request).id
+    with streams_of(request).held(tenant):  # past the caps: 429 or 503, before any query
+        return await _workflow_events(request, db, tenant)
+
+
+async def _workflow_events(request: web.Request, db: Database, tenant: str) -> web.StreamResponse:
     wf_id = (await _workflow(request)).id
 
     async def read() -> tuple[bytes, bool] | None:

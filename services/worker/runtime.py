@@ -48,6 +48,7 @@ from shared.db import jobs as jobs_db
 from shared.db import workers
 from shared.db.database import Database
 from shared.db.pool import RETRY_FIRST_SECS, RETRY_MAX_SECS, is_database_error, is_unavailable, until_answered
+from shared.domain.caps import truncated_error
 from shared.domain.errors import DomainError
 from shared.domain.jobs import DeadLetterReason, JobStatus, Lease
 from shared.runtime.keys import Lifecycle
@@ -419,7 +420,7 @@ class WorkerRuntime:
         err = handler.exception()
         if err is not None:
             retryable = getattr(err, "retryable", True) is not False
-            self._fail_later(item, str(err) or type(err).__name__, retryable)
+            self._fail_later(item, truncated_error(str(err) or type(err).__name__), retryable)
             return
         result = handler.result()
         if result is not None and not isinstance(result, dict):

@@ -22,6 +22,7 @@ import msgspec
 from croniter import croniter
 from msgspec import Struct
 
+from shared.domain.caps import QUOTED_CHARS, clipped
 from shared.domain.errors import ValidationFailed
 from shared.domain.jobs import Object, PartialJobConfig, utc_text
 from shared.domain.workflows import WorkflowDefinition
@@ -46,6 +47,9 @@ CRON_PATTERN = (
 
 
 MAX_ZONE_NAME = 64
+# The longest expression taken: no crontab needs more. It bounds what is stored and quoted, not
+# croniter's search, which is why the API checks a new one in a worker thread (docs/cron.md, "Limits").
+MAX_CRON_EXPR = 256
 # Wall-clock matches looked at before giving up on finding one later than the reference instant:
 # only the second pass of a repeated hour is skipped this way (3,600 for a per-second schedule).
 _MAX_SKIPPED = 4000
@@ -104,7 +108,7 @@ def next_after(expr: str, after: datetime, timezone: str | None = None) -> datet
             # The wall clock repeats (the second pass of an hour the clocks fell back over): its
             # matches were fired on the first pass, so walk on to the first one after `after`.
     except (ValueError, KeyError, TypeError) as err:  # croniter's errors derive from ValueError
-        raise ValidationFailed(f"invalid cron expression '{expr}': {err}") from None
+        raise ValidationFailed(f"invalid cron expression {_shown(expr)}: {clipped(str(err))}") from None
     except StopIteration:
         return None
     return None
@@ -115,14 +119,29 @@ def local_time(instant: datetime, timezone: str) -> str:
     return instant.astimezone(zone(timezone)).isoformat()
 
 
+def _shown(expr: str) -> str:
+    """The expression as an error quotes it: whole when short, else its beginning."""
+    if len(expr) <= QUOTED_CHARS:
+        return f"'{expr}'"
+    return f"'{expr[:QUOTED_CHARS]}...' ({len(expr)} characters)"
+
+
 def validate(expr: str) -> None:
+    """A ValidationFailed unless `expr` is at most MAX_CRON_EXPR characters of 5, 6 or 7 fields
+    that fire again. The search for the next occurrence can take tens of milliseconds (croniter
+    gives up on an expression that never fires only after searching years of candidates), so the
+    API runs this in a worker thread, off the event loop."""
+    if len(expr) > MAX_CRON_EXPR:
+        raise ValidationFailed(
+            f"invalid cron expression {_shown(expr)}: longer than {MAX_CRON_EXPR} characters"
+        )
     fields = expr.split()
     if len(fields) not in (5, 6, 7):
         raise ValidationFailed(
-            f"invalid cron expression '{expr}': expected 5, 6 or 7 fields, got {len(fields)}"
+            f"invalid cron expression {_shown(expr)}: expected 5, 6 or 7 fields, got {len(fields)}"
         )
     if next_after(expr, datetime.now(UTC)) is None:
-        raise ValidationFailed(f"invalid cron expression '{expr}': it never fires again")
+        raise ValidationFailed(f"invalid cron expression {_shown(expr)}: it never fires again")
 
 
 def new_cron_id() -> str:

@@ -67,9 +67,33 @@ class Conflict(DomainError):
         self.reason = reason
 
 
-class QuotaExceeded(DomainError):
+class ContentTooLarge(DomainError):
+    """A part of the body (a payload, a result) is larger than this server takes (413)."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(f"payload too large: {detail}")
+
+
+class RetryLater(DomainError):
+    """Refused for now, not for good: the answer carries `Retry-After: retry_after` (seconds)."""
+
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = self.retry_after_secs = retry_after
+
+
+class TooManyRequests(RetryLater):
+    """The caller is past its own share: its tenant holds as many open streams or parked
+    long-polls as one tenant may, or its address presents unknown worker keys too fast (429)."""
+
+
+class QuotaExceeded(TooManyRequests):
     """A per-tenant quota is used up for now; retry after `retry_after_secs` (429)."""
 
     def __init__(self, detail: str, retry_after_secs: int) -> None:
-        super().__init__(f"quota exceeded: {detail}")
-        self.retry_after_secs = retry_after_secs
+        super().__init__(f"quota exceeded: {detail}", retry_after_secs)
+
+
+class Overloaded(RetryLater):
+    """This process holds as many open streams or parked long-polls as it takes from all callers
+    together (503)."""

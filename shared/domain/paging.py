@@ -21,7 +21,9 @@ IdKind = Literal["uuid", "bigint", "text"]
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 100
-MAX_OFFSET = 2**62  # beyond PostgreSQL's bigint there is nothing to skip to anyway
+# The deepest offset taken: the database reads and drops every row before it, so deep pages cost
+# more the deeper they go. The keyset cursor costs the same on every page.
+MAX_OFFSET = 10_000
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # `id_contains` of the job listing: a piece of a job id, whose canonical text is 36 characters.
 ID_FRAGMENT_PATTERN = "^[0-9a-fA-F-]{0,36}$"
@@ -58,6 +60,17 @@ class Cursor(Struct, frozen=True):
                 raise ValueError
         except ValueError:
             raise ValidationFailed("invalid cursor") from None
+
+
+def checked_offset(offset: int) -> int:
+    """An offset as asked (negative is 0, as upstream clamps it); past MAX_OFFSET a ValidationFailed
+    that points to the cursor."""
+    if offset > MAX_OFFSET:
+        raise ValidationFailed(
+            f"offset cannot exceed {MAX_OFFSET}: page on with the cursor parameter instead"
+            " (each page's next_cursor), which costs the same at any depth"
+        )
+    return max(0, offset)
 
 
 class PageRequest(Struct, frozen=True, kw_only=True):

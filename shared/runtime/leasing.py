@@ -15,6 +15,7 @@ from shared import metrics, tracing
 from shared.db import jobs as jobs_db
 from shared.db.database import Database
 from shared.db.pool import is_unavailable
+from shared.domain.admission import Occupancy
 from shared.domain.jobs import Lease, NewJob
 from shared.runtime.keys import Lifecycle
 
@@ -71,6 +72,7 @@ async def lease_jobs(
     *,
     tenant: str | None = None,
     worker_id: str | None = None,
+    parking: Occupancy | None = None,
 ) -> list[Lease]:
     """Claim up to `max_jobs`; when none is due, park on the queue's signal (no connection held)
     until a job arrives, the wait ends, or the safety poll (`poll_secs`) re-checks. Idle waiters of
@@ -84,7 +86,12 @@ async def lease_jobs(
     Calls on the same terms that wait for the queue's gate together share one claim (see
     `SHARED_CLAIM_MAX`): each gets its `max_jobs` in claim order, the first to ask first.
 
-    When the process exports traces, each leased job gets its `lease` span (shared/tracing.py)."""
+    When the process exports traces, each leased job gets its `lease` span (shared/tracing.py).
+
+    With `parking` (the API's caps), each wait takes a place in it: a call that claimed nothing
+    and finds no place raises the refusal (429 or 503) instead of parking. It claims before, so a
+    worker past the cap still gets every job that is due; only the wait is refused
+    (docs/protocol.md, "Caps on streams and long-polls")."""
     hub = db.hub
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait_secs
@@ -105,7 +112,7 @@ async def lease_jobs(
         remaining = deadline - loop.time()
         if remaining <= 0 or lifecycle.draining:
             return []
-        handed = await _park(db, terms, seen, min(remaining, poll_secs), poll_secs)
+        handed = await _park(db, terms, seen, min(remaining, poll_secs), poll_secs, parking)
         if handed:
             # The enqueue's insert leased it: the queue had nothing else (no wake-up to pass on).
             return _leased(db, queue, handed, tracing.now() if db.tracer is not None else 0, full=False)
@@ -130,9 +137,14 @@ def _leased(db: Database, queue: str, leases: list[Lease], claimed_at: int, *, f
     return leases
 
 
-async def _park(db: Database, terms: _Terms, seen: int, timeout: float, poll_secs: float) -> list[Lease]:
+async def _park(
+    db: Database, terms: _Terms, seen: int, timeout: float, poll_secs: float, parking: Occupancy | None
+) -> list[Lease]:
     """Wait for the queue's wake-up (then claim again) or for a job handed off by an enqueue in
-    this process: that job's lease, else []."""
+    this process: that job's lease, else []. The wait holds a place in `parking` (none left: its
+    refusal is raised)."""
+    if parking is not None:
+        parking.take(terms.tenant)
     hub = db.hub
     metrics.LONG_POLL_WAITERS.inc()
     idle = _Idle(terms, poll_secs, asyncio.get_running_loop().create_future())
@@ -142,6 +154,8 @@ async def _park(db: Database, terms: _Terms, seen: int, timeout: float, poll_sec
     finally:
         metrics.LONG_POLL_WAITERS.dec()
         _forget(db, idle)
+        if parking is not None:
+            parking.give_back(terms.tenant)
     if not idle.answer.done() or idle.answer.cancelled():
         return []
     return idle.answer.result() or []

@@ -16,7 +16,12 @@ Every secret comparison is constant-time.
 
 Worker keys live in the database. Each process caches what it looked up, by token digest, for at
 most KEY_CACHE_SECS, and only while its LISTEN connection is up: a revocation's notification drops
-the key at once, and one missed while that connection was down cannot keep a key alive.
+the key at once, and one missed while that connection was down cannot keep a key alive. A digest
+that names no key is remembered as unknown for UNKNOWN_KEY_CACHE_SECS only (no notification is
+needed to take a key minted since: it is taken within that second), in a table of its own, so
+that unknown tokens never push known keys out. Each lookup of a digest the process does not know
+spends a token of its source address's bucket (given back when the key exists): an address that
+presents unknown keys faster than --unknown-worker-key-rate is answered 429 without a query.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from __future__ import annotations
 import hmac
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -32,7 +38,8 @@ from typing import Literal
 import jwt
 
 from shared.config import Settings
-from shared.domain.errors import Forbidden, Unauthorized
+from shared.domain.admission import RateTable
+from shared.domain.errors import Forbidden, TooManyRequests, Unauthorized
 from shared.domain.scopes import scope_read_only
 from shared.domain.worker_keys import WorkerGrant, may_be_key
 from shared.domain.worker_keys import token_digest as _digest
@@ -43,6 +50,11 @@ DEV_TENANT = "tenant1"
 KEY_CACHE_SECS = 10.0
 # Entries the cache holds at most (the oldest go first): presented tokens are not trusted to be few.
 KEY_CACHE_SIZE = 10_000
+# How long a digest that named no key is taken as unknown without asking again, and how many such
+# digests are remembered (the oldest go first). A key minted after such a miss (its token cannot be
+# presented before it is minted, but a row restored from a backup can be) is taken within this.
+UNKNOWN_KEY_CACHE_SECS = 1.0
+UNKNOWN_KEY_CACHE_SIZE = 10_000
 
 KeyLookup = Callable[[bytes], Awaitable[WorkerGrant | None]]
 
@@ -68,43 +80,72 @@ def bearer_token(header: str | None) -> str | None:
 
 
 class WorkerKeyCache:
-    """Worker keys looked up by token digest (unknown tokens too: a digest never found is never
-    minted later), each kept for KEY_CACHE_SECS, none while `listening()` says revocations could go
-    unheard. `forget` is fed by the revocation channel; a lookup that was under way when something
-    was forgotten is used once but not kept, so a key revoked during its lookup is not cached."""
+    """Worker keys looked up by token digest, each kept for KEY_CACHE_SECS, none while
+    `listening()` says revocations could go unheard; digests that named no key, each for
+    UNKNOWN_KEY_CACHE_SECS. `forget` is fed by the revocation channel; a lookup that was under way
+    when something was forgotten is used once but not kept, so a key revoked during its lookup is
+    not cached. With `misses`, each lookup spends a token of its source (given back when the key
+    exists), and a source without one is TooManyRequests, asking nothing."""
 
-    def __init__(self, lookup: KeyLookup, listening: Callable[[], bool]) -> None:
+    def __init__(
+        self, lookup: KeyLookup, listening: Callable[[], bool], misses: RateTable | None = None
+    ) -> None:
         self._lookup = lookup
         self._listening = listening
-        self._entries: dict[bytes, tuple[float, WorkerGrant | None]] = {}
+        self._misses = misses
+        self._entries: dict[bytes, tuple[float, WorkerGrant]] = {}
+        self._unknown: OrderedDict[bytes, float] = OrderedDict()  # digest -> until when
         self._forgotten = 0  # counts forget calls: a lookup's answer is kept only if none came
 
-    async def find(self, digest: bytes) -> WorkerGrant | None:
+    async def find(self, digest: bytes, source: str = "") -> WorkerGrant | None:
         now = time.monotonic()
         hit = self._entries.get(digest)
         if hit is not None and hit[0] > now and self._listening():
             return hit[1]
+        if self._unknown.get(digest, now) > now:
+            return None
+        if self._misses is not None and (wait := self._misses.take(source, now)):
+            raise TooManyRequests(
+                "too many unknown worker keys presented from this address; retry later", wait
+            )
         forgotten = self._forgotten
-        grant = await self._lookup(digest)
-        if forgotten == self._forgotten and self._listening():
-            self._entries.pop(digest, None)
+        try:
+            grant = await self._lookup(digest)
+        except BaseException:
+            if self._misses is not None:
+                self._misses.give_back(source, now)  # (nothing was learnt of the key)
+            raise
+        if grant is not None and self._misses is not None:
+            self._misses.give_back(source, now)
+        if forgotten == self._forgotten:
+            self._keep(digest, grant, now)
+        return grant
+
+    def _keep(self, digest: bytes, grant: WorkerGrant | None, now: float) -> None:
+        self._entries.pop(digest, None)
+        self._unknown.pop(digest, None)
+        if grant is None:
+            if len(self._unknown) >= UNKNOWN_KEY_CACHE_SIZE:
+                self._unknown.popitem(last=False)
+            self._unknown[digest] = now + UNKNOWN_KEY_CACHE_SECS
+        elif self._listening():
             if len(self._entries) >= KEY_CACHE_SIZE:
                 del self._entries[next(iter(self._entries))]
             self._entries[digest] = (now + KEY_CACHE_SECS, grant)
-        return grant
 
     def forget(self, key_id: str) -> None:
-        """Drop the key with this id; "" drops every key (notifications may have been missed)."""
+        """Drop the key with this id; "" drops every entry (notifications may have been missed)."""
         self._forgotten += 1
         if not key_id:
             self._entries.clear()
+            self._unknown.clear()
             return
         try:
             gone = uuid.UUID(key_id)
         except ValueError:
             return
         for digest, (_, grant) in list(self._entries.items()):
-            if grant is not None and grant.key_id == gone:
+            if grant.key_id == gone:
                 del self._entries[digest]
 
 
@@ -126,12 +167,13 @@ class Authenticator:
         self._dev_workers = settings.dev and self._worker is None
         self.worker_keys: WorkerKeyCache | None = None  # set once the database is open
 
-    async def _worker_key(self, digest: bytes) -> WorkerGrant | None:
+    async def _worker_key(self, digest: bytes, source: str) -> WorkerGrant | None:
         """The live worker key of a token shaped like one; None for an unknown, revoked or expired
-        key. (Tokens of other shapes are never looked up: a wrong one costs no query.)"""
+        key. (Tokens of other shapes are never looked up: a wrong one costs no query.) `source` is
+        the caller's address, as admission.source_of gives it."""
         if self.worker_keys is None:
             return None
-        grant = await self.worker_keys.find(digest)
+        grant = await self.worker_keys.find(digest, source)
         if grant is None or grant.expired(datetime.now(UTC)):
             return None
         return grant
@@ -165,7 +207,7 @@ class Authenticator:
                 return Tenant(sub, read_only=read_only)
         return None
 
-    async def tenant(self, header: str | None) -> Tenant:
+    async def tenant(self, header: str | None, source: str = "") -> Tenant:
         token = bearer_token(header)
         if token is None:
             raise Unauthorized()
@@ -176,14 +218,14 @@ class Authenticator:
         if tenant is not None:
             return tenant
         if may_be_key(token):
-            if await self._worker_key(digest) is not None:
+            if await self._worker_key(digest, source) is not None:
                 raise Forbidden("access denied: a worker key opens the worker routes only")
             raise Unauthorized()
         if self._dev_tenants:
             return Tenant(DEV_TENANT)
         raise Unauthorized()
 
-    async def worker(self, header: str | None) -> WorkerGrant | None:
+    async def worker(self, header: str | None, source: str = "") -> WorkerGrant | None:
         """None for the worker token (every tenant's jobs); a worker key's grant otherwise."""
         token = bearer_token(header)
         if token is None:
@@ -193,7 +235,7 @@ class Authenticator:
             return None
         tenant = self._tenant_credential(token, digest)
         if tenant is None and may_be_key(token):
-            grant = await self._worker_key(digest)
+            grant = await self._worker_key(digest, source)
             if grant is None:
                 raise Unauthorized()
             return grant

@@ -22,11 +22,14 @@ from aiohttp import web
 from shared import metrics, wire
 from shared.domain.errors import (
     Conflict,
+    ContentTooLarge,
     DomainError,
     Forbidden,
     Gone,
     NotFound,
+    Overloaded,
     QuotaExceeded,
+    TooManyRequests,
     Unauthorized,
     ValidationFailed,
 )
@@ -45,7 +48,10 @@ STATUS_OF: dict[type[DomainError], int] = {
     Gone: 404,
     Conflict: 409,
     PayloadTooLarge: 413,
+    ContentTooLarge: 413,
+    TooManyRequests: 429,
     QuotaExceeded: 429,
+    Overloaded: 503,
 }
 REQUEST_ID = "X-Request-ID"
 # Seconds a client should wait before retrying after a 503 for an unreachable database.

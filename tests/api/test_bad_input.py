@@ -353,7 +353,7 @@ async def test_offset_beyond_bigint_is_a_400_about_the_offset(api):
     ("name", "value", "status"),
     [
         ("limit", 2**63, 400),
-        ("offset", 2**63 - 1, 200),
+        ("offset", 10_000, 200),  # (deeper is refused: tests/api/test_caps.py)
         ("limit", -(2**63), 200),
         ("offset", -(2**63) - 1, 400),
     ],
