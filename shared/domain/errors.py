@@ -62,3 +62,8 @@ class Conflict(DomainError):
     def __init__(self, reason: str) -> None:
         super().__init__(f"conflict: {reason}")
         self.reason = reason
+
+
+class TooManyQueues(Conflict):
+    """A new queue would take its tenant past --max-queues-per-tenant (409): the tenant's state, not
+    the request, is what conflicts, and retrying will not help until the operator raises the cap."""

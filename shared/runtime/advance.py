@@ -19,6 +19,7 @@ import structlog
 
 from shared.db import events as events_db
 from shared.db import jobs as jobs_db
+from shared.db import queues as queues_db
 from shared.db import workflows as workflows_db
 from shared.db.pool import Connection, Pool, transaction
 from shared.db.workflows import PendingWrites
@@ -40,6 +41,7 @@ from shared.domain.workflows import (
     WorkflowStatus,
     blocker,
     holds,
+    later_queues,
     lookup,
     normalise,
     ready,
@@ -423,9 +425,13 @@ async def start_workflow(
     default_queue: str,
     trace: TraceContext | None = None,
 ) -> tuple[str, WorkflowStatus]:
-    """`create_workflow` in the caller's transaction (a cron occurrence's, for one)."""
+    """`create_workflow` in the caller's transaction (a cron occurrence's, for one). A workflow
+    whose queues would take the tenant past its queue cap is refused (TooManyQueues)."""
     validate(definition)
     stored = normalise(definition)
+    queues = later_queues(stored, default_queue)
+    if queues is not None:  # (its root steps' jobs are checked as they are written)
+        await queues_db.check_room(conn, tenant, queues)
     wf_id = await workflows_db.insert_workflow(conn, tenant, stored, stored.context or {}, trace=trace)
     state = await Advancement.load(conn, wf_id, default_queue)
     assert state is not None  # inserted by this transaction
