@@ -239,6 +239,20 @@ class Settings:
         at_least=0,
     )
     max_batch: int = option("--max-batch", "QUEUEFLOW_MAX_BATCH", 1000, "largest POST /jobs/batch")
+    max_queues_per_tenant: int = option(
+        "--max-queues-per-tenant",
+        "QUEUEFLOW_MAX_QUEUES_PER_TENANT",
+        1000,
+        "distinct queues a tenant may have (409 past it; its existing queues keep working); 0: no cap."
+        " Fleet-wide: api processes record it in the database at start",
+        at_least=0,
+    )
+    metrics_tenant_ids: bool = option(
+        "--metrics-tenant-ids",
+        "QUEUEFLOW_METRICS_TENANT_IDS",
+        False,
+        "label /metrics series with tenant ids as they are (default: the first 12 hex digits of each id's SHA-256)",
+    )
     max_body_bytes: int = option(
         "--max-body-bytes", "QUEUEFLOW_MAX_BODY_BYTES", 10 * 1024 * 1024, "largest request body (413)"
     )

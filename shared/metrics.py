@@ -1,10 +1,13 @@
-"""Prometheus metrics, defined once. Labels are bounded (route, method, status, queue): never ids."""
+"""Prometheus metrics, defined once. Labels are bounded (route, method, status, queue): never ids.
+Names that come from clients (tasks, queues) are labelled as themselves up to a bound and as
+`_other` past it; tenant ids are hashed unless the operator asks for them (`tenant_label`)."""
 
 from __future__ import annotations
 
 import asyncio
 import bisect
 import collections
+import hashlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -59,6 +62,7 @@ HANDLER_DURATION = Histogram(
     buckets=_BUCKETS,
     registry=REGISTRY,
 )
+# By queue, bounded as task names are (queue_label).
 QUEUE_WAIT = Histogram(
     "queueflow_job_queue_wait_seconds",
     "From a job falling due to its claim.",
@@ -90,12 +94,39 @@ _task_labels: set[str] = set()
 
 def task_label(task: str) -> str:
     """`task` as a label value, within the bound."""
-    if task in _task_labels:
-        return task
-    if len(_task_labels) < MAX_TASK_LABELS:
-        _task_labels.add(task)
-        return task
-    return OTHER_TASKS
+    return _bounded(_task_labels, MAX_TASK_LABELS, task, OTHER_TASKS)
+
+
+# Queue names come from clients too (a write key may enqueue on as many as its tenant's cap
+# allows): the first MAX_QUEUE_LABELS this process labels are themselves, later ones OTHER_QUEUES.
+# The per-queue gauges name the busiest MAX_QUEUE_LABELS queues of each scrape and sum the rest.
+MAX_QUEUE_LABELS = 200
+OTHER_QUEUES = "_other"
+_queue_labels: set[str] = set()
+
+
+def queue_label(queue: str) -> str:
+    """`queue` as a label value, within the bound."""
+    return _bounded(_queue_labels, MAX_QUEUE_LABELS, queue, OTHER_QUEUES)
+
+
+def _bounded(seen: set[str], bound: int, value: str, other: str) -> str:
+    if value in seen:
+        return value
+    if len(seen) < bound:
+        seen.add(value)
+        return value
+    return other
+
+
+def tenant_label(tenant: str, *, as_is: bool = False) -> str:
+    """A tenant id as a label value: the first 12 hex digits of its SHA-256 (`as_is`: the id
+    itself, --metrics-tenant-ids). Jobs without a tenant keep the empty label. The hash keeps ids
+    out of what every scraper and dashboard sees; anyone who knows an id can still compute its
+    label (`printf %s ID | sha256sum | cut -c1-12`), so it is a pseudonym, not a secret."""
+    if as_is or not tenant:
+        return tenant
+    return hashlib.sha256(tenant.encode()).hexdigest()[:12]
 
 
 def attempts_ended(outcome: str, ended: Sequence[tuple[str, float | None]]) -> None:
@@ -155,15 +186,18 @@ QUEUE_OLDEST = Gauge(
 _QUEUE_GAUGES = (QUEUE_PENDING, QUEUE_SCHEDULED, QUEUE_RUNNING, QUEUE_OLDEST)
 
 
-def set_queue_gauges(rows: list[tuple[str, int, int, int, float]] | None) -> None:
-    """Replace the per-queue gauges with a fresh reading; None means the database did not answer."""
+def set_queue_gauges(rows: list[tuple[str | None, int, int, int, float]] | None) -> None:
+    """Replace the per-queue gauges with a fresh reading (a queue that has gone loses its series);
+    None means the database did not answer, and a row with queue None sums the queues past the
+    label bound."""
     for gauge in _QUEUE_GAUGES:
         gauge.clear()
     if rows is None:
         STORE_UP.set(0)
         return
     STORE_UP.set(1)
-    for queue, pending, scheduled, running, oldest in rows:
+    for name, pending, scheduled, running, oldest in rows:
+        queue = OTHER_QUEUES if name is None else name
         QUEUE_PENDING.labels(queue).set(pending)
         QUEUE_SCHEDULED.labels(queue).set(scheduled)
         QUEUE_RUNNING.labels(queue).set(running)
@@ -185,13 +219,15 @@ LIMIT_THROTTLED = Gauge(
 OTHER_KEYS = "_other"
 
 
-def set_limit_gauges(rows: Sequence[tuple[str | None, str | None, int, int]] | None) -> None:
+def set_limit_gauges(
+    rows: Sequence[tuple[str | None, str | None, int, int]] | None, *, tenant_ids: bool = False
+) -> None:
     """Replace the per-key gauges with a fresh reading (None: the database did not answer); a row
-    with key None sums the keys past the label bound."""
+    with key None sums the keys past the label bound. Tenants are labelled by `tenant_label`."""
     LIMIT_RUNNING.clear()
     LIMIT_THROTTLED.clear()
     for tenant, key, running, throttled in rows or ():
-        labels = (tenant or "", OTHER_KEYS if key is None else key)
+        labels = (tenant_label(tenant or "", as_is=tenant_ids), OTHER_KEYS if key is None else key)
         LIMIT_RUNNING.labels(*labels).set(running)
         LIMIT_THROTTLED.labels(*labels).set(throttled)
 

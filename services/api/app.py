@@ -15,7 +15,7 @@ from services.api.context import AUTH, LONG_POLLS, SEEN, STREAMS, guard
 from services.api.openapi import openapi_handler, openapi_yaml_handler
 from services.api.routes import ROUTES, router_path
 from shared.config import Settings
-from shared.db import worker_keys
+from shared.db import queues, worker_keys
 from shared.domain.admission import Occupancy, RateTable
 from shared.domain.visibility import SeenRecently
 from shared.runtime.app import base_app
@@ -43,6 +43,7 @@ def setup(app: web.Application) -> None:
         LONG_POLL_RETRY_AFTER_SECS,
     )
     app.cleanup_ctx.append(_worker_keys)
+    app.cleanup_ctx.append(_queue_cap)
     for route in ROUTES:
         app.router.add_route(route.method, router_path(route.path), guard(route.handler, route.auth))
     app.router.add_get("/openapi.json", openapi_handler)
@@ -63,6 +64,13 @@ async def _worker_keys(app: web.Application) -> AsyncIterator[None]:
     finally:
         unsubscribe()
         app[AUTH].worker_keys = None
+
+
+async def _queue_cap(app: web.Application) -> AsyncIterator[None]:
+    """Once the database is open: record --max-queues-per-tenant, which the database enforces for
+    every writer (migration 35)."""
+    await queues.record_cap(app[DATABASE].pool, app[SETTINGS].max_queues_per_tenant)
+    yield
 
 
 def create_app(settings: Settings) -> web.Application:

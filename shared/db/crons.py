@@ -11,12 +11,13 @@ import msgspec
 import structlog
 
 from shared.db import jobs as jobs_db
+from shared.db import queues as queues_db
 from shared.db.listing import fetch_page
 from shared.db.pool import Connection, Executor, Pool, record
 from shared.db.queries import Q
 from shared.domain import cron
 from shared.domain.cron import CronSchedule
-from shared.domain.errors import Conflict, NotFound, ValidationFailed
+from shared.domain.errors import Conflict, NotFound, TooManyQueues, ValidationFailed
 from shared.domain.jobs import (
     NewJob,
     Object,
@@ -51,9 +52,10 @@ async def create(
     workflow: WorkflowDefinition | None = None,
     limits: WorkflowLimits,
 ) -> str:
-    """The new schedule's id; a Conflict when the tenant already has a schedule by that name.
-    A schedule has a task or a workflow (checked, against `limits` too, and stored normalised),
-    never both."""
+    """The new schedule's id; a Conflict when the tenant already has a schedule by that name, or
+    when its queue would be one more than the tenant's cap allows (TooManyQueues). A schedule has a
+    task or a workflow (checked, against `limits` too, and stored normalised), never both; a
+    workflow's queues are checked when each occurrence starts it."""
     if (task_name is None) == (workflow is None):
         raise ValidationFailed("a cron schedule needs exactly one of task_name or workflow")
     if task_name is not None:
@@ -71,6 +73,8 @@ async def create(
         check_queue_name(queue)
     first = await asyncio.to_thread(_first_occurrence, cron_expr, timezone)
     stored = None if config is None else msgspec.to_builtins(config)
+    if queue is not None:
+        await queues_db.check_room(db, tenant, [queue])
     cron_id = await db.fetchval(
         Q.insert_cron,
         cron.new_cron_id(),
@@ -138,37 +142,48 @@ async def fire_due(pool: Pool, default_queue: str, batch: int, start_workflow: S
     """Fire every due schedule once, in one transaction: the job (with a per-occurrence
     idempotency key, so no occurrence is enqueued twice even across a crash) or the workflow
     (`start_workflow`, named `<schedule>@<occurrence>`), and the next alarm. Missed occurrences
-    collapse into this one firing: the next alarm is computed from now."""
+    collapse into this one firing: the next alarm is computed from now. An occurrence whose queue
+    would take its tenant past the queue cap is skipped, with a warning, and the schedule moves on
+    (the rest of the batch still fires)."""
     fired = 0
     async with pool.acquire() as conn, conn.transaction():
         for row in await conn.fetch(Q.due_crons, batch):
             due: datetime = row["next_run_at"]
-            if row["workflow"] is not None:
-                definition = msgspec.convert(row["workflow"], WorkflowDefinition)
-                named = msgspec.structs.replace(definition, name=cron.occurrence_name(row["name"], due))
-                wf_id = await start_workflow(conn, row["tenant_id"], named)
-                await _moved_on(conn, row)
-                log.info("cron_fired", cron_id=row["id"], due_at=due.isoformat(), workflow_id=wf_id)
+            try:
+                async with conn.transaction():  # a savepoint: a refused occurrence leaves no trace
+                    started = await _fire(conn, row, due, default_queue, start_workflow)
+            except TooManyQueues as err:
+                log.warning("cron_skipped", cron_id=row["id"], due_at=due.isoformat(), error=err.message)
+            else:
+                log.info("cron_fired", cron_id=row["id"], due_at=due.isoformat(), **started)
                 fired += 1
-                continue
-            config = None if row["config"] is None else msgspec.convert(row["config"], PartialJobConfig)
-            job = NewJob(
-                task_name=row["task_name"],
-                queue=row["queue_name"] or default_queue,
-                config=resolve_partial(config),
-                payload=row["payload"],
-                metadata={
-                    "cron_id": row["id"],
-                    "cron_name": row["name"],
-                    "cron_due_at": utc_text(due),
-                },
-                idempotency_key=f"cron:{row['id']}:{int(due.timestamp())}",
-            )
-            await jobs_db.insert_jobs(conn, row["tenant_id"], [job])
             await _moved_on(conn, row)
-            log.info("cron_fired", cron_id=row["id"], due_at=due.isoformat())
-            fired += 1
     return fired
+
+
+async def _fire(
+    conn: Connection, row: asyncpg.Record, due: datetime, default_queue: str, start_workflow: StartWorkflow
+) -> dict[str, str]:
+    """One occurrence's workflow or job; what the log line names of it."""
+    if row["workflow"] is not None:
+        definition = msgspec.convert(row["workflow"], WorkflowDefinition)
+        named = msgspec.structs.replace(definition, name=cron.occurrence_name(row["name"], due))
+        return {"workflow_id": await start_workflow(conn, row["tenant_id"], named)}
+    config = None if row["config"] is None else msgspec.convert(row["config"], PartialJobConfig)
+    job = NewJob(
+        task_name=row["task_name"],
+        queue=row["queue_name"] or default_queue,
+        config=resolve_partial(config),
+        payload=row["payload"],
+        metadata={
+            "cron_id": row["id"],
+            "cron_name": row["name"],
+            "cron_due_at": utc_text(due),
+        },
+        idempotency_key=f"cron:{row['id']}:{int(due.timestamp())}",
+    )
+    await jobs_db.insert_jobs(conn, row["tenant_id"], [job])
+    return {}
 
 
 async def _moved_on(conn: Connection, row: asyncpg.Record) -> None:

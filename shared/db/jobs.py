@@ -32,6 +32,7 @@ from shared.db.pool import (
     transaction,
 )
 from shared.db.queries import Q
+from shared.db.queues import capped
 from shared.domain.errors import Conflict, DomainError, Gone, NotFound
 from shared.domain.jobs import (
     DEFAULT_CONFIG,
@@ -162,17 +163,19 @@ _DEFAULT_JSONB = jsonb_binary(_DEFAULT_STORED)
 async def insert_jobs(db: Executor, tenant: str | None, jobs: Sequence[NewJob]) -> list[uuid.UUID]:
     """Insert `jobs` in one statement; returns their ids in input order. A job whose idempotency key
     the tenant already used gets the original job's id and inserts nothing; so does one whose unique
-    key another job holds (migration 13's trigger decides), which gets the holder's id."""
-    if not any(j.config.unique for j in jobs):
-        return await _insert_jobs(db, tenant, jobs, unique=False)
-    # The holders are read in the insert's own transaction: it has locked their keys' rows, so no
-    # other writer can take a key over between the insert and the answer.
-    if isinstance(db, asyncpg.Pool):
-        async with transaction(db) as conn:
+    key another job holds (migration 13's trigger decides), which gets the holder's id. A queue
+    new to the tenant past its cap refuses the whole statement (TooManyQueues)."""
+    with capped():
+        if not any(j.config.unique for j in jobs):
+            return await _insert_jobs(db, tenant, jobs, unique=False)
+        # The holders are read in the insert's own transaction: it has locked their keys' rows, so
+        # no other writer can take a key over between the insert and the answer.
+        if isinstance(db, asyncpg.Pool):
+            async with transaction(db) as conn:
+                return await _insert_jobs(conn, tenant, jobs, unique=True)
+        conn = cast(Connection, db)
+        async with conn.transaction():  # a savepoint when the caller's transaction is open
             return await _insert_jobs(conn, tenant, jobs, unique=True)
-    conn = cast(Connection, db)
-    async with conn.transaction():  # a savepoint when the caller's transaction is open
-        return await _insert_jobs(conn, tenant, jobs, unique=True)
 
 
 # A batch of at least this many jobs, none with an idempotency or unique key (a row the insert may
@@ -327,7 +330,8 @@ async def insert_handed_off(
     Per job, in input order: its id, and its lease when it was leased. For jobs without an
     idempotency or unique key (the caller's choice: such an insert may keep a row out)."""
     rows = [_insert_row(j, i, h) for j, i, h in zip(jobs, new_job_ids(len(jobs)), handoffs, strict=True)]
-    inserted = await db.fetch(Q.insert_jobs_handed_off, _encode_rows(rows).decode(), tenant)
+    with capped():
+        inserted = await db.fetch(Q.insert_jobs_handed_off, _encode_rows(rows).decode(), tenant)
     metrics.JOBS_CREATED.inc(len(inserted))
     by_id = {r["id"]: r for r in inserted}
     return [(row.id, to_lease(r) if (r := by_id[row.id])["status"] == "running" else None) for row in rows]
@@ -726,8 +730,9 @@ async def tenant_stats(db: Executor, tenant: str) -> StatsSnapshot:
     return StatsSnapshot(**{k: int(v) for k, v in row.items()})
 
 
-async def queue_gauges(db: Executor) -> list[QueueGauge]:
+async def queue_gauges(db: Executor, max_queues: int) -> list[QueueGauge]:
+    """The busiest `max_queues` queues' backlog, and one row (queue None) summing the rest."""
     return [
         QueueGauge(r["queue_name"], r["pending"], r["scheduled"], r["running"], float(r["oldest_age"]))
-        for r in await db.fetch(Q.queue_gauges)
+        for r in await db.fetch(Q.queue_gauges, max_queues)
     ]

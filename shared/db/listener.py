@@ -7,15 +7,23 @@ the connection was down are lost.
 
 Lost wake-ups are impossible by construction: a claimer reads the queue's epoch *before* its claim
 query and parks only if the epoch has not moved since (register, then re-check).
+
+The hub's state per queue is bounded: a queue's entry that nobody waits on or claims through is
+dropped after `IDLE_QUEUE_SECS`, and the oldest such entries once more than `MAX_IDLE_QUEUES` are
+kept, so a process's memory does not grow with every queue name it has ever seen. Epochs come from
+one counter for the whole hub: an entry made again after a drop starts at an epoch no waiter has
+read, so a waiter that read the dropped one's returns at once instead of parking (ADR 0003).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
+import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import asyncpg
 import structlog
@@ -35,17 +43,47 @@ CHANNELS = (WORK, DELAYED, JOB_EVENTS, WORKFLOW, WORKFLOW_EVENTS, WORKER_KEYS, T
 # flowing, and a cap on the burst when thousands of long-polls arrive together.
 CLAIMS_PER_QUEUE = 2
 
+# A queue's entry nobody waits on or claims through is dropped once untouched for this long, or
+# sooner, oldest first, while the hub holds more than MAX_IDLE_QUEUES entries. Dropping one costs at
+# most one claim that the "known empty" shortcut would have spared.
+IDLE_QUEUE_SECS = 60.0
+MAX_IDLE_QUEUES = 1_000
+
 # The advancer parks on this pseudo-queue (no real queue name can contain a NUL byte).
 ADVANCE = "\0advance"
 # ... and the workflow process's timer loop on this one.
 TIMER = "\0timers"
 
 
-class _QueueSignal:
-    __slots__ = ("checked_at", "empty_epoch", "epoch", "gate", "observers", "tenants_empty", "waiters")
+class _Gate(asyncio.Semaphore):
+    """A queue's claim gate (`CLAIMS_PER_QUEUE` places), counting the claims that hold or wait
+    for a place, so that the hub never drops the entry of a queue being claimed."""
 
     def __init__(self) -> None:
-        self.epoch = 0
+        super().__init__(CLAIMS_PER_QUEUE)
+        self.users = 0
+
+    async def acquire(self) -> Literal[True]:
+        self.users += 1
+        try:
+            return await super().acquire()
+        except BaseException:
+            self.users -= 1
+            raise
+
+    def release(self) -> None:
+        self.users -= 1
+        super().release()
+
+
+class _QueueSignal:
+    __slots__ = (
+        "checked_at", "empty_epoch", "epoch", "gate", "observers", "tenants_empty", "touched", "waiters",
+    )  # fmt: skip
+
+    def __init__(self, epoch: int, now: float) -> None:
+        self.epoch = epoch
+        self.touched = now  # when a claimer last used it (time.monotonic)
         self.waiters: deque[asyncio.Future[Any]] = deque()
         # Waiters that may take only some of the queue's jobs (a worker key's, its tenant's): every
         # poke wakes them all, and they never use up a wake-up another waiter would act on.
@@ -55,14 +93,24 @@ class _QueueSignal:
         # Per tenant: the epoch at which a claim of only that tenant's jobs (a worker key's) left
         # none of them claimable, and when; emptied by the next poke.
         self.tenants_empty: dict[str, tuple[int, float]] = {}
-        self.gate = asyncio.Semaphore(CLAIMS_PER_QUEUE)
+        self.gate = _Gate()
+
+    def idle(self) -> bool:
+        """Nobody parked on it or claiming through its gate: it may be dropped."""
+        return not self.waiters and not self.observers and self.gate.users == 0
 
 
 class Hub:
     """In-memory fan-out of notifications; fed by `Listener`, usable on its own in tests."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self, *, max_idle_queues: int = MAX_IDLE_QUEUES, idle_queue_secs: float = IDLE_QUEUE_SECS
+    ) -> None:
         self._queues: dict[str, _QueueSignal] = {}
+        self._epochs = itertools.count(1)  # one counter for every queue: see the module's text
+        self.max_idle_queues = max_idle_queues
+        self.idle_queue_secs = idle_queue_secs
+        self._sweep_at = max_idle_queues  # entries at which the next new one sweeps first
         self._job_watchers: dict[str, set[Callable[[str], None]]] = {}
         self._all_job_watchers: set[Callable[[str, str], None]] = set()
         self._delayed_watchers: set[Callable[[str], None]] = set()
@@ -72,10 +120,39 @@ class Hub:
     # -- queues -----------------------------------------------------------------------------------
 
     def _signal(self, queue: str) -> _QueueSignal:
+        """The queue's entry, made when there is none, and marked as used now."""
+        now = time.monotonic()
         sig = self._queues.get(queue)
         if sig is None:
-            sig = self._queues[queue] = _QueueSignal()
+            if len(self._queues) >= self._sweep_at:
+                self.sweep(now)
+            sig = self._queues[queue] = _QueueSignal(next(self._epochs), now)
+        else:
+            sig.touched = now
         return sig
+
+    def tracked_queues(self) -> int:
+        """How many queues the hub holds an entry for."""
+        return len(self._queues)
+
+    def sweep(self, now: float | None = None) -> int:
+        """Drop the entries nobody waits on or claims through that are untouched for
+        `idle_queue_secs`, then the oldest of the rest while more than `max_idle_queues` entries
+        are held; returns how many went. The listener calls it at each connection check, and a
+        new entry when the hub has grown by half since the last sweep (so its cost is spread over
+        the entries made in between)."""
+        now = time.monotonic() if now is None else now
+        idle = sorted((sig.touched, queue) for queue, sig in self._queues.items() if sig.idle())
+        stale = now - self.idle_queue_secs
+        excess = len(self._queues) - self.max_idle_queues
+        dropped = 0
+        for touched, queue in idle:
+            if touched > stale and dropped >= excess:
+                break
+            del self._queues[queue]
+            dropped += 1
+        self._sweep_at = max(len(self._queues), self.max_idle_queues) * 3 // 2 + 1
+        return dropped
 
     def epoch(self, queue: str) -> int:
         return self._signal(queue).epoch
@@ -168,7 +245,9 @@ class Hub:
     def withdraw(self, queue: str, waiter: asyncio.Future[Any]) -> None:
         """Take a parked `waiter` out of the queue's wake-ups: it will be answered another way
         (its `wait` still ends at its timeout)."""
-        sig = self._signal(queue)
+        sig = self._queues.get(queue)
+        if sig is None:
+            return
         sig.observers.discard(waiter)
         with contextlib.suppress(ValueError):
             sig.waiters.remove(waiter)
@@ -179,8 +258,12 @@ class Hub:
         One notification wakes one waiter; a waiter that then claims a full batch pokes again, so
         a large insert spreads over as many waiters as it needs without a thundering herd.
         """
-        sig = self._signal(queue)
-        sig.epoch += 1
+        sig = self._queues.get(queue)
+        if sig is None:
+            # Nobody here has read the queue's epoch since its entry was made, or it was dropped:
+            # an entry made later starts at a new epoch, so there is nothing to record.
+            return
+        sig.epoch = next(self._epochs)
         if sig.tenants_empty:
             sig.tenants_empty.clear()  # (their epochs are stale now; the dict stays small)
         for observer in sig.observers:
@@ -194,7 +277,7 @@ class Hub:
 
     def wake_all(self) -> None:
         """After a reconnect: notifications may have been missed, so everyone re-checks."""
-        for queue, sig in self._queues.items():
+        for queue, sig in list(self._queues.items()):
             self.poke(queue, wake=len(sig.waiters))
         for watchers in list(self._job_watchers.values()):
             for cb in list(watchers):
@@ -315,6 +398,7 @@ class Listener:
                     if lost.is_set() or conn.is_closed():
                         raise ConnectionError("the LISTEN connection was closed")
                     await asyncio.wait_for(conn.fetchval("SELECT 1"), self.check_interval)
+                    self.hub.sweep()
             except asyncio.CancelledError:
                 raise
             except Exception as err:

@@ -97,3 +97,8 @@ class QuotaExceeded(TooManyRequests):
 class Overloaded(RetryLater):
     """This process holds as many open streams or parked long-polls as it takes from all callers
     together (503)."""
+
+
+class TooManyQueues(Conflict):
+    """A new queue would take its tenant past --max-queues-per-tenant (409): the tenant's state, not
+    the request, is what conflicts, and retrying will not help until the operator raises the cap."""

@@ -466,9 +466,10 @@ class QueueControl(Struct, frozen=True):
 
 
 class QueueGauge(Struct, frozen=True):
-    """Fleet-wide backlog of one queue, for the Prometheus gauges."""
+    """Fleet-wide backlog of one queue, for the Prometheus gauges; queue None sums the queues
+    past the label bound."""
 
-    queue: str
+    queue: str | None
     pending: int
     scheduled: int
     running: int

@@ -399,6 +399,24 @@ def _cycle_members(steps: list[WorkflowStep]) -> set[str]:
     return {name for name, n in indegree.items() if n > 0}
 
 
+def later_queues(definition: WorkflowDefinition, default_queue: str) -> set[str] | None:
+    """Every queue the workflow's jobs may go to (its task steps' and, nested, its sub-workflows'),
+    or None when they are all its root steps', whose jobs are written as it starts."""
+    every: set[str] = set()
+    roots: set[str] = set()
+    pending = [(definition, True)]
+    while pending:
+        current, top = pending.pop()
+        for step in current.steps:
+            if step.workflow is not None:
+                pending.append((step.workflow, False))
+            elif step.task_name:
+                every.add(step.queue or default_queue)
+                if top and not step.dependencies:
+                    roots.add(step.queue or default_queue)
+    return None if every <= roots else every
+
+
 def normalise(definition: WorkflowDefinition) -> WorkflowDefinition:
     """The stored definition: the defaults upstream echoes (a step's depends_on, payload,
     on_failure, on_success and metadata; the workflow's context and metadata) filled in."""

@@ -21,6 +21,7 @@ import structlog
 
 from shared.db import events as events_db
 from shared.db import jobs as jobs_db
+from shared.db import queues as queues_db
 from shared.db import workflows as workflows_db
 from shared.db.pool import Connection, Pool, transaction
 from shared.db.workflows import PendingWrites
@@ -45,6 +46,7 @@ from shared.domain.workflows import (
     check_running_quota,
     fan_out_limit,
     holds,
+    later_queues,
     lookup,
     normalise,
     ready,
@@ -499,7 +501,8 @@ async def start_workflow(
 ) -> tuple[str, WorkflowStatus]:
     """Start a workflow in the caller's transaction: a cron occurrence's, whose definition was
     checked against the limits when its schedule was created (a refusal here would stop the
-    janitor's firing on every pass). Its fan-outs are still bounded by `limits` as they run."""
+    janitor's firing on every pass). Its fan-outs are still bounded by `limits` as they run. A
+    workflow whose queues would take the tenant past its queue cap is refused (TooManyQueues)."""
     validate(definition)
     return await _start(conn, tenant, definition, default_queue, limits, trace)
 
@@ -513,6 +516,9 @@ async def _start(
     trace: TraceContext | None,
 ) -> tuple[str, WorkflowStatus]:
     stored = normalise(definition)
+    queues = later_queues(stored, default_queue)
+    if queues is not None:  # (its root steps' jobs are checked as they are written)
+        await queues_db.check_room(conn, tenant, queues)
     wf_id = await workflows_db.insert_workflow(conn, tenant, stored, stored.context or {}, trace=trace)
     state = await Advancement.load(conn, wf_id, default_queue, limits)
     assert state is not None  # inserted by this transaction

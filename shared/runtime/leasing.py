@@ -125,7 +125,7 @@ def _leased(db: Database, queue: str, leases: list[Lease], claimed_at: int, *, f
         db.tracer.leased(queue, leases, claimed_at)
     # started_at is this claim; a redelivery has no wait to measure
     metrics.observe_many(
-        metrics.QUEUE_WAIT.labels(queue),
+        metrics.QUEUE_WAIT.labels(metrics.queue_label(queue)),
         [
             max(0.0, (lease.job.started_at - lease.job.scheduled_at).total_seconds())
             for lease in leases

@@ -56,7 +56,7 @@ async def metrics_endpoint(request: web.Request) -> web.Response:
     app = _source(request)
     pool = app[DATABASE].pool
     try:
-        gauges = await asyncio.wait_for(jobs_db.queue_gauges(pool), 5)
+        gauges = await asyncio.wait_for(jobs_db.queue_gauges(pool, metrics.MAX_QUEUE_LABELS), 5)
         keys = await asyncio.wait_for(limits.key_figures(pool, app[SETTINGS].limit_metrics_keys), 5)
     except Exception:  # the counters still render; the store gauge says why
         metrics.set_queue_gauges(None)
@@ -65,7 +65,10 @@ async def metrics_endpoint(request: web.Request) -> web.Response:
         metrics.set_queue_gauges(
             [(g.queue, g.pending, g.scheduled, g.running, g.oldest_age_secs) for g in gauges]
         )
-        metrics.set_limit_gauges([(k.tenant, k.key, k.running, k.throttled) for k in keys])
+        metrics.set_limit_gauges(
+            [(k.tenant, k.key, k.running, k.throttled) for k in keys],
+            tenant_ids=app[SETTINGS].metrics_tenant_ids,
+        )
     return web.Response(body=generate_latest(metrics.REGISTRY), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 

@@ -485,10 +485,10 @@ SELECT
 
 -- name: queue_gauges
 -- Fleet-wide backlog per queue for the Prometheus gauges: waiting jobs through the claim index,
--- running ones through the expired-lease index (migration 9), never the whole table.
-SELECT queue_name, sum(pending)::bigint AS pending, sum(scheduled)::bigint AS scheduled,
-       sum(running)::bigint AS running, COALESCE(max(oldest_age), 0) AS oldest_age
-FROM (
+-- running ones through the expired-lease index (migration 9), never the whole table. The busiest
+-- $1 queues (claimable, then running, then scheduled jobs) by name, and, when there are more, one
+-- row with a NULL name summing the rest (its age is the oldest of theirs).
+WITH per_status AS (
     SELECT queue_name,
            count(*) FILTER (WHERE scheduled_at <= now()) AS pending,
            count(*) FILTER (WHERE scheduled_at > now()) AS scheduled,
@@ -500,8 +500,18 @@ FROM (
     SELECT queue_name, 0, 0, count(*), NULL
     FROM queueflow.jobs WHERE status = 'running' AND locked_until IS NOT NULL
     GROUP BY queue_name
-) AS per_status
-GROUP BY queue_name;
+), ranked AS (
+    SELECT queue_name, sum(pending)::bigint AS pending, sum(scheduled)::bigint AS scheduled,
+           sum(running)::bigint AS running, COALESCE(max(oldest_age), 0) AS oldest_age,
+           row_number() OVER (ORDER BY sum(pending) DESC, sum(running) DESC, sum(scheduled) DESC,
+                                       queue_name) AS n
+    FROM per_status
+    GROUP BY queue_name
+)
+SELECT queue_name, pending, scheduled, running, oldest_age FROM ranked WHERE n <= $1
+UNION ALL
+SELECT NULL, sum(pending)::bigint, sum(scheduled)::bigint, sum(running)::bigint, max(oldest_age)
+FROM ranked WHERE n > $1 HAVING count(*) > 0;
 
 -- name: prune_dead_letters
 DELETE FROM queueflow.dead_letters WHERE id IN (

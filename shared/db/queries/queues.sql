@@ -39,3 +39,11 @@ SELECT (SELECT count(*) FROM queueflow.jobs
        (SELECT count(*) FROM queueflow.jobs
         WHERE status = 'running' AND locked_until IS NOT NULL AND tenant_id = $1
           AND queue_name = $2) AS running;
+
+-- name: record_queue_cap
+-- The cap on each tenant's distinct queues (0: none), for the trigger of migration 35.
+UPDATE queueflow.queue_cap SET max_queues_per_tenant = $1 WHERE max_queues_per_tenant <> $1;
+
+-- name: check_queue_room
+-- Raises SQLSTATE QFQ01 when the names $2 new to tenant key $1 would take it past the cap.
+SELECT queueflow.check_queue_room($1, $2::text[]);
