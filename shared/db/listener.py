@@ -108,9 +108,9 @@ class Hub:
     ) -> None:
         self._queues: dict[str, _QueueSignal] = {}
         self._epochs = itertools.count(1)  # one counter for every queue: see the module's text
+        self._sweep_at = 0  # entries at which the next new one sweeps first (set with the bound)
         self.max_idle_queues = max_idle_queues
         self.idle_queue_secs = idle_queue_secs
-        self._sweep_at = max_idle_queues  # entries at which the next new one sweeps first
         self._job_watchers: dict[str, set[Callable[[str], None]]] = {}
         self._all_job_watchers: set[Callable[[str, str], None]] = set()
         self._delayed_watchers: set[Callable[[str], None]] = set()
@@ -130,6 +130,17 @@ class Hub:
         else:
             sig.touched = now
         return sig
+
+    @property
+    def max_idle_queues(self) -> int:
+        """Entries kept beyond those in use before the oldest idle ones go."""
+        return self._max_idle_queues
+
+    @max_idle_queues.setter
+    def max_idle_queues(self, bound: int) -> None:
+        # (the next sweep comes from the new bound, not from one set before it)
+        self._max_idle_queues = bound
+        self._sweep_at = max(len(self._queues), bound)
 
     def tracked_queues(self) -> int:
         """How many queues the hub holds an entry for."""
