@@ -13,6 +13,7 @@ import aiohttp
 import pytest
 
 from tests.e2e.test_crash_safety import AUTH
+from tests.support.metrics import gauge
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.timeout(120)
@@ -75,6 +76,13 @@ async def test_kill_9_of_an_api_handing_jobs_to_parked_workers_loses_and_repeats
     timeout = aiohttp.ClientTimeout(total=30)
     async with aiohttp.ClientSession(headers=AUTH, timeout=timeout) as http:
         loops = [asyncio.create_task(worker(http)) for _ in range(LOOPS)]
+
+        # Every worker parked before the first POST, so the hand-off has someone to hand to even
+        # when a loaded machine is slow to start the loops.
+        async def all_parked() -> bool:
+            return await gauge(http, api, "queueflow_long_poll_waiters") >= LOOPS
+
+        await eventually(all_parked, timeout=30)
         posts = []
         for n in range(JOBS):
             if n == JOBS // 2:

@@ -19,3 +19,13 @@ async def requests_served_with(
         for line in text.splitlines()
         if line.startswith("queueflow_http_requests_total{") and f'status="{status_prefix}' in line
     )
+
+
+async def gauge(http: aiohttp.ClientSession, proc: ServiceProcess, name: str) -> float:
+    """The value of the unlabelled gauge `name` on `proc`'s /metrics (0 when it is absent)."""
+    async with http.get(f"{proc.metrics_url}/metrics") as resp:
+        text = await resp.text()
+    for line in text.splitlines():
+        if line.startswith(f"{name} "):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
