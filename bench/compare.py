@@ -645,6 +645,17 @@ def chosen_systems(text: str) -> list[str]:
     return chosen
 
 
+def with_rust_server(systems: Sequence[str]) -> tuple[list[str], Path | None, dict[str, str]]:
+    """The systems to measure, the Rust server's binary (None when it is not among them or was
+    not built), and {system: why} for a chosen system that cannot be measured."""
+    if UPSTREAM not in systems:
+        return list(systems), None, {}
+    try:
+        return list(systems), peers.rust_server(), {}
+    except FileNotFoundError as exc:
+        return [s for s in systems if s != UPSTREAM], None, {UPSTREAM: str(exc)}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.markdown:
@@ -656,15 +667,9 @@ def main(argv: list[str] | None = None) -> int:
     except FileNotFoundError as exc:
         print(f"[compare] {exc}", file=sys.stderr)
         return 2
-    upstream: Path | None = None
-    not_measured: dict[str, str] = {}
-    if UPSTREAM in args.systems:
-        try:
-            upstream = peers.rust_server()
-        except FileNotFoundError as exc:
-            not_measured[UPSTREAM] = str(exc)
-            args.systems = [s for s in args.systems if s != UPSTREAM]
-            print(f"[compare] skipping {UPSTREAM}: {exc}", file=sys.stderr, flush=True)
+    args.systems, upstream, not_measured = with_rust_server(args.systems)
+    for system, why in not_measured.items():
+        print(f"[compare] skipping {system}: {why}", file=sys.stderr, flush=True)
     log_dir = args.out.parent / "compare-logs"
     harness.begin(log_dir)
     started = time.monotonic()

@@ -85,10 +85,12 @@ def command(system: str) -> list[str]:
     return [str(VENV_PYTHON), str(program)]
 
 
-def rust_server_version(binary: Path = RUST_SERVER) -> str | None:
-    """`queueflow --version`'s version number, or None when the binary cannot be run."""
+def rust_server_version(binary: Path | None = None) -> str | None:
+    """`queueflow --version`'s version number (of RUST_SERVER by default), or None when the binary
+    cannot be run."""
     try:
-        out = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=30).stdout
+        argv = [str(binary or RUST_SERVER), "--version"]
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.SubprocessError):
         return None
     m = re.search(r"(\d+\.\d+\.\d+)", out)

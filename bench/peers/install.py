@@ -100,7 +100,7 @@ def install_rust_server(force: bool) -> None:
     RUST_ROOT.mkdir(parents=True, exist_ok=True)
     RUST_SERVER_NOTE.unlink(missing_ok=True)
     name = f"upstream's Rust server ({RUST_SERVER_CRATE} {RUST_SERVER_VERSION})"
-    cargo = shutil.which("cargo")
+    cargo = _cargo()
     if cargo is None:
         _not_built(f"{name} was not built: cargo is not on PATH (install Rust from https://rustup.rs)")
         return
@@ -125,7 +125,7 @@ def install_rust_server(force: bool) -> None:
     )
     print(f"[bench.peers] {' '.join(argv)}", file=sys.stderr, flush=True)
     try:
-        code = subprocess.run(argv, cwd=RUST_ROOT).returncode
+        code = _build(argv)
     except OSError as exc:
         _not_built(f"{name} was not built: {exc}")
         return
@@ -133,6 +133,14 @@ def install_rust_server(force: bool) -> None:
         _not_built(f"{name} was not built: `cargo install` exited with {code} (its output is above)")
         return
     shutil.rmtree(target, ignore_errors=True)  # a gigabyte of build products the binary no longer needs
+
+
+def _cargo() -> str | None:
+    return shutil.which("cargo")
+
+
+def _build(argv: list[str]) -> int:
+    return subprocess.run(argv, cwd=RUST_ROOT).returncode
 
 
 def _not_built(why: str) -> None:
