@@ -701,10 +701,11 @@ def main(argv: list[str] | None = None) -> int:
     args.out.write_text(json.dumps(data, indent=2) + "\n")
 
     print(
-        f"QueueFlow beside its peers: {'QUICK smoke check, ' if args.quick else ''}{args.runs} run(s) per "
-        f"figure, median (min-max)\nPostgreSQL {pg_settings.get('server_version')} embedded, "
+        "QueueFlow beside upstream's Rust server and its peers: "
+        f"{'QUICK smoke check, ' if args.quick else ''}{args.runs} run(s) per figure, median (min-max)\n"
+        f"PostgreSQL {pg_settings.get('server_version')} embedded, "
         f"fsync={pg_settings.get('fsync')}, synchronous_commit={pg_settings.get('synchronous_commit')}; "
-        f"{os.cpu_count()} CPU cores shared by everything. QF/peer = QueueFlow's median / the peer's: "
+        f"{os.cpu_count()} CPU cores shared by everything. QF/X = QueueFlow's median / system X's: "
         "above 1 means QueueFlow is faster for jobs/s and slower for ms.\n"
     )
     print(table(summary_rows, args.systems))
