@@ -67,11 +67,16 @@ bench: $(STAMP)
 	$(BIN)/python -m bench
 
 # The peers for bench-compare: graphile-worker and pg-boss (npm ci into bench/peers/node_modules,
-# with Node 22 from npm when the system Node is older) and PgQueuer (its own venv, bench/peers/.venv).
+# with Node 22 from npm when the system Node is older), PgQueuer (its own venv, bench/peers/.venv)
+# and upstream's Rust server (`cargo install queueflow --version 0.6.0 --locked
+# --ignore-rust-version --root bench/peers/rust`: several minutes the first time, then cached; where
+# cargo is missing or the build fails, bench/peers/rust/not-built.txt says why and bench-compare
+# skips it). Each step is a no-op once done; `.venv/bin/python -m bench.peers.install --force` redoes them.
 bench-peers: $(STAMP)
 	$(BIN)/python -m bench.peers.install
 
-# QueueFlow beside graphile-worker, pg-boss and PgQueuer (docs/benchmarks.md, "The comparison").
+# QueueFlow beside upstream's Rust server, graphile-worker, pg-boss and PgQueuer
+# (docs/benchmarks.md, "The comparison").
 # ARGS passes options through, e.g. `make bench-compare ARGS=--quick`.
 bench-compare: bench-peers
 	$(BIN)/python -m bench.compare $(ARGS)
@@ -106,4 +111,4 @@ fmt: $(STAMP)
 	$(BIN)/ruff format .
 
 clean:
-	rm -rf $(VENV) .qfdata .pytest_cache bench/peers/node_modules bench/peers/.venv
+	rm -rf $(VENV) .qfdata .pytest_cache bench/peers/node_modules bench/peers/.venv bench/peers/rust

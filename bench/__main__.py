@@ -16,10 +16,12 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench import harness, probes
-from bench.context import Context, Scenario
+from bench import client, harness, peers, probes
+from bench.context import Context, Scenario, Unsupported
 from bench.report import ScenarioResult, load_results, markdown, reference_lookup, table, write_results
 from bench.scenarios import ALIASES, SCENARIOS
+
+RUST_SERVER_SCENARIOS = ("W1a", "W1b", "W2", "E")  # what upstream's Rust server can run (--rust-server)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -34,8 +36,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--quick", action="store_true", help="smoke check: smaller N and one run")
     p.add_argument("--runs", type=int, default=None, help="runs per scenario (default 3; 1 with --quick)")
-    p.add_argument("--out", type=Path, default=harness.OUT_DIR / "results.json", help="results JSON path")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="results JSON path (default bench/out/results.json; results-rust.json with --rust-server)",
+    )
     p.add_argument("--drain-workers", default="4,16", help="W1b: comma-separated --workers values")
+    p.add_argument(
+        "--drain-untuned", action="store_true", help="W1b: also drain with `--mode all` and no tuning flag"
+    )
+    p.add_argument(
+        "--drain-removing",
+        action="store_true",
+        help="W1b: on a queue set to remove finished jobs (bench.client.make_queue_remove_finished)",
+    )
     p.add_argument("--remote-loops", type=int, default=8, help="W1a: concurrent remote worker loops")
     p.add_argument("--remote-batch", type=int, default=50, help="W1a: max_jobs per lease (1..100)")
     p.add_argument(
@@ -46,9 +61,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument(
         "--remote-ack",
-        choices=("each", "batch"),
+        choices=client.ACKS,
         default="each",
-        help="W1a raw loops: one complete call per job (the seed's protocol) or one batch call per lease",
+        help="W1a raw loops: one complete call per job, a lease's calls sent together (each) or one after "
+        "another, each answer awaited (sequential: the seed's protocol), or one batch call per lease",
     )
     p.add_argument(
         "--remote-client",
@@ -58,6 +74,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--latency-loops", type=int, default=4, help="W2: remote loops parked in long-poll")
     p.add_argument("--latency-max-jobs", type=int, default=1, help="W2: max_jobs of their lease calls")
+    p.add_argument(
+        "--rust-server",
+        action="store_true",
+        help="W1a, W1b, W2, E: measure upstream's Rust server (built by `make bench-peers`) instead",
+    )
     p.add_argument(
         "--markdown",
         action="store_true",
@@ -77,6 +98,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     args = p.parse_args(argv)
     harness.FLAMEGRAPH_DIR = args.py_spy
+    args.upstream = None
+    if args.rust_server:
+        try:
+            args.upstream = peers.rust_server()
+        except FileNotFoundError as exc:
+            p.error(f"--rust-server: {exc}")
+    if args.out is None:
+        args.out = harness.OUT_DIR / ("results-rust.json" if args.rust_server else "results.json")
     wanted: list[str] = []
     for name in args.scenarios or list(ALIASES["all"]):
         key = next((k for k in [*ALIASES, *SCENARIOS] if k.lower() == name.lower()), None)
@@ -86,6 +115,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             if s not in wanted:
                 wanted.append(s)
     args.selected = [s for s in SCENARIOS if s in wanted]  # canonical order
+    if args.rust_server and set(args.selected) - set(RUST_SERVER_SCENARIOS):
+        p.error(f"--rust-server runs {', '.join(RUST_SERVER_SCENARIOS)} only")
     args.runs = args.runs or (1 if args.quick else 3)
     return args
 
@@ -100,7 +131,11 @@ async def run_all(ctx: Context, scenarios: list[Scenario], runs: int) -> list[Sc
             digests.append(harness.source_digest())
             started = time.monotonic()
             print(f"[bench] {sc.name} run {run_no}/{runs} ...", file=sys.stderr, flush=True)
-            values = await sc.run(ctx, run_no)
+            try:
+                values = await sc.run(ctx, run_no)
+            except Unsupported as why:
+                print(f"[bench] {sc.name} skipped: {why}", file=sys.stderr, flush=True)
+                break
             per_run.append(values)
             shown = ", ".join(f"{f.key}={values[f.key]:.4g}" for f in figures if f.key in values)
             print(
@@ -108,6 +143,8 @@ async def run_all(ctx: Context, scenarios: list[Scenario], runs: int) -> list[Sc
                 file=sys.stderr,
                 flush=True,
             )
+        if not per_run:
+            continue
         results.append(
             ScenarioResult(
                 sc.name,
@@ -194,6 +231,8 @@ def measure(
             out_dir=out_dir,
             profile_dir=(out_dir / "profiles") if args.profile else None,
             drain_workers=tuple(int(x) for x in args.drain_workers.split(",") if x.strip()),
+            drain_untuned=args.drain_untuned,
+            drain_removing=args.drain_removing,
             remote_loops=args.remote_loops,
             remote_batch=args.remote_batch,
             remote_processes=args.remote_processes,
@@ -201,6 +240,7 @@ def measure(
             remote_client=args.remote_client,
             latency_loops=args.latency_loops,
             latency_max_jobs=args.latency_max_jobs,
+            upstream=args.upstream,
         )
         pg_settings = asyncio.run(probes.pg_settings(pg))
         return pg_settings, asyncio.run(run_all(ctx, [SCENARIOS[s] for s in args.selected], args.runs))

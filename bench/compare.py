@@ -1,21 +1,30 @@
-"""`python -m bench.compare [--quick] [--runs N] [--systems qf,graphile,pgboss,pgqueuer]`:
-QueueFlow beside graphile-worker, pg-boss and PgQueuer, on one PostgreSQL, in one invocation.
+"""`python -m bench.compare [--quick] [--runs N] [--systems qf,rust,graphile,pgboss,pgqueuer]`:
+QueueFlow beside upstream's Rust server, graphile-worker, pg-boss and PgQueuer, on one PostgreSQL,
+in one invocation.
 
 One embedded PostgreSQL (bench.harness.cluster(), a devkit.pg throwaway cluster with fsync and
 synchronous_commit on, as `python -m bench` starts it) serves every system. Each measurement gets a
-brand-new database. The systems are interleaved: run 1 measures QueueFlow, graphile-worker,
-pg-boss, PgQueuer in turn, run 2 starts one system later (graphile-worker, pg-boss, PgQueuer,
-QueueFlow), and so on, so no system always runs first or last. Three runs by default; the table
-shows the median with min-max beside it, and the ratio QueueFlow / peer of the medians. Results
-also go to bench/out/compare.json.
+brand-new database. The systems are interleaved: run 1 measures QueueFlow, the Rust server,
+graphile-worker, pg-boss, PgQueuer in turn, run 2 starts one system later, and so on, so no system
+always runs first or last. Three runs by default; the table shows the median with min-max beside
+it, and the ratio QueueFlow / other of the medians. Results also go to bench/out/compare.json.
 
 QueueFlow's figures come from its own scenarios (bench/scenarios), run with these parameters:
-- drain, in-process: W1b, `--mode all --workers 16` (--qf-workers);
-- drain, remote HTTP: W1a with its loops in 2 client processes x 8 lease loops, max_jobs 50;
+- drain, in-process: W1b, `--mode all --workers 16` (--qf-workers); `--mode all` with no tuning
+  flag; the same on a queue set to remove finished jobs (bench.client.make_queue_remove_finished);
+- drain, remote HTTP: W1a with its loops in 2 client processes x 8 lease loops, max_jobs 50: one
+  complete call per job, each loop awaiting each answer before the next call (issue 38's
+  configuration); per-job calls of a lease sent together; one batch acknowledgement per lease;
+  the Python, Go and Rust SDKs' worker loops;
 - batch enqueue: E's batch figure (sequential 1,000-job POST /jobs/batch; E's single-POST phase
   runs first, as in `python -m bench E`);
 - latency at 200 jobs/s: W2's 5 ms phase, client clock (POST start -> lease received), once with
   16 loops parked in long-poll leasing up to 50, once with 200 parked.
+Upstream's Rust server (crates.io `queueflow` 0.6.0, built by `make bench-peers`) speaks the same
+API and shares the schema, so the same scenarios measure it, its binary in place of QueueFlow's
+servers (Context.upstream), for every figure but the SDK loops. What it lacks (a batch
+acknowledgement route, a queue that removes finished jobs) is skipped with a note, and where it
+was not built the whole column is (bench/peers/rust/not-built.txt says why).
 Each peer's figures come from its program in bench/peers (one process per measurement, which
 prints one JSON line); see docs/benchmarks.md, "The comparison", for their configurations.
 
@@ -42,16 +51,20 @@ from pathlib import Path
 from typing import Any
 
 from bench import harness, peers, probes
-from bench.context import Context, probe_commits
+from bench.context import Context, Unsupported, probe_commits
 from bench.report import fmt, load_results, summarize
 from bench.scenarios import SCENARIOS
 from devkit import REPO
 
 QF = "QueueFlow"
-SYSTEMS = (QF, "graphile-worker", "pg-boss", "PgQueuer")
+UPSTREAM = "upstream (Rust)"  # upstream's own server, crates.io queueflow (bench.peers.RUST_SERVER_VERSION)
+SERVERS = (QF, UPSTREAM)  # measured with QueueFlow's scenarios; the others are the peers' programs
+SYSTEMS = (QF, UPSTREAM, "graphile-worker", "pg-boss", "PgQueuer")
 NAMES = {
     "qf": QF,
     "queueflow": QF,
+    "rust": UPSTREAM,
+    "upstream": UPSTREAM,
     "graphile": "graphile-worker",
     "graphile-worker": "graphile-worker",
     "pgboss": "pg-boss",
@@ -60,9 +73,11 @@ NAMES = {
 }
 PEER_TIMEOUT_SECS = 900.0
 REMOTE_PROCESSES, REMOTE_LOOPS, REMOTE_BATCH = 2, 8, 50
-# W1a's shapes in the comparison: (figure key, what runs, W1a parameters).
+# W1a's shapes in the comparison: (figure key, what runs, W1a parameters). The raw loops' shapes
+# (no remote_client) run against the Rust server too; the SDK loops are QueueFlow's own clients.
 REMOTE_SHAPES: tuple[tuple[str, str, dict[str, str]], ...] = (
-    ("remote_drain_jobs_per_s", "loops", {}),
+    ("remote_serial_drain_jobs_per_s", "loops, one complete per job in order,", {"remote_ack": "sequential"}),
+    ("remote_drain_jobs_per_s", "loops, per-job completes sent together,", {}),
     ("remote_batch_drain_jobs_per_s", "loops, batch ack,", {"remote_ack": "batch"}),
     ("remote_sdk_drain_jobs_per_s", "Python SDK workers", {"remote_client": "sdk"}),
     ("remote_gosdk_drain_jobs_per_s", "Go SDK workers", {"remote_client": "go-sdk"}),
@@ -86,26 +101,57 @@ class Row:
 def rows(quick: bool) -> list[Row]:
     drain_n = "2,000" if quick else "20,000"
     latency = "enqueue-to-start latency at 200 jobs/s (one job every 5 ms, open loop)"
+    remote = (
+        f"drain {drain_n} no-op jobs through remote HTTP workers (Python aiohttp): {REMOTE_PROCESSES} "
+        f"client processes x {REMOTE_LOOPS} lease loops, max_jobs {REMOTE_BATCH}"
+    )
     return [
         Row(
             "drain_jobs_per_s",
-            "drain, in-process workers",
+            "drain, in-process, tuned (--workers 16)",
             f"drain {drain_n} no-op jobs enqueued beforehand, in-process workers in each system's "
-            "recommended configuration (QueueFlow: --mode all --workers N, W1b)",
+            "recommended configuration (QueueFlow and the Rust server: serve --mode all --workers N, "
+            "W1b; the peers: see docs/benchmarks.md)",
+            "jobs/s",
+        ),
+        Row(
+            "drain_default_jobs_per_s",
+            "drain, in-process, no tuning flags",
+            "as above, QueueFlow and the Rust server started as their READMEs start them: serve "
+            "--mode all and no tuning flag (W1b --drain-untuned); peers: their in-process drain as "
+            "above, the figure issue 38's goals compare with",
+            "jobs/s",
+        ),
+        Row(
+            "drain_remove_jobs_per_s",
+            "drain, in-process, no flags, removing queue",
+            "as above on a queue set to remove each job in the statement that completes it "
+            "(W1b --drain-untuned --drain-removing; bench.client.make_queue_remove_finished), timed by a "
+            "statement trigger's clock; peers: their in-process drain as above (graphile-worker "
+            "always deletes a job when it completes)",
+            "jobs/s",
+        ),
+        Row(
+            "remote_serial_drain_jobs_per_s",
+            "drain, remote HTTP, one complete per job, in order",
+            f"{remote}, one POST /api/v1/jobs/{{id}}/complete per job, each loop awaiting its answer "
+            "before the next job's call (issue 38's configuration; W1a --remote-ack sequential); "
+            "peers: their in-process drain, the figure issue 38's goal compares with",
             "jobs/s",
         ),
         Row(
             "remote_drain_jobs_per_s",
-            "drain, remote HTTP workers",
-            f"drain {drain_n} no-op jobs through remote HTTP workers: {REMOTE_PROCESSES} client processes x "
-            f"{REMOTE_LOOPS} lease loops, max_jobs {REMOTE_BATCH}, one complete call per job (QueueFlow only, W1a)",
+            "drain, remote HTTP, per-job completes sent together",
+            f"{remote}, one complete call per job, a lease's calls sent concurrently (QueueFlow and the "
+            "Rust server, W1a)",
             "jobs/s",
         ),
         Row(
             "remote_batch_drain_jobs_per_s",
             "drain, remote HTTP, batch ack",
-            "as above, each lease acknowledged with one POST /api/v1/jobs/complete (QueueFlow, W1a "
-            "--remote-ack batch); peers: their in-process drain, the figure goal 2 compares with",
+            f"{remote}, each lease acknowledged with one POST /api/v1/jobs/complete (W1a --remote-ack "
+            "batch; the Rust server has no such route); peers: their in-process drain, the figure "
+            "goal 2 compares with",
             "jobs/s",
         ),
         Row(
@@ -141,14 +187,14 @@ def rows(quick: bool) -> list[Row]:
         Row(
             "single_enqueue_jobs_per_s",
             "single POST /jobs, 16 clients",
-            "single POST /api/v1/jobs, 16 concurrent clients (QueueFlow only, E)",
+            "single POST /api/v1/jobs, 16 concurrent clients (QueueFlow and the Rust server, E)",
             "jobs/s",
-            ratio=False,
         ),
         Row(
             "latency_p50_ms",
             "latency p50 (QF: 16 parked x 50)",
-            f"{latency}, p50; QueueFlow: 16 loops parked in long-poll leasing up to 50 (W2)",
+            f"{latency}, p50; QueueFlow and the Rust server: 16 loops parked in long-poll leasing up "
+            "to 50 (W2)",
             "ms",
         ),
         Row(
@@ -300,13 +346,18 @@ class Step:
     extract: Callable[[dict[str, Any]], dict[str, float]]
 
 
-def queueflow_steps(ctx: Context, run_no: int, workers: int) -> list[Step]:
+def queueflow_steps(ctx: Context, run_no: int, workers: int, upstream: Path | None = None) -> list[Step]:
+    """QueueFlow's measurements, or with `upstream` (its binary) the Rust server's: the same
+    scenarios with that server in place of QueueFlow's, but for the SDK loops."""
+    ctx = dataclasses.replace(ctx, upstream=upstream)
+
     def scenario(name: str, **params: Any) -> Callable[[], Awaitable[dict[str, Any]]]:
         return lambda: SCENARIOS[name].run(dataclasses.replace(ctx, **params), run_no)
 
     def latency(prefix: str) -> Callable[[dict[str, Any]], dict[str, float]]:
         return lambda r: {f"{prefix}_p50_ms": r["client_p50_ms"], f"{prefix}_p99_ms": r["client_p99_ms"]}
 
+    shapes = [s for s in REMOTE_SHAPES if upstream is None or "remote_client" not in s[2]]
     steps = [
         Step(
             f"W1b --workers {workers}",
@@ -315,6 +366,16 @@ def queueflow_steps(ctx: Context, run_no: int, workers: int) -> list[Step]:
                 "drain_jobs_per_s": r[f"w{workers}_jobs_per_s"],
                 "commit_p50_ms": r[f"w{workers}_commit_p50_ms"],
             },
+        ),
+        Step(
+            "W1b, no tuning flag",
+            scenario("W1b", drain_workers=(), drain_untuned=True),
+            lambda r: {"drain_default_jobs_per_s": r["default_jobs_per_s"]},
+        ),
+        Step(
+            "W1b, no tuning flag, removing queue",
+            scenario("W1b", drain_workers=(), drain_untuned=True, drain_removing=True),
+            lambda r: {"drain_remove_jobs_per_s": r["remove_default_jobs_per_s"]},
         ),
         *(
             Step(
@@ -328,7 +389,7 @@ def queueflow_steps(ctx: Context, run_no: int, workers: int) -> list[Step]:
                 ),
                 lambda r, key=key: {key: r["jobs_per_s"]},
             )
-            for key, shape, params in REMOTE_SHAPES
+            for key, shape, params in shapes
         ),
         Step(
             "E",
@@ -398,9 +459,13 @@ def peer_steps(ctx: Context, system: str, run_no: int) -> list[Step]:
         Step(
             "drain",
             go("drain"),
-            # Goal 2 sets QueueFlow's remote drain beside the peers' in-process drain.
+            # Their one in-process drain stands beside each of QueueFlow's in-process shapes, and
+            # issue 11's goal 2 and issue 38's set QueueFlow's remote drains beside it too.
             lambda r: {
                 "drain_jobs_per_s": r["jobs_per_s"],
+                "drain_default_jobs_per_s": r["jobs_per_s"],
+                "drain_remove_jobs_per_s": r["jobs_per_s"],
+                "remote_serial_drain_jobs_per_s": r["jobs_per_s"],
                 "remote_batch_drain_jobs_per_s": r["jobs_per_s"],
                 "remote_sdk_drain_jobs_per_s": r["jobs_per_s"],
                 "remote_gosdk_drain_jobs_per_s": r["jobs_per_s"],
@@ -413,29 +478,43 @@ def peer_steps(ctx: Context, system: str, run_no: int) -> list[Step]:
     ]
 
 
+def system_steps(
+    ctx: Context, system: str, run_no: int, qf_workers: int, upstream: Path | None
+) -> list[Step]:
+    if system == QF:
+        return queueflow_steps(ctx, run_no, qf_workers)
+    if system == UPSTREAM:
+        assert upstream is not None, "the Rust server is measured only once it is built"
+        return queueflow_steps(ctx, run_no, qf_workers, upstream)
+    return peer_steps(ctx, system, run_no)
+
+
 async def measure(
-    ctx: Context, systems: Sequence[str], runs: int, qf_workers: int
+    ctx: Context, systems: Sequence[str], runs: int, qf_workers: int, upstream: Path | None = None
 ) -> tuple[dict[str, list[dict[str, float]]], list[dict[str, Any]]]:
     """Every run of every system, interleaved. Returns the table's values per system per run, and
-    the raw record of each run (order, each step's raw result or error)."""
+    the raw record of each run (order, each step's raw result, error or reason it was skipped)."""
     per_run: dict[str, list[dict[str, float]]] = {s: [] for s in systems}
     record: list[dict[str, Any]] = []
     for run_no in range(1, runs + 1):
         order = rotation(systems, run_no)
         entry: dict[str, Any] = {"run": run_no, "order": order, "systems": {}}
         for system in order:
-            steps = (
-                queueflow_steps(ctx, run_no, qf_workers) if system == QF else peer_steps(ctx, system, run_no)
-            )
+            steps = system_steps(ctx, system, run_no, qf_workers, upstream)
             values: dict[str, float] = {}
             raw: dict[str, Any] = {}
             errors: dict[str, str] = {}
+            skipped: dict[str, str] = {}
             for step in steps:
                 started = time.monotonic()
                 print(f"[compare] run {run_no}/{runs}: {system} {step.name} ...", file=sys.stderr, flush=True)
                 try:
                     result = await step.run()
                     got = step.extract(result)
+                except Unsupported as why:  # the server lacks what it needs: a note, not a failure
+                    skipped[step.name] = str(why)
+                    print(f"[compare] {system} {step.name} skipped: {why}", file=sys.stderr, flush=True)
+                    continue
                 except Exception as exc:  # one failed measurement must not lose the others
                     errors[step.name] = f"{type(exc).__name__}: {exc}"
                     print(f"[compare] {system} {step.name} FAILED: {exc}", file=sys.stderr, flush=True)
@@ -449,12 +528,36 @@ async def measure(
                     flush=True,
                 )
             per_run[system].append(values)
-            entry["systems"][system] = {"values": values, "raw": raw, "errors": errors}
+            entry["systems"][system] = {"values": values, "raw": raw, "errors": errors, "skipped": skipped}
         record.append(entry)
     return per_run, record
 
 
-def system_info(record: list[dict[str, Any]], qf_workers: int) -> dict[str, Any]:
+def server_config(system: str, qf_workers: int) -> dict[str, Any]:
+    """What QueueFlow's scenarios ran for QueueFlow or the Rust server, and on which clock."""
+    api_side = "--mode api + --mode janitor" if system == QF else "--mode api (it runs its janitor)"
+    return {
+        "config": {
+            "drain": f"--mode all --workers {qf_workers}; --mode all; --mode all on a removing queue (W1b)",
+            "remote_drain": f"{api_side}; {REMOTE_PROCESSES} client processes x {REMOTE_LOOPS} loops, "
+            f"max_jobs {REMOTE_BATCH}; per-job completes in order, per-job completes together, batch ack (W1a)",
+            "enqueue": "--mode api; POST /jobs/batch with 1,000 jobs (E)",
+            "latency": f"{api_side}; "
+            + "; ".join(f"{n} loops parked, max_jobs {m}" for n, m in LATENCY_SHAPES.values())
+            + " (W2, 5 ms phase, client clock)",
+        },
+        "clocks": {
+            "drain": "db (a removing queue: a statement trigger's)",
+            "remote_drain": "db",
+            "enqueue": "process (client)",
+            "latency": "process (client)",
+        },
+    }
+
+
+def system_info(
+    record: list[dict[str, Any]], qf_workers: int, upstream: Path | None = None
+) -> dict[str, Any]:
     """Version, runtime and configuration of each system, as the runs reported them."""
     info: dict[str, Any] = {}
     for entry in record:
@@ -466,21 +569,15 @@ def system_info(record: list[dict[str, Any]], qf_workers: int) -> dict[str, Any]
                     "version": importlib.metadata.version("queueflow-server"),
                     "runtime": f"python {platform.python_version()}",
                     "commit": _git_head(),
-                    "config": {
-                        "drain": f"--mode all --workers {qf_workers} (W1b)",
-                        "remote_drain": f"--mode api + --mode janitor; {REMOTE_PROCESSES} client processes x "
-                        f"{REMOTE_LOOPS} loops, max_jobs {REMOTE_BATCH} (W1a)",
-                        "enqueue": "--mode api; POST /jobs/batch with 1,000 jobs (E)",
-                        "latency": "--mode api + --mode janitor; "
-                        + "; ".join(f"{n} loops parked, max_jobs {m}" for n, m in LATENCY_SHAPES.values())
-                        + " (W2, 5 ms phase, client clock)",
-                    },
-                    "clocks": {
-                        "drain": "db",
-                        "remote_drain": "db",
-                        "enqueue": "process (client)",
-                        "latency": "process (client)",
-                    },
+                    **server_config(QF, qf_workers),
+                }
+                continue
+            if system == UPSTREAM:
+                info[UPSTREAM] = {
+                    "version": peers.rust_server_version(upstream) if upstream else None,
+                    "runtime": f"rust, release build of crates.io {peers.RUST_SERVER_CRATE} (cargo install --locked)",
+                    "binary": str(upstream),
+                    **server_config(UPSTREAM, qf_workers),
                 }
                 continue
             for result in got["raw"].values():
@@ -516,8 +613,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--runs", type=int, default=None, help="runs per system (default 3; 1 with --quick)")
     p.add_argument(
         "--systems",
-        default="qf,graphile,pgboss,pgqueuer",
-        help="comma-separated, in run-1 order: qf, graphile, pgboss, pgqueuer (default: all four)",
+        default="qf,rust,graphile,pgboss,pgqueuer",
+        help="comma-separated, in run-1 order: qf, rust (upstream's Rust server), graphile, pgboss, "
+        "pgqueuer (default: all five; the Rust server is skipped with a note where it was not built)",
     )
     p.add_argument(
         "--qf-workers", type=int, default=16, help="QueueFlow's --workers for the in-process drain"
@@ -539,12 +637,23 @@ def chosen_systems(text: str) -> list[str]:
     chosen: list[str] = []
     for name in (x.strip().lower() for x in text.split(",") if x.strip()):
         if name not in NAMES:
-            raise ValueError(f"unknown system {name!r} (choose from qf, graphile, pgboss, pgqueuer)")
+            raise ValueError(f"unknown system {name!r} (choose from qf, rust, graphile, pgboss, pgqueuer)")
         if NAMES[name] not in chosen:
             chosen.append(NAMES[name])
     if not chosen:
         raise ValueError("--systems names none")
     return chosen
+
+
+def with_rust_server(systems: Sequence[str]) -> tuple[list[str], Path | None, dict[str, str]]:
+    """The systems to measure, the Rust server's binary (None when it is not among them or was
+    not built), and {system: why} for a chosen system that cannot be measured."""
+    if UPSTREAM not in systems:
+        return list(systems), None, {}
+    try:
+        return list(systems), peers.rust_server(), {}
+    except FileNotFoundError as exc:
+        return [s for s in systems if s != UPSTREAM], None, {UPSTREAM: str(exc)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -554,10 +663,13 @@ def main(argv: list[str] | None = None) -> int:
         print(markdown(data.get("rows", []), data.get("meta", {}).get("systems", [])))
         return 0
     try:
-        commands = {s: peers.command(s) for s in args.systems if s != QF}
+        commands = {s: peers.command(s) for s in args.systems if s not in SERVERS}
     except FileNotFoundError as exc:
         print(f"[compare] {exc}", file=sys.stderr)
         return 2
+    args.systems, upstream, not_measured = with_rust_server(args.systems)
+    for system, why in not_measured.items():
+        print(f"[compare] skipping {system}: {why}", file=sys.stderr, flush=True)
     log_dir = args.out.parent / "compare-logs"
     harness.begin(log_dir)
     started = time.monotonic()
@@ -565,7 +677,7 @@ def main(argv: list[str] | None = None) -> int:
         with harness.cluster("qfcompare-pg-") as pg:
             ctx = Context(pg=pg, quick=args.quick, log_dir=log_dir, out_dir=args.out.parent)
             pg_settings = asyncio.run(probes.pg_settings(pg))
-            per_run, record = asyncio.run(measure(ctx, args.systems, args.runs, args.qf_workers))
+            per_run, record = asyncio.run(measure(ctx, args.systems, args.runs, args.qf_workers, upstream))
     except KeyboardInterrupt:
         print("\n[compare] interrupted; every process this harness started has been stopped", file=sys.stderr)
         return 130
@@ -576,7 +688,8 @@ def main(argv: list[str] | None = None) -> int:
         **probes.run_meta(started, args.quick, args.runs),
         "systems": args.systems,
         "order_per_run": [entry["order"] for entry in record],
-        "versions": system_info(record, args.qf_workers),
+        "versions": system_info(record, args.qf_workers, upstream),
+        "not_measured": not_measured,
         "node": {"path": str(node), "version": ".".join(map(str, peers.node_version(node) or ()))}
         if node
         else None,
@@ -588,10 +701,11 @@ def main(argv: list[str] | None = None) -> int:
     args.out.write_text(json.dumps(data, indent=2) + "\n")
 
     print(
-        f"QueueFlow beside its peers: {'QUICK smoke check, ' if args.quick else ''}{args.runs} run(s) per "
-        f"figure, median (min-max)\nPostgreSQL {pg_settings.get('server_version')} embedded, "
+        "QueueFlow beside upstream's Rust server and its peers: "
+        f"{'QUICK smoke check, ' if args.quick else ''}{args.runs} run(s) per figure, median (min-max)\n"
+        f"PostgreSQL {pg_settings.get('server_version')} embedded, "
         f"fsync={pg_settings.get('fsync')}, synchronous_commit={pg_settings.get('synchronous_commit')}; "
-        f"{os.cpu_count()} CPU cores shared by everything. QF/peer = QueueFlow's median / the peer's: "
+        f"{os.cpu_count()} CPU cores shared by everything. QF/X = QueueFlow's median / system X's: "
         "above 1 means QueueFlow is faster for jobs/s and slower for ms.\n"
     )
     print(table(summary_rows, args.systems))
@@ -609,6 +723,16 @@ def main(argv: list[str] | None = None) -> int:
         for system, got in entry["systems"].items()
         for step, err in got["errors"].items()
     ]
+    for system, why in not_measured.items():
+        print(f"- {system}: not measured: {why}")
+    skips = {
+        (system, step): why
+        for entry in record
+        for system, got in entry["systems"].items()
+        for step, why in got["skipped"].items()
+    }
+    for (system, step), why in skips.items():
+        print(f"- {system} {step}: skipped: {why}")
     for run_no, system, step, err in failures:
         print(f"\n[compare] FAILED in run {run_no}: {system} {step}: {err.splitlines()[0] if err else ''}")
     print(f"\n[compare] {time.monotonic() - started:.0f}s total; results in {args.out}; logs in {log_dir}")

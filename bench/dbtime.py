@@ -1,7 +1,8 @@
 """`python -m bench.dbtime [--quick] [--runs N] [--systems qf,graphile,pgboss,pgqueuer] [--top K]`:
 where each system's in-process drain spends PostgreSQL's time, statement by statement.
 
-The drains are bench.compare's (QueueFlow: W1b, `--mode all --workers 16`; each peer: its
+The drains are bench.compare's (QueueFlow: W1b, `--mode all --workers 16`; upstream's Rust server,
+with `--systems rust`, the same W1b with its binary; each peer: its
 program's `drain` figure, 20,000 no-op jobs enqueued in bulk and then drained), on one embedded
 PostgreSQL started with `pg_stat_statements` (top-level statements; utility ones, COPY among them,
 included).
@@ -34,7 +35,7 @@ from typing import Any
 
 import asyncpg
 
-from bench import compare, harness
+from bench import compare, harness, peers
 from bench.context import Context
 from bench.scenarios import SCENARIOS
 
@@ -138,8 +139,11 @@ async def _statements(admin_dsn: str) -> list[Statement]:
 
 async def drain(ctx: Context, system: str, run_no: int, workers: int) -> tuple[int, float]:
     """One drain of `system` in a fresh database: (jobs, jobs/s)."""
-    if system == compare.QF:
-        got = await SCENARIOS["W1b"].run(dataclasses.replace(ctx, drain_workers=(workers,)), run_no)
+    if system in compare.SERVERS:
+        upstream = peers.rust_server() if system == compare.UPSTREAM else None
+        got = await SCENARIOS["W1b"].run(
+            dataclasses.replace(ctx, drain_workers=(workers,), upstream=upstream), run_no
+        )
         return ctx.n(20_000, 2_000), float(got[f"w{workers}_jobs_per_s"])
     got = await compare.run_peer(ctx, system, "drain", run_no)
     return int(got["jobs"]), float(got["jobs_per_s"])
@@ -169,14 +173,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--quick", action="store_true", help="smoke check: 2,000 jobs")
     p.add_argument("--runs", type=int, default=1, help="drains per system (default 1)")
-    p.add_argument("--systems", default="qf,graphile,pgboss,pgqueuer", help="as bench.compare takes them")
+    p.add_argument(
+        "--systems", default="qf,graphile,pgboss,pgqueuer", help="as bench.compare takes them (rust too)"
+    )
     p.add_argument("--qf-workers", type=int, default=16, help="QueueFlow's --workers")
     p.add_argument("--top", type=int, default=8, help="statements shown per system")
     p.add_argument("--out", type=Path, default=harness.OUT_DIR / "dbtime.json", help="results JSON path")
     args = p.parse_args(argv)
     try:
         args.systems = compare.chosen_systems(args.systems)
-    except ValueError as err:
+        if compare.UPSTREAM in args.systems:
+            peers.rust_server()
+    except (ValueError, FileNotFoundError) as err:
         p.error(str(err))
     return args
 

@@ -94,6 +94,41 @@ def server(
     return proc
 
 
+class UpstreamServer(ServiceProcess):
+    """Upstream's Rust server (`queueflow serve`, the binary bench.peers builds from crates.io) in
+    place of QueueFlow's, on free ports in --dev mode, started and stopped like one. It binds every
+    interface (it has no --host) and has no janitor mode: each of its servers runs the janitor."""
+
+    def __init__(
+        self,
+        binary: Path,
+        dsn: str,
+        mode: str,
+        log_dir: Path,
+        extra: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        if mode not in ("api", "all"):
+            raise ValueError(f"the Rust server has no --mode {mode} (its servers run the janitor themselves)")
+        super().__init__(dsn, mode, True, extra, env, log_dir, own_session=True)
+        self.argv = [
+            str(binary),
+            "serve",
+            "--mode",
+            mode,
+            "--database-url",
+            dsn,
+            "--api-port",
+            str(self.api_port),
+            "--metrics-port",
+            str(self.metrics_port),
+            "--dev",
+            *extra,
+        ]
+        self.log_path = log_dir / f"upstream-{mode}-{self.api_port}.log"
+        self.name = f"upstream Rust server ({mode})"
+
+
 def client(
     argv: Sequence[str], log_path: Path, name: str, pipes: bool = False, env: Mapping[str, str] | None = None
 ) -> ChildProcess:

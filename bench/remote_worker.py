@@ -3,7 +3,8 @@
 W1a with `--remote-processes N` starts N of these, so the client side of the remote drain is
 spread over several processes, as a fleet of real workers would be, instead of running every loop
 in the harness's one event loop. Each process runs `--loops` copies of `bench.client.worker_loop`
-(lease up to `--max-jobs`, then one complete call per job, or with `--ack batch` one batch
+(lease up to `--max-jobs`, then one complete call per job, sent together, or with `--ack
+sequential` one after another, each answer awaited, or with `--ack batch` one batch
 acknowledgement for them all) on one keep-alive session. With `--client sdk` each loop is instead
 the Python SDK's worker loop (`unofficial_queueflow_client.Worker`, concurrency and batch size
 `--max-jobs`, a no-op handler), which acknowledges as that SDK does against this server.
@@ -36,7 +37,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--client", choices=("raw", "sdk"), default="raw", help="raw calls or the Python SDK's loop"
     )
-    p.add_argument("--ack", choices=client.ACKS, default="each", help="raw client: per job or one batch call")
+    p.add_argument(
+        "--ack",
+        choices=client.ACKS,
+        default="each",
+        help="raw client: per job (calls sent together, or one after another) or one batch call",
+    )
     return p.parse_args(argv)
 
 

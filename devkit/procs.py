@@ -291,7 +291,7 @@ class ServiceProcess(ChildProcess):
         """Whether /ready answers 200; raises RuntimeError when the process has exited instead."""
         code = _poll(self._process)
         if code is not None:
-            if "address already in use" in self.log_text()[self._log_offset :]:
+            if "address already in use" in self.log_text()[self._log_offset :].lower():
                 raise _PortTaken(self.describe())
             raise RuntimeError(f"{self.name} exited with {code} before it was ready\n" + self.describe())
         with contextlib.suppress(aiohttp.ClientError, TimeoutError):

@@ -7,8 +7,13 @@
   dependency in package.json) brings one, under node_modules/node/bin/node.
 - PgQueuer: a PyPI package, installed into its own venv, bench/peers/.venv, from
   requirements-pgqueuer.txt; its workload is pgqueuer_peer.py.
+- Upstream's Rust server: crates.io `queueflow` RUST_SERVER_VERSION, built from source by `cargo
+  install` into bench/peers/rust (gitignored; nothing of it is committed). It speaks the same REST
+  API and worker protocol as QueueFlow, so bench.compare measures it with QueueFlow's own scenarios
+  (bench/scenarios), its binary in place of `queueflow serve`. Where it cannot be built, the
+  install leaves the reason in RUST_SERVER_NOTE and bench.compare skips it, saying why.
 
-`python -m bench.peers.install` (or `make bench-peers`) installs all three.
+`python -m bench.peers.install` (or `make bench-peers`) installs all four.
 """
 
 from __future__ import annotations
@@ -25,6 +30,10 @@ VENV = PEERS_DIR / ".venv"
 VENV_PYTHON = VENV / "bin" / "python"
 PGQUEUER_REQUIREMENTS = PEERS_DIR / "requirements-pgqueuer.txt"
 MIN_NODE = (22, 18, 0)  # the higher of graphile-worker's and pg-boss's engines.node
+RUST_SERVER_CRATE, RUST_SERVER_VERSION = "queueflow", "0.6.0"
+RUST_ROOT = PEERS_DIR / "rust"  # cargo install --root: bin/queueflow, and .crates.toml
+RUST_SERVER = RUST_ROOT / "bin" / "queueflow"
+RUST_SERVER_NOTE = RUST_ROOT / "not-built.txt"  # why the last install could not build it
 
 
 def node_version(node: str | Path) -> tuple[int, ...] | None:
@@ -74,3 +83,26 @@ def command(system: str) -> list[str]:
     if not VENV_PYTHON.is_file():
         raise FileNotFoundError(f"{VENV_PYTHON} is missing: run `make bench-peers`")
     return [str(VENV_PYTHON), str(program)]
+
+
+def rust_server_version(binary: Path | None = None) -> str | None:
+    """`queueflow --version`'s version number (of RUST_SERVER by default), or None when the binary
+    cannot be run."""
+    try:
+        argv = [str(binary or RUST_SERVER), "--version"]
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.search(r"(\d+\.\d+\.\d+)", out)
+    return m.group(1) if m else None
+
+
+def rust_server() -> Path:
+    """The upstream Rust server's binary at RUST_SERVER_VERSION; FileNotFoundError saying why
+    not (the install's note when it tried and failed)."""
+    if rust_server_version() == RUST_SERVER_VERSION:
+        return RUST_SERVER
+    why = f"{RUST_SERVER} is missing or not {RUST_SERVER_VERSION}: run `make bench-peers`"
+    if RUST_SERVER_NOTE.is_file():
+        why = RUST_SERVER_NOTE.read_text().strip().splitlines()[0]
+    raise FileNotFoundError(why)

@@ -6,9 +6,17 @@
    node_modules/node/bin/node; otherwise it is omitted and the system Node runs them.
 2. A venv at bench/peers/.venv, from the interpreter running this script (the same Python that runs
    QueueFlow), with requirements-pgqueuer.txt: PgQueuer and every dependency, pinned.
+3. Upstream's Rust server: `cargo install queueflow --version 0.6.0 --locked --ignore-rust-version
+   --root bench/peers/rust` (the crate asks for Rust 1.96; --ignore-rust-version lets an older
+   toolchain try, and 1.95 builds it). The first build compiles a whole server (several minutes on
+   two cores); cargo keeps its work in bench/peers/rust/target, so a failed build resumes, and the
+   folder is removed once the binary is installed. A machine without cargo, or a build that fails,
+   is not an error: the reason goes to bench/peers/rust/not-built.txt and bench.compare skips the
+   server with that note.
 
 Each step is skipped when its inputs have not changed since it last succeeded (a stamp file holds
-a digest of the lockfile or requirements file). `--force` redoes both.
+a digest of the lockfile or requirements file; the Rust server, when its binary answers
+`--version` with the pinned version). `--force` redoes all three.
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import shutil
 import subprocess
 import sys
 import venv
@@ -26,10 +35,16 @@ from bench.peers import (
     NODE_MODULES,
     PEERS_DIR,
     PGQUEUER_REQUIREMENTS,
+    RUST_ROOT,
+    RUST_SERVER_CRATE,
+    RUST_SERVER_NOTE,
+    RUST_SERVER_VERSION,
     VENV,
     VENV_PYTHON,
     node_binary,
     node_version,
+    rust_server,
+    rust_server_version,
     system_node,
 )
 
@@ -78,6 +93,61 @@ def install_venv(force: bool) -> None:
     VENV_STAMP.write_text(digest)
 
 
+def install_rust_server(force: bool) -> None:
+    """Build upstream's Rust server from crates.io, or leave the reason it could not be built."""
+    if not force and rust_server_version() == RUST_SERVER_VERSION:
+        return
+    RUST_ROOT.mkdir(parents=True, exist_ok=True)
+    RUST_SERVER_NOTE.unlink(missing_ok=True)
+    name = f"upstream's Rust server ({RUST_SERVER_CRATE} {RUST_SERVER_VERSION})"
+    cargo = _cargo()
+    if cargo is None:
+        _not_built(f"{name} was not built: cargo is not on PATH (install Rust from https://rustup.rs)")
+        return
+    target = RUST_ROOT / "target"
+    argv = [
+        cargo,
+        "install",
+        RUST_SERVER_CRATE,
+        "--version",
+        RUST_SERVER_VERSION,
+        "--locked",
+        "--ignore-rust-version",  # it asks for Rust 1.96; older toolchains build it too (1.95 does)
+        "--root",
+        str(RUST_ROOT),
+        "--target-dir",
+        str(target),  # kept across a failed build, so the next attempt resumes
+    ]
+    if force:
+        argv.append("--force")
+    print(
+        f"[bench.peers] building {name}: the first build takes several minutes", file=sys.stderr, flush=True
+    )
+    print(f"[bench.peers] {' '.join(argv)}", file=sys.stderr, flush=True)
+    try:
+        code = _build(argv)
+    except OSError as exc:
+        _not_built(f"{name} was not built: {exc}")
+        return
+    if code != 0 or rust_server_version() != RUST_SERVER_VERSION:
+        _not_built(f"{name} was not built: `cargo install` exited with {code} (its output is above)")
+        return
+    shutil.rmtree(target, ignore_errors=True)  # a gigabyte of build products the binary no longer needs
+
+
+def _cargo() -> str | None:
+    return shutil.which("cargo")
+
+
+def _build(argv: list[str]) -> int:
+    return subprocess.run(argv, cwd=RUST_ROOT).returncode
+
+
+def _not_built(why: str) -> None:
+    RUST_SERVER_NOTE.write_text(why + "\n")
+    print(f"[bench.peers] {why}; bench-compare skips it", file=sys.stderr, flush=True)
+
+
 def installed_versions() -> dict[str, str]:
     """What is installed now: the Node that will run the JS peers, each peer's version."""
     out: dict[str, str] = {}
@@ -91,6 +161,10 @@ def installed_versions() -> dict[str, str]:
         text=True,
         check=True,
     ).stdout.strip()
+    try:
+        out["queueflow (Rust)"] = f"{RUST_SERVER_VERSION} ({rust_server()})"
+    except FileNotFoundError as exc:
+        out["queueflow (Rust)"] = f"not available: {exc}"
     return out
 
 
@@ -100,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     install_npm(args.force)
     install_venv(args.force)
+    install_rust_server(args.force)
     for name, version in installed_versions().items():
         print(f"[bench.peers] {name}: {version}", file=sys.stderr)
     return 0

@@ -5,22 +5,37 @@ batches of 1,000 *before* any worker runs, so the measurement is a pure drain of
 
 - W1a: `--mode api` plus a `--mode janitor` process. The harness runs `remote_loops` worker loops
   (default 8) in one aiohttp session; each leases `remote_batch` jobs (default 50, wait_secs 1),
-  then sends one complete call per job, concurrently, as a real worker with a batch would. With
-  `remote_processes` N > 0 the loops run instead in N client processes (`bench.remote_worker`),
-  `remote_loops` in each, started and ready before the timer starts. `remote_ack` "batch" makes
-  the loops acknowledge a whole lease with one `POST /api/v1/jobs/complete`; `remote_client` "sdk"
+  then sends one complete call per job, concurrently. With `remote_processes` N > 0 the loops run
+  instead in N client processes (`bench.remote_worker`), `remote_loops` in each, started and ready
+  before the timer starts. `remote_ack` "sequential" makes each loop send its lease's complete
+  calls one after another, each answer awaited before the next (a worker that handles its jobs in
+  order: issue 38's one-complete-per-job configuration); "batch" makes the loops acknowledge a
+  whole lease with one `POST /api/v1/jobs/complete` (skipped, as Unsupported, on a server whose
+  OpenAPI document has no such route: upstream's Rust server 0.6.0); `remote_client` "sdk"
   runs the Python SDK's worker loop in those processes instead (concurrency and batch size
   `remote_batch`), which acknowledges the way the SDK does; "go-sdk" runs the Go SDK's worker loop
   instead (`bench/gosdk`, built with the machine's Go toolchain), and "rust-sdk" the Rust SDK's
   (its `bench_worker` example, built with cargo, on tokio's multi-threaded runtime), and "ts-sdk"
   the TypeScript SDK's (`bench/tssdk/main.mjs` under Node, the SDK's dist/ built first).
 - W1b: the backlog is enqueued through a separate `--mode api` process, which is then stopped;
-  then `--mode all --workers N` starts and drains the default queue with the built-in `echo`.
+  then `--mode all --workers N` starts and drains the default queue with the built-in `echo`, for
+  each N of `drain_workers`, and `--mode all` with no tuning flag when `drain_untuned` is set.
+  With `drain_removing`, the queue is first set to remove each job in the statement that completes
+  it (bench.client.make_queue_remove_finished; Unsupported where the server answers 404 or 405)
+  and every figure key starts with `remove_`.
+
+With Context `upstream` set, upstream's Rust server runs in place of QueueFlow's servers (its api
+runs its own janitor, so W1a has no janitor process); it shares QueueFlow's schema.
 
 Completion is counted from the database (status = 'completed', polled every 0.2 s). The headline
 rate uses the database's own clock: N / (max(completed_at) - min(started_at)), i.e. from the first
 claim to the last completion, so neither server start-up nor the polling interval is in it. The
 client-observed rate (W1a: from starting the loops until the poll saw N) is reported beside it.
+On a removing queue the rows are gone when the drain ends, so the harness adds a statement-level
+AFTER DELETE trigger to queueflow.jobs before the drain (REMOVALS_TRIGGER): each delete statement
+records its clock_timestamp(), its row count and the earliest started_at among its rows, and the
+rate is N / (last statement's time - earliest started_at), the same window. It costs one small
+insert per delete statement (the completions of a group commit share one).
 CPU figures are % of one core (the machine has two) over the drain window.
 """
 
@@ -39,7 +54,15 @@ import aiohttp
 import asyncpg
 
 from bench import client, harness
-from bench.context import PROBE_FIGURES, Context, Scenario, cpu_figures, cpu_values, probe_commits
+from bench.context import (
+    PROBE_FIGURES,
+    Context,
+    Scenario,
+    Unsupported,
+    cpu_figures,
+    cpu_values,
+    probe_commits,
+)
 from bench.harness import connect, servers, stop, wait_for_count
 from bench.probes import CpuMeter, prometheus_samples
 from bench.report import Figure
@@ -50,6 +73,7 @@ COMPLETED = "SELECT count(*) FROM queueflow.jobs WHERE status = 'completed'"
 DRAIN_WINDOW = """SELECT count(*) AS n, EXTRACT(EPOCH FROM max(completed_at) - min(started_at))::float8 AS secs
 FROM queueflow.jobs WHERE status = 'completed'"""
 TIMEOUT_SECS = 600.0
+BATCH_ACK = "/api/v1/jobs/complete"
 
 
 async def _db_rate(conn, total: int) -> float:
@@ -70,6 +94,8 @@ def remote_figures(ctx: Context) -> list[Figure]:
         shape = f"{SDK_NAMES[ctx.remote_client]} SDK worker loops: {shape}"
     elif ctx.remote_ack == "batch":
         shape = f"{shape}, batch acknowledgement"
+    elif ctx.remote_ack == "sequential":
+        shape = f"{shape}, one complete per job, each answer awaited"
     if ctx.remote_processes:
         shape = f"{ctx.remote_processes} processes x {shape}"
     return [
@@ -79,7 +105,7 @@ def remote_figures(ctx: Context) -> list[Figure]:
         Figure("client_jobs_per_s", "drain, remote HTTP workers, client clock", "jobs/s"),
         Figure("lease_calls_per_1k", "lease calls per 1,000 jobs (the api's request counts)", "calls"),
         Figure("ack_calls_per_1k", "complete calls per 1,000 jobs, per-job and batch alike", "calls"),
-        *cpu_figures("", "during drain", "api + janitor"),
+        *cpu_figures("", "during drain", "api" if ctx.upstream else "api + janitor"),
         *PROBE_FIGURES,
     ]
 
@@ -218,13 +244,17 @@ async def run_remote(ctx: Context, run_no: int) -> dict[str, float]:
         raise ValueError("W1a: the SDK's worker loops run in client processes (--remote-processes N)")
     total = ctx.n(20_000, 2_000)
     async with ctx.database("w1a") as dsn:
-        api, janitor = ctx.server(dsn, "api"), ctx.server(dsn, "janitor")
-        async with servers(api, janitor), client.session() as http:
+        procs = ctx.api_side(dsn)
+        api = procs[0]
+        async with servers(*procs), client.session() as http:
+            batch_ack = ctx.remote_ack == "batch" and ctx.remote_client == "raw"
+            if batch_ack and not await client.has_route(http, api.base_url, "POST", BATCH_ACK):
+                raise Unsupported(f"no batch acknowledgement: the server's OpenAPI has no POST {BATCH_ACK}")
             conn = await connect(dsn)
             try:
                 await client.enqueue_backlog(http, api.base_url, total, QUEUE)
                 probe = await probe_commits(dsn)
-                pids = [api.pid, janitor.pid]
+                pids = [p.pid for p in procs]
                 if ctx.remote_processes:
                     seen, started, cpu = await _drain_in_processes(ctx, api.base_url, conn, pids, total)
                 else:
@@ -246,6 +276,8 @@ async def _calls_per_1k(http: aiohttp.ClientSession, metrics_url: str, total: in
     """Lease and complete calls the api answered per 1,000 jobs: how well a worker loop batches
     (each call costs the server about as much as another)."""
     samples = await prometheus_samples(http, f"{metrics_url}/metrics", "queueflow_http_requests_total")
+    if not samples:
+        return {}  # a server without the request counter (upstream's Rust server)
 
     def count(*routes: str) -> float:
         return sum(v for labels, v in samples if any(f'route="{r}"' in labels for r in routes))
@@ -262,44 +294,100 @@ REMOTE = Scenario(
 
 # --- W1b: in-process echo workers --------------------------------------------------------------------
 
+# The removing queue's clock (see the module docstring): what each delete statement on the jobs
+# table removed and when. Unlogged, and one row per statement, so it costs the drain little.
+REMOVALS_TRIGGER = """
+CREATE UNLOGGED TABLE public.bench_removals (at timestamptz NOT NULL, n bigint NOT NULL, first_started timestamptz);
+CREATE FUNCTION public.bench_record_removals() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO public.bench_removals SELECT clock_timestamp(), count(*), min(started_at) FROM gone;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER bench_removals AFTER DELETE ON queueflow.jobs REFERENCING OLD TABLE AS gone
+    FOR EACH STATEMENT EXECUTE FUNCTION public.bench_record_removals();
+"""
+REMOVED_OR_COMPLETED = """SELECT (SELECT coalesce(sum(n), 0) FROM public.bench_removals)
+    + (SELECT count(*) FROM queueflow.jobs WHERE status = 'completed')"""
+REMOVAL_WINDOW = """SELECT coalesce(sum(n), 0) AS n,
+    EXTRACT(EPOCH FROM max(at) FILTER (WHERE n > 0) - min(first_started))::float8 AS secs
+FROM public.bench_removals"""
+
+
+def _drain_configs(ctx: Context) -> list[tuple[str, tuple[str, ...], str]]:
+    """(figure key prefix, the `--mode all` server's flags, label) of each W1b drain."""
+    start = "remove_" if ctx.drain_removing else ""
+    where = ", removing queue" if ctx.drain_removing else ""
+    configs = [(f"{start}w{n}_", ("--workers", str(n)), f"--workers {n}{where}") for n in ctx.drain_workers]
+    if ctx.drain_untuned:
+        configs.append((f"{start}default_", (), f"no tuning flag{where}"))
+    return configs
+
 
 def inprocess_figures(ctx: Context) -> list[Figure]:
     figs = []
-    for n in ctx.drain_workers:
+    for prefix, _, label in _drain_configs(ctx):
         figs += [
             Figure(
-                f"w{n}_jobs_per_s",
-                f"drain, in-process echo, --workers {n}, DB clock",
+                f"{prefix}jobs_per_s",
+                f"drain, in-process echo, {label}, DB clock",
                 "jobs/s",
                 "L.cycle10_rows_per_s",
             ),
-            *cpu_figures(f"w{n}_", f"during drain (--workers {n})", "server", client=False),
-            *(Figure(f"w{n}_{f.key}", f"{f.label} (--workers {n})", f.unit) for f in PROBE_FIGURES),
+            *cpu_figures(prefix, f"during drain ({label})", "server", client=False),
+            *(Figure(f"{prefix}{f.key}", f"{f.label} ({label})", f.unit) for f in PROBE_FIGURES),
         ]
     return figs
+
+
+async def _backlog_on_removing_queue(http: aiohttp.ClientSession, base: str, total: int) -> None:
+    """The backlog, on a queue set to remove finished jobs first (set again after the backlog, in
+    case a server knows a queue only once it holds jobs); Unsupported when the server refuses."""
+    refused = await client.make_queue_remove_finished(http, base, QUEUE)
+    await client.enqueue_backlog(http, base, total, QUEUE)
+    if refused is not None:
+        refused = await client.make_queue_remove_finished(http, base, QUEUE)
+    if refused is not None:
+        raise Unsupported(f"no queue that removes finished jobs: {refused}")
+
+
+async def _removed_rate(conn: asyncpg.Connection, total: int) -> float:
+    kept = await conn.fetchval("SELECT count(*) FROM queueflow.jobs WHERE status = 'completed'")
+    if kept:
+        raise RuntimeError(f"the queue was set to remove finished jobs, yet {kept} completed jobs are kept")
+    row = await conn.fetchrow(REMOVAL_WINDOW)
+    if row["n"] != total:
+        raise RuntimeError(f"expected {total} removed jobs, found {row['n']}")
+    return total / row["secs"]
 
 
 async def run_inprocess(ctx: Context, run_no: int) -> dict[str, float]:
     total = ctx.n(20_000, 2_000)
     out: dict[str, float] = {}
-    for n in ctx.drain_workers:
-        async with ctx.database(f"w1b_w{n}") as dsn:
+    for prefix, flags, _ in _drain_configs(ctx):
+        async with ctx.database(f"w1b_{prefix}") as dsn:
             api = ctx.server(dsn, "api")
             async with servers(api), client.session() as http:
-                await client.enqueue_backlog(http, api.base_url, total, QUEUE)
-            probe = await probe_commits(dsn, f"w{n}_")
+                if ctx.drain_removing:
+                    await _backlog_on_removing_queue(http, api.base_url, total)
+                else:
+                    await client.enqueue_backlog(http, api.base_url, total, QUEUE)
+            probe = await probe_commits(dsn, prefix)
             conn = await connect(dsn)
             try:
-                worker = ctx.server(dsn, "all", "--workers", str(n))
+                if ctx.drain_removing:
+                    await conn.execute(REMOVALS_TRIGGER)
+                worker = ctx.server(dsn, "all", *flags)
                 async with servers(worker):
                     # Claiming starts during start-up, before /ready: the meter misses that
                     # fraction of a second; the DB-clock rate does not.
                     meter = CpuMeter([worker.pid], ctx.postmaster)
-                    await wait_for_count(conn, COMPLETED, total, TIMEOUT_SECS)
+                    done = REMOVED_OR_COMPLETED if ctx.drain_removing else COMPLETED
+                    await wait_for_count(conn, done, total, TIMEOUT_SECS)
                     cpu = meter.percent()
-                out[f"w{n}_jobs_per_s"] = await _db_rate(conn, total)
+                rate = _removed_rate if ctx.drain_removing else _db_rate
+                out[f"{prefix}jobs_per_s"] = await rate(conn, total)
                 cpu.pop("client")  # only the completion poll runs in the harness here
-                out.update(cpu_values(f"w{n}_", cpu), **probe)
+                out.update(cpu_values(prefix, cpu), **probe)
             finally:
                 await conn.close()
     return out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -117,7 +118,7 @@ def test_runs_rotate_the_order_of_the_systems():
     systems = list(compare.SYSTEMS)
     assert compare.rotation(systems, 1) == systems
     assert compare.rotation(systems, 2) == [*systems[1:], systems[0]]
-    assert compare.rotation(systems, 5) == systems
+    assert compare.rotation(systems, len(systems) + 1) == systems
 
 
 def test_the_result_is_the_last_json_object_line_of_the_output():
@@ -128,8 +129,8 @@ def test_the_result_is_the_last_json_object_line_of_the_output():
 
 
 def test_system_names_and_defaults():
-    args = compare.parse_args(["--systems", "pgqueuer, QF,graphile,qf"])
-    assert args.systems == ["PgQueuer", QF, "graphile-worker"]
+    args = compare.parse_args(["--systems", "pgqueuer, QF,graphile,qf,rust"])
+    assert args.systems == ["PgQueuer", QF, "graphile-worker", compare.UPSTREAM]
     assert args.runs == 3
     assert compare.parse_args(["--quick"]).runs == 1
     assert compare.parse_args([]).systems == list(compare.SYSTEMS)
@@ -137,11 +138,13 @@ def test_system_names_and_defaults():
         compare.parse_args(["--systems", "sidekiq"])
 
 
-def test_queueflow_fills_every_row_and_each_peer_every_row_but_queueflow_only_ones():
+def test_queueflow_fills_every_row_the_rust_server_all_but_the_sdk_loops_and_each_peer_its_own():
     ctx = Context(pg=None, quick=True, log_dir=Path("."), out_dir=Path("."))  # type: ignore[arg-type]
     canned = {
         "w16_jobs_per_s": 1.0,
         "w16_commit_p50_ms": 0.3,
+        "default_jobs_per_s": 1.5,
+        "remove_default_jobs_per_s": 1.7,
         "jobs_per_s": 2.0,
         "batch_jobs_per_s": 3.0,
         "single_jobs_per_s": 3.5,
@@ -153,9 +156,33 @@ def test_queueflow_fills_every_row_and_each_peer_every_row_but_queueflow_only_on
     }
     keys = {r.key for r in compare.rows(quick=False)}
     qf = {k for step in compare.queueflow_steps(ctx, 1, 16) for k in step.extract(canned)}
+    rust = {
+        k for step in compare.queueflow_steps(ctx, 1, 16, Path("queueflow")) for k in step.extract(canned)
+    }
     peer = {k for step in compare.peer_steps(ctx, "pg-boss", 1) for k in step.extract(canned)}
+    sdk_rows = {
+        "remote_sdk_drain_jobs_per_s",
+        "remote_gosdk_drain_jobs_per_s",
+        "remote_rustsdk_drain_jobs_per_s",
+    }
     assert qf == keys
+    assert rust == keys - sdk_rows
     assert peer == keys - {"remote_drain_jobs_per_s", "single_enqueue_jobs_per_s"}
+
+
+def test_the_rust_server_runs_queueflows_scenarios_with_its_binary_in_place_of_queueflows_servers():
+    ctx = Context(pg=None, quick=True, log_dir=Path("."), out_dir=Path("."))  # type: ignore[arg-type]
+    binary = Path("/opt/rust/bin/queueflow")
+    steps = compare.queueflow_steps(ctx, 1, 16, binary)
+    assert [s.name for s in steps if "SDK" in s.name] == []
+    server = dataclasses.replace(ctx, upstream=binary).server(
+        "postgresql://x@127.0.0.1/db", "all", "--workers", "16"
+    )
+    assert server.argv[:3] == [str(binary), "serve", "--mode"]
+    assert "--dev" in server.argv and server.argv[-2:] == ["--workers", "16"]
+    assert "--host" not in server.argv  # it has no such flag
+    assert len(dataclasses.replace(ctx, upstream=binary).api_side("postgresql://x@127.0.0.1/db")) == 1
+    assert [p.mode for p in ctx.api_side("postgresql://x@127.0.0.1/db")] == ["api", "janitor"]
 
 
 def test_the_peers_get_the_sizes_queueflow_scenarios_use():
