@@ -38,8 +38,14 @@ async def test_every_throttled_claim_is_added_to_the_totals_too(db):
 async def test_the_figures_name_the_running_keys_and_sum_the_rest_without_reading_every_key(db):
     await limited_backlog(db, concurrency=2, keys=4, jobs=4 * 3)
     claimed = await jobs_db.claim(db, "q", 6, 60, rotation=0, key=uuid.uuid4())
-    done = [lease for lease in claimed if lease.job.config.limits[0] == "c:0"]
-    assert len(done) == 2
+    # A batch's jobs share their timestamps and the claim breaks ties by id, so which six of the
+    # eight that fit it took is not fixed: at least two keys have both their slots taken.
+    per_key: dict[str, list] = {}
+    for lease in claimed:
+        per_key.setdefault(lease.job.config.limits[0], []).append(lease)
+    assert len(claimed) == 6 and all(len(leases) <= 2 for leases in per_key.values())
+    full = min(key for key, leases in per_key.items() if len(leases) == 2)
+    done = per_key[full]
     # A completion leaves its release unfolded: the running figure counts the running jobs.
     await jobs_db.complete_many(db, [(lease.job.id, lease.token, {}) for lease in done[:1]])
     # Many keys named long ago, each with throttled claims, none running (and counted in the totals,
@@ -69,7 +75,7 @@ async def test_the_figures_name_the_running_keys_and_sum_the_rest_without_readin
     running: dict[str, int] = {}
     for lease in claimed:
         running[lease.job.config.limits[0]] = running.get(lease.job.config.limits[0], 0) + 1
-    running["c:0"] -= 1  # completed, its release not yet folded
+    running[full] -= 1  # completed, its release not yet folded
     # The two busiest running keys by name (most running first, then by name), with their running
     # jobs and throttled claims...
     busiest = [key for _, key in sorted((-n, key) for key, n in running.items() if n > 0)[:2]]
