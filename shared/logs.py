@@ -22,7 +22,7 @@ import structlog
 _CONTEXT: ContextVar[dict[str, Any]] = ContextVar("queueflow_log_context", default={})  # noqa: B039 - never mutated
 
 
-class log_context:  # noqa: N801 - a context manager named like the function it replaced
+class log_context:
     """`with log_context(**values):` every line logged inside the block (in this task and the
     tasks it starts) carries `values`. (A class, not a generator: the error middleware enters one
     per request, and a generator-based context manager costs three times as much.)"""
