@@ -13,8 +13,15 @@ from shared.domain.jobs import JobStatus
 from tests.protocol.helpers import cancel, create_job, dead_letters, fail, heartbeat, job_row, lease
 from tests.support.api import database_of
 
+LOCKED_UNTIL = "SELECT id, locked_until FROM queueflow.jobs WHERE id = ANY($1)"
+
+
+async def _locks(db, jobs: list[uuid.UUID]) -> dict[uuid.UUID, object]:
+    return {r["id"]: r["locked_until"] for r in await db.fetch(LOCKED_UNTIL, jobs)}
+
 
 async def _leased(client, n: int) -> list[tuple[uuid.UUID, uuid.UUID]]:
+    """`n` jobs leased for 30 s (the lease call's default)."""
     for i in range(n):
         await create_job(client, payload={"i": i}, max_retries=1)
     items = await lease(client, max_jobs=n)
@@ -26,7 +33,7 @@ async def test_heartbeats_in_one_group_each_get_the_answer_of_their_own_job(api,
     client = await api()
     (a, ta), (b, _), (c, tc) = await _leased(client, 3)
     assert await cancel(client, str(c)) == 204
-    before = await db.fetchval("SELECT locked_until FROM queueflow.jobs WHERE id = $1", b)
+    before = await _locks(db, [a, b])
 
     answers = await jobs_db.heartbeat_many(
         database_of(client).pool,
@@ -39,10 +46,10 @@ async def test_heartbeats_in_one_group_each_get_the_answer_of_their_own_job(api,
     assert answers[2] is JobStatus.CANCELLED  # the holder learns it must stop
     assert isinstance(answers[3], NotFound)
     assert isinstance(answers[4], Conflict)  # a token that is no UUID holds nothing
-    assert await db.fetchval(
-        "SELECT locked_until > now() + interval '2900 seconds' FROM queueflow.jobs WHERE id = $1", a
-    )
-    assert await db.fetchval("SELECT locked_until FROM queueflow.jobs WHERE id = $1", b) == before
+    after = await _locks(db, [a, b])
+    # Leased for 30 s, then for 3,000 from a later moment: at least 2,970 s more.
+    assert (after[a] - before[a]).total_seconds() >= 2970
+    assert after[b] == before[b]
 
 
 async def test_each_heartbeat_of_a_group_sets_its_own_lease(api, db):
@@ -52,12 +59,8 @@ async def test_each_heartbeat_of_a_group_sets_its_own_lease(api, db):
     answers = await jobs_db.heartbeat_many(database_of(client).pool, [(a, ta, 100), (b, tb, 3000)], "lost")
 
     assert answers == [JobStatus.RUNNING, JobStatus.RUNNING]
-    left = await db.fetch(
-        "SELECT id, EXTRACT(EPOCH FROM locked_until - now())::int AS secs FROM queueflow.jobs WHERE id = ANY($1)",
-        [a, b],
-    )
-    secs = {r["id"]: r["secs"] for r in left}
-    assert 90 <= secs[a] <= 100 and 2990 <= secs[b] <= 3000
+    locks = await _locks(db, [a, b])
+    assert (locks[b] - locks[a]).total_seconds() == 2900  # (one statement: one `now()`)
 
 
 async def test_failures_in_one_group_each_get_the_answer_of_their_own_job(api, db):
@@ -145,18 +148,15 @@ async def test_concurrent_protocol_failures_are_each_answered_204(api, db, retry
 async def test_concurrent_protocol_heartbeats_each_extend_their_own_lease(api, db):
     client = await api()
     held = await _leased(client, 30)
-    stale = held[0][0]
+    jobs = [j for j, _ in held]
+    before = await _locks(db, jobs)
 
     answers = await asyncio.gather(
         *(heartbeat(client, str(j), str(t), extend_secs=3000) for j, t in held),
-        heartbeat(client, str(stale), str(uuid.uuid4()), extend_secs=3000),
+        heartbeat(client, str(jobs[0]), str(uuid.uuid4()), extend_secs=3000),
     )
 
     assert answers[:30] == [(200, {"status": "running"})] * 30
-    assert answers[30][0] == 409
-    assert (
-        await db.fetchval(
-            "SELECT count(*) FROM queueflow.jobs WHERE locked_until > now() + interval '2900 seconds'"
-        )
-        == 30
-    )
+    assert answers[30][0] == 409  # a stale token in the same group
+    after = await _locks(db, jobs)
+    assert all((after[j] - before[j]).total_seconds() >= 2970 for j in jobs)
