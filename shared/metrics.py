@@ -153,6 +153,22 @@ HTTP_DURATION = Histogram(
     buckets=_BUCKETS,
     registry=REGISTRY,
 )
+# (method, route, status) -> the two series one answer moves: labels() validates and locks on every
+# call, and the worker protocol's routes answer thousands of times a second. Methods, routes
+# (canonical paths) and statuses are bounded, and these series are never removed.
+_HTTP_SERIES: dict[tuple[str, str, int], tuple[Any, Any]] = {}
+
+
+def http_served(method: str, route: str, status: int, secs: float) -> None:
+    """Count one answer and its duration."""
+    series = _HTTP_SERIES.get((method, route, status))
+    if series is None:
+        series = (HTTP_REQUESTS.labels(method, route, str(status)), HTTP_DURATION.labels(method, route))
+        _HTTP_SERIES[(method, route, status)] = series
+    series[0].inc()
+    series[1].observe(secs)
+
+
 LONG_POLL_WAITERS = Gauge(
     "queueflow_long_poll_waiters", "Lease requests parked in a long-poll.", registry=REGISTRY
 )

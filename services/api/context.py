@@ -12,7 +12,7 @@ from shared import logs
 from shared.config import Settings
 from shared.db.database import Database
 from shared.db.pool import Pool
-from shared.domain.admission import Occupancy, source_of
+from shared.domain.admission import Occupancy
 from shared.domain.errors import Forbidden
 from shared.domain.visibility import SeenRecently
 from shared.domain.worker_keys import WorkerGrant
@@ -24,7 +24,8 @@ SEEN = web.AppKey("workers_seen", SeenRecently)
 STREAMS = web.AppKey("streams", Occupancy)  # open SSE streams, by tenant
 LONG_POLLS = web.AppKey("long_polls", Occupancy)  # parked lease long-polls, by worker key's tenant
 _TENANT = web.RequestKey("tenant", Tenant)
-_WORKER_KEY = web.RequestKey("worker_key", WorkerGrant)
+# Set on every worker route, None for the worker token (so reading it never takes a KeyError).
+_WORKER_KEY: web.RequestKey[WorkerGrant | None] = web.RequestKey("worker_key")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -91,14 +92,14 @@ def guard(handler: Handler, auth: str) -> Handler:
     async def guarded(request: web.Request) -> web.StreamResponse:
         authenticator = request.app[AUTH]
         header = request.headers.get("Authorization")
-        source = source_of(request.remote)  # whose unknown worker keys are rate-limited
+        # (the peer's address: whose unknown worker keys are rate-limited)
         if auth == "worker":
-            grant = await authenticator.worker(header, source)
+            grant = await authenticator.worker(header, request.remote)
+            request[_WORKER_KEY] = grant
             if grant is not None:
-                request[_WORKER_KEY] = grant
                 logs.bind(tenant=grant.tenant, worker_key=str(grant.key_id))
         else:
-            tenant = await authenticator.tenant(header, source)
+            tenant = await authenticator.tenant(header, request.remote)
             if auth == "write" and tenant.read_only:
                 raise Forbidden("access denied: read-only credential")
             request[_TENANT] = tenant

@@ -32,8 +32,6 @@ from shared.runtime.leasing import lease_jobs
 from shared.web.body import decode, json_response
 from shared.web.errors import client_gone, status_of
 
-HEARTBEAT_LEASE_LOST = "lease is no longer held (it expired and the job was reclaimed)"
-
 
 async def _check_owned(request: web.Request, job_id: uuid.UUID) -> None:
     """A worker key may act on its tenant's jobs only; any other is answered as unknown."""
@@ -99,14 +97,13 @@ async def heartbeat(request: web.Request) -> web.Response:
     body = await decode(request, wire.HeartbeatRequest)
     job = job_id_in_path(request)
     await _check_owned(request, job)
-    status = await jobs_db.heartbeat(
-        db_of(request).pool,
-        job,
-        lease_token(body.lease_token),
-        body.extend_secs,
-        HEARTBEAT_LEASE_LOST,
-        None if body.progress is None else body.progress.to_progress(),
-    )
+    db, token = db_of(request), lease_token(body.lease_token)
+    if body.progress is None:  # (the usual heartbeat: group-committed with those in flight)
+        status = await db.heartbeats.beat(job, token, body.extend_secs)
+    else:
+        status = await jobs_db.heartbeat(
+            db.pool, job, token, body.extend_secs, jobs_db.HEARTBEAT_LEASE_LOST, body.progress.to_progress()
+        )
     return json_response(wire.HeartbeatResponse(status=status))
 
 
@@ -180,8 +177,5 @@ async def fail(request: web.Request) -> web.Response:
     retryable = True if body.retryable is None else body.retryable
     job = job_id_in_path(request)
     await _check_owned(request, job)
-    db = db_of(request)
-    await jobs_db.fail(
-        db.pool, job, lease_token(body.lease_token), body.kept_error(), retryable, tracer=db.tracer
-    )
+    await db_of(request).failures.fail(job, lease_token(body.lease_token), body.kept_error(), retryable)
     return web.Response(status=204)

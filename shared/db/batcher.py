@@ -18,7 +18,7 @@ from typing import Generic, TypeVar
 
 from shared.db import jobs as jobs_db
 from shared.db.pool import Pool, is_unavailable
-from shared.domain.jobs import NewJob, Object
+from shared.domain.jobs import JobStatus, NewJob, Object
 from shared.tracing import Tracer
 
 In = TypeVar("In")
@@ -155,6 +155,41 @@ class CompletionBatcher(GroupCommit[jobs_db.Completion, None]):
         """Complete one job; raises NotFound or Conflict as the protocol says (a replay by the
         holder's token is a success)."""
         await self.submit((job_id, token, result))
+
+
+class HeartbeatBatcher(GroupCommit[jobs_db.Beat, JobStatus]):
+    """Heartbeats that report no progress: one UPDATE ... FROM unnest for every one in flight."""
+
+    name = "heartbeater"
+
+    async def _write_many(self, items: list[jobs_db.Beat]) -> list[JobStatus | BaseException]:
+        return list(await jobs_db.heartbeat_many(self.pool, items, jobs_db.HEARTBEAT_LEASE_LOST))
+
+    async def beat(self, job_id: uuid.UUID, token: uuid.UUID | None, extend_secs: int) -> JobStatus:
+        """Extend one lease: `running`, or the status of a job its holder must stop; raises
+        NotFound or Conflict as the protocol says (jobs.heartbeat)."""
+        return await self.submit((job_id, token, extend_secs))
+
+
+class FailureBatcher(GroupCommit[jobs_db.Failure, JobStatus]):
+    """Failures reported over the protocol: every one in flight in one transaction (one commit)."""
+
+    name = "failer"
+
+    def __init__(self, pool: Pool, tracer: Tracer | None = None, max_batch: int = 500) -> None:
+        super().__init__(pool, max_batch)
+        self.tracer = tracer
+
+    async def _write_many(self, items: list[jobs_db.Failure]) -> list[JobStatus | BaseException]:
+        async with self.pool.acquire() as conn:
+            return list(await jobs_db.fail_many(conn, items, self.tracer))
+
+    async def fail(
+        self, job_id: uuid.UUID, token: uuid.UUID | None, error: str, retryable: bool
+    ) -> JobStatus:
+        """Fail one job through the retry policy: `retrying` or `failed`; raises NotFound or
+        Conflict as the protocol says (jobs.fail)."""
+        return await self.submit((job_id, token, error, retryable))
 
 
 class InsertBatcher(GroupCommit[tuple[str | None, NewJob, jobs_db.Handoff | None], jobs_db.Inserted]):

@@ -15,7 +15,7 @@ import structlog
 from shared import metrics
 from shared.db import jobs as jobs_db
 from shared.db import pooler
-from shared.db.batcher import CompletionBatcher, InsertBatcher
+from shared.db.batcher import CompletionBatcher, FailureBatcher, HeartbeatBatcher, InsertBatcher
 from shared.db.listener import Hub, Listener
 from shared.db.migrate import apply_migrations
 from shared.db.pool import Pool, create_pool, until_answered
@@ -47,6 +47,9 @@ class Database:
         self.tracer = tracer
         self.completer = CompletionBatcher(pool, tracer)
         self.inserter = InsertBatcher(pool)
+        # The worker protocol's heartbeats (those without progress) and failures.
+        self.heartbeats = HeartbeatBatcher(pool)
+        self.failures = FailureBatcher(pool, tracer)
         # Fair share: each claim passes the next number, which rotates the tenant that leads.
         self.claim_turns = itertools.count()
         self._give_backs: set[asyncio.Task[None]] = set()
@@ -126,6 +129,8 @@ class Database:
             task.cancel()
         await self.inserter.close()
         await self.completer.close()
+        await self.heartbeats.close()
+        await self.failures.close()
         await self.listener.stop()
         await self.pool.close()
 

@@ -9,6 +9,7 @@ token already finished it (an idempotent replay: its status), or the lease is lo
 
 from __future__ import annotations
 
+import collections
 import functools
 import uuid
 from collections.abc import Sequence
@@ -57,6 +58,7 @@ from shared.domain.traces import Settled, TraceContext
 from shared.tracing import Tracer
 
 LEASE_LOST = "lease is no longer held; the job was reclaimed"
+HEARTBEAT_LEASE_LOST = "lease is no longer held (it expired and the job was reclaimed)"
 
 
 def to_job(r: asyncpg.Record) -> Job:
@@ -574,6 +576,25 @@ async def heartbeat(
     return answer
 
 
+# One heartbeat of a group: (job id, lease token or None when it was not a UUID, extend_secs).
+Beat = tuple[uuid.UUID, uuid.UUID | None, int]
+
+
+async def heartbeat_many(db: Executor, items: Sequence[Beat], lost: str) -> list[JobStatus | DomainError]:
+    """Heartbeats without progress, many in one statement (group commit). Per item, in order, what
+    `heartbeat` would answer (`running` when the lease was extended) or the error it would raise."""
+    held = sorted((item for item in items if item[1] is not None), key=lambda item: item[0])
+    beaten: set[tuple[uuid.UUID, uuid.UUID | None]] = set()
+    if held:
+        rows = await db.fetch(
+            Q.heartbeat_jobs, [i[0] for i in held], [i[1] for i in held], [i[2] for i in held]
+        )
+        beaten = {(r["id"], r["token"]) for r in rows}
+    rest = [(jid, token) for jid, token, _ in items if (jid, token) not in beaten]
+    explained = iter(await _explain(db, rest, lost, terminal_only=False) if rest else [])
+    return [JobStatus.RUNNING if (jid, token) in beaten else next(explained) for jid, token, _ in items]
+
+
 async def report_progress(db: Executor, job_id: uuid.UUID, token: uuid.UUID, progress: Progress) -> None:
     """Record an in-process handler's progress without touching its lease; a job no longer running
     under `token` is a Conflict (or NotFound)."""
@@ -649,6 +670,53 @@ async def fail(
     if answer is JobStatus.RUNNING:  # held by this token, yet the guarded write missed: not ours
         raise Conflict(LEASE_LOST)
     return answer
+
+
+# One failure of a group: (job id, lease token or None when it was not a UUID, error, retryable).
+Failure = tuple[uuid.UUID, uuid.UUID | None, str, bool]
+
+
+async def fail_many(
+    conn: Connection, items: Sequence[Failure], tracer: Tracer | None = None
+) -> list[JobStatus | DomainError]:
+    """Failures through the retry policy, many in one transaction (group commit): `fail`'s own
+    statement once per item, sent together, in job id order (so two groups never wait on each
+    other's rows in opposite orders), and one commit. Per item, in order, what `fail` would answer
+    or the error it would raise. A job failed twice in one group (a replay, or another holder's
+    stale token) is answered as `fail` answers the later call: from the job's state once the group
+    is written."""
+    held = sorted((item for item in items if item[1] is not None), key=lambda item: item[0])
+    written: dict[uuid.UUID, JobStatus] = {}
+    if held:
+        started = tracing.now() if tracer is not None else 0
+        async with conn.transaction():
+            rows = await conn.fetchmany(Q.fail_job, [(*item, None) for item in held])
+        if tracer is not None:
+            tracer.settled("fail", [_settled(r, r["status"]) for r in rows], started)
+        for row in rows:
+            status = JobStatus(row["status"])
+            written[row["id"]] = status
+            if status is JobStatus.RETRYING:
+                metrics.JOBS_RETRIED.inc()
+            else:
+                metrics.JOBS_FAILED.inc()
+                metrics.JOBS_DEAD_LETTERED.inc()
+            metrics.attempts_ended(
+                "retry" if status is JobStatus.RETRYING else "failed", [(row["task_name"], row["secs"])]
+            )
+    once = collections.Counter(item[0] for item in items)
+    answers: list[JobStatus | DomainError | None] = [
+        written.get(item[0]) if once[item[0]] == 1 else None for item in items
+    ]
+    rest = [index for index, answer in enumerate(answers) if answer is None]
+    if rest:
+        explained = await _explain(
+            conn, [(items[i][0], items[i][1]) for i in rest], LEASE_LOST, terminal_only=False
+        )
+        for index, answer in zip(rest, explained, strict=True):
+            # Held by this token, yet the guarded write missed: not ours (as `fail` says).
+            answers[index] = Conflict(LEASE_LOST) if answer is JobStatus.RUNNING else answer
+    return cast(list[JobStatus | DomainError], answers)
 
 
 async def release(db: Executor, leases: Sequence[tuple[uuid.UUID, uuid.UUID]]) -> int:

@@ -38,7 +38,7 @@ from typing import Literal
 import jwt
 
 from shared.config import Settings
-from shared.domain.admission import RateTable
+from shared.domain.admission import RateTable, source_of
 from shared.domain.errors import Forbidden, TooManyRequests, Unauthorized
 from shared.domain.scopes import scope_read_only
 from shared.domain.worker_keys import WorkerGrant, may_be_key
@@ -97,13 +97,16 @@ class WorkerKeyCache:
         self._unknown: OrderedDict[bytes, float] = OrderedDict()  # digest -> until when
         self._forgotten = 0  # counts forget calls: a lookup's answer is kept only if none came
 
-    async def find(self, digest: bytes, source: str = "") -> WorkerGrant | None:
+    async def find(self, digest: bytes, address: str | None = "") -> WorkerGrant | None:
+        """`address`: the caller's peer address, counted under its source (admission.source_of)
+        only when the digest has to be looked up."""
         now = time.monotonic()
         hit = self._entries.get(digest)
         if hit is not None and hit[0] > now and self._listening():
             return hit[1]
         if self._unknown.get(digest, now) > now:
             return None
+        source = source_of(address)
         if self._misses is not None and (wait := self._misses.take(source, now)):
             raise TooManyRequests(
                 "too many unknown worker keys presented from this address; retry later", wait
@@ -167,13 +170,13 @@ class Authenticator:
         self._dev_workers = settings.dev and self._worker is None
         self.worker_keys: WorkerKeyCache | None = None  # set once the database is open
 
-    async def _worker_key(self, digest: bytes, source: str) -> WorkerGrant | None:
+    async def _worker_key(self, digest: bytes, address: str | None) -> WorkerGrant | None:
         """The live worker key of a token shaped like one; None for an unknown, revoked or expired
-        key. (Tokens of other shapes are never looked up: a wrong one costs no query.) `source` is
-        the caller's address, as admission.source_of gives it."""
+        key. (Tokens of other shapes are never looked up: a wrong one costs no query.) `address`
+        is the caller's peer address (WorkerKeyCache.find)."""
         if self.worker_keys is None:
             return None
-        grant = await self.worker_keys.find(digest, source)
+        grant = await self.worker_keys.find(digest, address)
         if grant is None or grant.expired(datetime.now(UTC)):
             return None
         return grant
@@ -207,7 +210,7 @@ class Authenticator:
                 return Tenant(sub, read_only=read_only)
         return None
 
-    async def tenant(self, header: str | None, source: str = "") -> Tenant:
+    async def tenant(self, header: str | None, address: str | None = "") -> Tenant:
         token = bearer_token(header)
         if token is None:
             raise Unauthorized()
@@ -218,15 +221,16 @@ class Authenticator:
         if tenant is not None:
             return tenant
         if may_be_key(token):
-            if await self._worker_key(digest, source) is not None:
+            if await self._worker_key(digest, address) is not None:
                 raise Forbidden("access denied: a worker key opens the worker routes only")
             raise Unauthorized()
         if self._dev_tenants:
             return Tenant(DEV_TENANT)
         raise Unauthorized()
 
-    async def worker(self, header: str | None, source: str = "") -> WorkerGrant | None:
-        """None for the worker token (every tenant's jobs); a worker key's grant otherwise."""
+    async def worker(self, header: str | None, address: str | None = "") -> WorkerGrant | None:
+        """None for the worker token (every tenant's jobs); a worker key's grant otherwise.
+        `address`: the caller's peer address, for the unknown-key rate limit."""
         token = bearer_token(header)
         if token is None:
             raise Unauthorized()
@@ -235,7 +239,7 @@ class Authenticator:
             return None
         tenant = self._tenant_credential(token, digest)
         if tenant is None and may_be_key(token):
-            grant = await self._worker_key(digest, source)
+            grant = await self._worker_key(digest, address)
             if grant is None:
                 raise Unauthorized()
             return grant

@@ -88,6 +88,14 @@ def _request_id(request: web.Request) -> str:
     return f"{_ID_PREFIX}{next(_ids):08x}"
 
 
+def _has_nul(request: web.Request) -> bool:
+    """Whether the path or a query value holds a NUL (the query string is split only when its
+    decoded text holds one: most requests have no query at all)."""
+    if "\x00" in request.path:
+        return True
+    return "\x00" in request.query_string and any("\x00" in v for v in request.query.values())
+
+
 def unavailable_response() -> web.Response:
     response = error_response(503, "database unavailable")
     response.headers["Retry-After"] = str(RETRY_AFTER_SECS)
@@ -121,7 +129,7 @@ async def _handle(request: web.Request, handler: Handler, unavailable: Unavailab
     status = 500
     with log_context(request_id=request_id, route=route, method=request.method):
         try:
-            if "\x00" in request.path or any("\x00" in v for v in request.query.values()):
+            if _has_nul(request):
                 raise ValidationFailed("NUL characters are not allowed in the path or query")
             response = await handler(request)
             status = response.status
@@ -159,8 +167,7 @@ async def _handle(request: web.Request, handler: Handler, unavailable: Unavailab
                 response = error_response(500, "internal server error")
         finally:
             elapsed = time.perf_counter() - started
-            metrics.HTTP_REQUESTS.labels(request.method, route, str(status)).inc()
-            metrics.HTTP_DURATION.labels(request.method, route).observe(elapsed)
+            metrics.http_served(request.method, route, status, elapsed)
             # One canonical line per request: client and server errors at info, the rest at debug
             # (the worker protocol's hot routes would otherwise dominate the log).
             emit = log.info if status >= 400 else log.debug

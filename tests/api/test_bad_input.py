@@ -465,6 +465,9 @@ async def test_wrong_method_is_405_with_the_error_body(api, method, path):
         ("PUT", "/api/v1/jobs/batch", {"POST"}),
         ("GET", "/api/v1/jobs/cancel", {"POST"}),
         ("GET", "/api/v1/dlq/replay", {"POST"}),
+        # A path with a tenant route and a worker route: the worker routes are added first.
+        ("PUT", "/api/v1/jobs/00000000-0000-4000-8000-000000000000/logs", {"GET", "POST"}),
+        ("GET", "/api/v1/jobs/complete", {"POST"}),
     ],
 )
 async def test_a_405_names_the_methods_the_resource_takes_in_allow(api, method, path, allowed):

@@ -293,6 +293,15 @@ UPDATE queueflow.jobs SET locked_until = now() + make_interval(secs => $3::int)
 WHERE id = $1 AND status = 'running' AND lease_token = $2
 RETURNING status;
 
+-- name: heartbeat_jobs
+-- Group commit: many heartbeats (no progress) in one statement; rows not returned lost their
+-- lease or left running. The arrays come sorted by job id, so the usual plan (one primary-key
+-- probe per element) takes the rows in that order.
+UPDATE queueflow.jobs j SET locked_until = now() + make_interval(secs => u.secs)
+FROM unnest($1::uuid[], $2::uuid[], $3::int[]) AS u(id, token, secs)
+WHERE j.id = u.id AND j.status = 'running' AND j.lease_token = u.token
+RETURNING j.id, u.token;
+
 -- name: heartbeat_progress
 -- A heartbeat that reports progress ($4 percent, $5 message or null): stored on the job and, for a
 -- job an SSE stream watches, announced (`<id>:progress`).
