@@ -48,6 +48,7 @@ from shared.domain.jobs import (
     QueueControl,
     QueueStats,
     ReplayedDeadLetter,
+    Retention,
     StatsSnapshot,
     TimeoutSecs,
     UniquePolicy,
@@ -588,6 +589,14 @@ class WorkflowEvent(Response):
 
 class QueuesResponse(Response):
     queues: list[QueueStats]
+
+
+class UpdateQueueRequest(Request):
+    """A queue's settings for the caller's jobs (an extension); a field left out stays as it is.
+    `retention`: what becomes of a job that completes from now on: `keep` (until --retention-hours
+    deletes it, the default) or `remove_completed` (deleted by the statement that completes it)."""
+
+    retention: Retention | None = None
 
 
 # --- cron ----------------------------------------------------------------------------------------

@@ -72,8 +72,10 @@ async def list_jobs(request: web.Request) -> web.Response:
 
 
 async def get_job(request: web.Request) -> web.Response:
+    # (A poll is how upstream's clients wait for a job: it flags the job watched on a queue that
+    # removes completed jobs, docs/operations.md, "Retention".)
     return json_response(
-        await jobs_db.get_job(db_of(request).pool, tenant_of(request).id, job_id_in_path(request))
+        await jobs_db.get_job_watched(db_of(request).pool, tenant_of(request).id, job_id_in_path(request))
     )
 
 

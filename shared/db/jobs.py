@@ -347,6 +347,16 @@ async def get_job(db: Executor, tenant: str, job_id: uuid.UUID) -> Job:
     return to_job(row)
 
 
+async def get_job_watched(db: Executor, tenant: str, job_id: uuid.UUID) -> Job:
+    """get_job for a caller that may be waiting for the job (GET /api/v1/jobs/{id}): an unfinished
+    job of a queue that removes completed jobs is flagged watched, so its outcome stays readable
+    for --removal-grace-secs after it completes instead of going with it."""
+    row = await db.fetchrow(Q.get_job_watched, job_id, tenant)
+    if row is None:
+        raise NotFound("job", job_id)
+    return to_job(row)
+
+
 async def list_jobs(db: Executor, tenant: str, query: ListQuery) -> Page[Job]:
     """A page of the tenant's jobs. `id_digits` of a whole id looks it up by primary key; fewer
     digits are searched for in each id the page walks (the tenant's index, newest first, until the
