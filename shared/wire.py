@@ -215,7 +215,8 @@ class CreateJobRequest(Request):
         check_size(f"{where}payload", self.payload, most)
         check_size(f"{where}metadata", self.metadata, most)
 
-    def to_new_job(self, default_queue: str, idempotency_key: str | None) -> NewJob:
+    def to_new_job(self, default_queue: str, idempotency_key: str | None, lingers: bool = False) -> NewJob:
+        """`lingers`: a single create's job, which its creator may read back (NewJob.lingers)."""
         config = self.config or JobConfigRequest()
         return NewJob(
             task_name=self.task_name,
@@ -225,6 +226,7 @@ class CreateJobRequest(Request):
             run_at=instant("run_at", self.run_at),
             metadata=self.metadata or {},
             idempotency_key=idempotency_key,
+            lingers=lingers,
         )
 
 

@@ -38,7 +38,7 @@ async def create_job(request: web.Request) -> web.Response:
     settings = settings_of(request)
     body.check_sizes(settings.max_payload_bytes)
     key = _header_key(request) or (body.idempotency_key or "").strip() or None
-    job = body.to_new_job(settings.default_queue, key)
+    job = body.to_new_job(settings.default_queue, key, lingers=True)
     job_id = await enqueue_one(db_of(request), tenant_of(request).id, job, trace_headers(request))
     return json_response(wire.CreateJobResponse(job_id=str(job_id)), 201)
 

@@ -166,7 +166,7 @@ CREATE UNLOGGED TABLE queueflow.job_watchers (
 CREATE INDEX job_watchers_job_idx ON queueflow.job_watchers USING btree (job_id);
 
 -- -------------------------------------------------------------------------------------------------
--- Table queueflow.jobs (from 0018_trace_context)
+-- Table queueflow.jobs (from 0037_removing_queues)
 -- -------------------------------------------------------------------------------------------------
 CREATE TABLE queueflow.jobs (
     id uuid NOT NULL,
@@ -202,6 +202,7 @@ CREATE TABLE queueflow.jobs (
     progress jsonb,
     traceparent text,
     tracestate text,
+    lingers boolean DEFAULT false NOT NULL,
     CONSTRAINT jobs_pkey PRIMARY KEY (id),
     CONSTRAINT jobs_status_check CHECK (status = ANY (ARRAY['pending'::text, 'running'::text, 'completed'::text, 'failed'::text, 'retrying'::text, 'cancelled'::text]))
 ) WITH (fillfactor=85, autovacuum_vacuum_scale_factor=0.05);

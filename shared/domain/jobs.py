@@ -365,6 +365,10 @@ class NewJob(Struct, frozen=True, kw_only=True):
     step_attempt: int | None = None
     # The W3C trace context the job was created in (shared/domain/traces.py), passed on at lease.
     trace: TraceContext | None = None
+    # Its creator may read it back once it completed (a single create: upstream's client reads each
+    # job it creates back and polls it to wait for it). On a queue that removes completed jobs it
+    # is then kept for --removal-grace-secs after completing (docs/operations.md, "Retention").
+    lingers: bool = False
 
     def __post_init__(self) -> None:
         check_task_name(self.task_name)

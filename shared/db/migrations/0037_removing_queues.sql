@@ -7,10 +7,12 @@
 --   processes record from --queue-retention at start), else 'keep'. The completing statements
 --   (complete_jobs) read both tables once per statement, through the partial index below and the
 --   defaults' primary key: a handful of rows, whatever the number of queues.
--- * queueflow.job_removals: completed jobs of removing queues that someone watched when they
---   completed (an SSE stream, a poll of GET /api/v1/jobs/{id} while they were unfinished). They
---   are completed in place, like a kept job, so the watcher reads the outcome, and the janitor
---   deletes them --removal-grace-secs later (remove_lingering_jobs).
+-- * jobs.lingers: the job may be read back after it completes: it was created by POST
+--   /api/v1/jobs (upstream's Python client reads every job it creates back, then polls it to wait
+--   for it), or read unfinished by GET /api/v1/jobs/{id} while its queue removed completed jobs.
+--   Such a job, and a watched one (an SSE stream), is completed in place on a removing queue, so
+--   its reader finds the outcome, and listed in queueflow.job_removals: the janitor deletes it
+--   --removal-grace-secs later (remove_lingering_jobs).
 -- * Deleting a job now deletes its attempts, its log state and its log lines with one statement
 --   each per deleting statement (trigger jobs_deleted, over the deleted rows), instead of one
 --   cascade per row through foreign keys: the two cascades cost more than the delete itself (about
@@ -43,6 +45,8 @@ LANGUAGE sql STABLE AS $$
         (SELECT d.retention FROM queueflow.queue_retention_defaults d WHERE d.queue_name = queue),
         'keep') = 'remove_completed'
 $$;
+
+ALTER TABLE queueflow.jobs ADD COLUMN lingers boolean NOT NULL DEFAULT false;
 
 CREATE TABLE queueflow.job_removals (
     job_id       uuid        NOT NULL,

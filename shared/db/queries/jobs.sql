@@ -9,12 +9,13 @@
 INSERT INTO queueflow.jobs
     (id, queue_name, task_name, payload, config, priority, scheduled_at, metadata, tenant_id,
      idempotency_key, workflow_id, workflow_step_id, step_index, step_attempt, limit_keys, traceparent,
-     tracestate)
+     tracestate, lingers)
 SELECT u.id, u.q, u.t, COALESCE(u.p, '{}'), u.c, COALESCE(u.pr, 0),
-       COALESCE(u.s, now()), COALESCE(u.m, '{}'), $2, u.k, u.w, u.st, u.si, u.sa, u.lk, u.tp, u.ts
+       COALESCE(u.s, now()), COALESCE(u.m, '{}'), $2, u.k, u.w, u.st, u.si, u.sa, u.lk, u.tp, u.ts,
+       COALESCE(u.l, false)
 FROM json_to_recordset($1::json)
      AS u(id uuid, q text, t text, p jsonb, c jsonb, pr int, s timestamptz, m jsonb, k text, w text, st text,
-          si int, sa int, lk text[], tp text, ts text)
+          si int, sa int, lk text[], tp text, ts text, l bool)
 RETURNING id;
 
 -- name: insert_jobs_handed_off
@@ -27,10 +28,11 @@ RETURNING id;
 INSERT INTO queueflow.jobs
     (id, queue_name, task_name, payload, config, priority, scheduled_at, metadata, tenant_id,
      idempotency_key, workflow_id, workflow_step_id, step_index, step_attempt, limit_keys, traceparent,
-     tracestate, status, lease_token, claim_key, locked_until, delivery_count, started_at,
+     tracestate, lingers, status, lease_token, claim_key, locked_until, delivery_count, started_at,
      attempt_started_at, worker_id)
 SELECT u.id, u.q, u.t, COALESCE(u.p, '{}'), u.c, COALESCE(u.pr, 0),
        COALESCE(u.s, now()), COALESCE(u.m, '{}'), $2, u.k, u.w, u.st, u.si, u.sa, u.lk, u.tp, u.ts,
+       COALESCE(u.l, false),
        CASE WHEN l.leased THEN 'running' ELSE 'pending' END,
        CASE WHEN l.leased THEN u.lt END,
        CASE WHEN l.leased THEN u.ck END,
@@ -42,7 +44,7 @@ SELECT u.id, u.q, u.t, COALESCE(u.p, '{}'), u.c, COALESCE(u.pr, 0),
        CASE WHEN l.leased THEN u.wk END
 FROM json_to_recordset($1::json)
      AS u(id uuid, q text, t text, p jsonb, c jsonb, pr int, s timestamptz, m jsonb, k text, w text, st text,
-          si int, sa int, lk text[], tp text, ts text, lt uuid, ck uuid, ls int, lg int, wk text)
+          si int, sa int, lk text[], tp text, ts text, l bool, lt uuid, ck uuid, ls int, lg int, wk text)
 CROSS JOIN LATERAL (
     SELECT u.lt IS NOT NULL AND u.lk IS NULL AND COALESCE(u.s, now()) <= now()
            AND NOT EXISTS (SELECT 1 FROM queueflow.tenant_queues t
@@ -58,12 +60,13 @@ RETURNING id, queue_name, task_name, payload, config::text AS config, status, re
 INSERT INTO queueflow.jobs
     (id, queue_name, task_name, payload, config, priority, scheduled_at, metadata, tenant_id,
      idempotency_key, workflow_id, workflow_step_id, step_index, step_attempt, limit_keys, traceparent,
-     tracestate)
+     tracestate, lingers)
 SELECT u.id, u.q, u.t, COALESCE(u.p, '{}'), u.c, COALESCE(u.pr, 0),
-       COALESCE(u.s, now()), COALESCE(u.m, '{}'), $2, u.k, u.w, u.st, u.si, u.sa, u.lk, u.tp, u.ts
+       COALESCE(u.s, now()), COALESCE(u.m, '{}'), $2, u.k, u.w, u.st, u.si, u.sa, u.lk, u.tp, u.ts,
+       COALESCE(u.l, false)
 FROM json_to_recordset($1::json)
      AS u(id uuid, q text, t text, p jsonb, c jsonb, pr int, s timestamptz, m jsonb, k text, w text, st text,
-          si int, sa int, lk text[], tp text, ts text)
+          si int, sa int, lk text[], tp text, ts text, l bool)
 ON CONFLICT (COALESCE(tenant_id, ''), idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id;
 
@@ -89,12 +92,12 @@ SELECT * FROM queueflow.jobs WHERE id = $1 AND tenant_id = $2;
 
 -- name: get_job_watched
 -- get_job for GET /api/v1/jobs/{id}: an unfinished job of a queue that removes completed jobs is
--- flagged watched by the read that finds it so (migration 37), so that whoever polls it
--- (`wait_for_job`) reads its outcome: a watched job is completed in place and deleted only
+-- flagged `lingers` by the read that finds it so (migration 37), so that whoever polls it
+-- (`wait_for_job`) reads its outcome: such a job is completed in place and deleted only
 -- --removal-grace-secs later. The flag is set before the answer is read, in this one statement.
 WITH flagged AS (
-    UPDATE queueflow.jobs j SET watched = true
-    WHERE j.id = $1 AND j.tenant_id = $2 AND NOT j.watched AND j.status IN ('pending', 'retrying', 'running')
+    UPDATE queueflow.jobs j SET lingers = true
+    WHERE j.id = $1 AND j.tenant_id = $2 AND NOT j.lingers AND j.status IN ('pending', 'retrying', 'running')
       AND queueflow.removes_completed(j.queue_name, COALESCE(j.tenant_id, ''))
     RETURNING j.*
 )
@@ -343,20 +346,21 @@ SELECT (SELECT count(*) FROM noted) AS found,
 -- The attempt stays described by the job row (no history row: this is the drain's path); its task
 -- and length are returned for /metrics.
 -- A queue may remove its completed jobs (migration 37: the tenant's retention for it, else the
--- fleet's default for its name; docs/operations.md, "Retention"). Such a job is deleted here
+-- fleet's default for its name; docs/operations.md, "Retention"). Its job is deleted here
 -- (`removed`): its step's outbox row is written here, with its result (the row trigger
 -- jobs_step_finished fires on updates only), and its attempts and log lines go by the statement
--- trigger jobs_deleted. Not when something still needs its row: a watcher (`watched`: an SSE
--- stream, or a poll while it was unfinished), which reads the outcome of a job completed in place
--- and then listed in job_removals for the janitor to delete --removal-grace-secs later; its
--- idempotency key or unique key, which promise one job for as long as the job is kept (a cron
--- occurrence's key promises nothing past its firing); the fan-out step it is a child of, which
--- reads every child's result when the last one ends. `kept` completes in place every job that is
--- not to be deleted, `removed` deletes the others, and `late` completes in place a job whose
--- watcher came while this statement ran (so neither matched it). With no queue removing anything
--- (`removing`, tested once), `removed` and `late` read nothing, and every job takes `kept`.
+-- trigger jobs_deleted. Not when something still needs the row. A reader that may come back for
+-- the outcome (`watched`: an SSE stream; `lingers`: its creator, through POST /api/v1/jobs, or a
+-- poll while it was unfinished) gets a job completed in place and listed in job_removals, which the
+-- janitor deletes --removal-grace-secs later. An idempotency key or a unique key promises one job
+-- for as long as the job is there (a cron occurrence's key promises nothing past its firing), and
+-- the fan-out step of a child reads every child's result when the last one ends: those are kept as
+-- on any queue. `kept` completes in place every job not to be deleted, `removed` deletes the
+-- others, and `late` completes in place one whose reader came while this statement ran (neither
+-- matched it then). With no queue removing anything (`removing`, tested once), `removed` and
+-- `late` read nothing and every job takes `kept`.
 WITH chosen AS MATERIALIZED (
-    -- The tenants' own choices, and the fleet's defaults (migration 37): a few rows, read once.
+    -- The tenants' own choices and the fleet's defaults (migration 37): a few rows, read once.
     SELECT t.queue_name, t.tenant_key, t.retention = 'remove_completed' AS removes
     FROM queueflow.tenant_queues t WHERE t.retention IS NOT NULL
 ), fleet AS MATERIALIZED (
@@ -370,7 +374,7 @@ WITH chosen AS MATERIALIZED (
     SET status = 'completed', result = u.result, completed_at = now(), locked_until = NULL
     FROM u
     WHERE j.id = u.id AND j.status = 'running' AND j.lease_token = u.token
-      AND NOT ((SELECT active FROM removing) AND NOT j.watched
+      AND NOT ((SELECT active FROM removing) AND NOT j.watched AND NOT j.lingers
                AND j.step_index IS NULL AND NOT (j.config ? 'unique')
                AND (j.idempotency_key IS NULL OR (starts_with(j.idempotency_key, 'cron:') AND j.metadata ? 'cron_id'))
                AND ((j.queue_name, COALESCE(j.tenant_id, '')) IN (SELECT queue_name, tenant_key FROM chosen WHERE removes)
@@ -383,16 +387,16 @@ WITH chosen AS MATERIALIZED (
               AND (j.idempotency_key IS NULL OR (starts_with(j.idempotency_key, 'cron:') AND j.metadata ? 'cron_id'))
               AND ((j.queue_name, COALESCE(j.tenant_id, '')) IN (SELECT queue_name, tenant_key FROM chosen WHERE removes)
                    OR (j.queue_name IN (SELECT queue_name FROM fleet)
-                       AND (j.queue_name, COALESCE(j.tenant_id, '')) NOT IN (SELECT queue_name, tenant_key FROM chosen))) AS lingers
+                       AND (j.queue_name, COALESCE(j.tenant_id, '')) NOT IN (SELECT queue_name, tenant_key FROM chosen))) AS deferred
 ), removed AS (
     DELETE FROM queueflow.jobs j USING u
     WHERE (SELECT active FROM removing) AND u.id NOT IN (SELECT id FROM kept)
-      AND j.id = u.id AND j.status = 'running' AND j.lease_token = u.token AND NOT j.watched
+      AND j.id = u.id AND j.status = 'running' AND j.lease_token = u.token AND NOT j.watched AND NOT j.lingers
       AND j.step_index IS NULL AND NOT (j.config ? 'unique')
-          AND (j.idempotency_key IS NULL OR (starts_with(j.idempotency_key, 'cron:') AND j.metadata ? 'cron_id'))
-          AND ((j.queue_name, COALESCE(j.tenant_id, '')) IN (SELECT queue_name, tenant_key FROM chosen WHERE removes)
-               OR (j.queue_name IN (SELECT queue_name FROM fleet)
-                   AND (j.queue_name, COALESCE(j.tenant_id, '')) NOT IN (SELECT queue_name, tenant_key FROM chosen)))
+      AND (j.idempotency_key IS NULL OR (starts_with(j.idempotency_key, 'cron:') AND j.metadata ? 'cron_id'))
+      AND ((j.queue_name, COALESCE(j.tenant_id, '')) IN (SELECT queue_name, tenant_key FROM chosen WHERE removes)
+           OR (j.queue_name IN (SELECT queue_name FROM fleet)
+               AND (j.queue_name, COALESCE(j.tenant_id, '')) NOT IN (SELECT queue_name, tenant_key FROM chosen)))
     RETURNING j.id, u.token, j.workflow_id, j.task_name,
               EXTRACT(EPOCH FROM now() - COALESCE(j.attempt_started_at, j.started_at))::float8 AS secs, u.result, j.workflow_step_id, j.step_attempt
 ), late AS (
@@ -407,15 +411,14 @@ WITH chosen AS MATERIALIZED (
               AND (j.idempotency_key IS NULL OR (starts_with(j.idempotency_key, 'cron:') AND j.metadata ? 'cron_id'))
               AND ((j.queue_name, COALESCE(j.tenant_id, '')) IN (SELECT queue_name, tenant_key FROM chosen WHERE removes)
                    OR (j.queue_name IN (SELECT queue_name FROM fleet)
-                       AND (j.queue_name, COALESCE(j.tenant_id, '')) NOT IN (SELECT queue_name, tenant_key FROM chosen))) AS lingers
+                       AND (j.queue_name, COALESCE(j.tenant_id, '')) NOT IN (SELECT queue_name, tenant_key FROM chosen))) AS deferred
 ), outbox AS (
-    INSERT INTO queueflow.workflow_outbox
-        (workflow_id, kind, step_name, job_id, step_attempt, outcome, result)
+    INSERT INTO queueflow.workflow_outbox (workflow_id, kind, step_name, job_id, step_attempt, outcome, result)
     SELECT workflow_id, 'job', workflow_step_id, id, step_attempt, 'completed', result
     FROM removed WHERE workflow_id IS NOT NULL
-), lingering AS (
+), deferring AS (
     INSERT INTO queueflow.job_removals (job_id)
-    SELECT id FROM kept WHERE lingers UNION ALL SELECT id FROM late WHERE lingers
+    SELECT id FROM kept WHERE deferred UNION ALL SELECT id FROM late WHERE deferred
 )
 SELECT id, token, workflow_id, task_name, secs FROM kept
 UNION ALL
@@ -426,7 +429,7 @@ SELECT id, token, workflow_id, task_name, secs FROM late;
 -- name: complete_jobs_traced
 -- complete_jobs in a process that exports traces: also what the completion's span names.
 WITH chosen AS MATERIALIZED (
-    -- The tenants' own choices, and the fleet's defaults (migration 37): a few rows, read once.
+    -- The tenants' own choices and the fleet's defaults (migration 37): a few rows, read once.
     SELECT t.queue_name, t.tenant_key, t.retention = 'remove_completed' AS removes
     FROM queueflow.tenant_queues t WHERE t.retention IS NOT NULL
 ), fleet AS MATERIALIZED (
@@ -440,7 +443,7 @@ WITH chosen AS MATERIALIZED (
     SET status = 'completed', result = u.result, completed_at = now(), locked_until = NULL
     FROM u
     WHERE j.id = u.id AND j.status = 'running' AND j.lease_token = u.token
-      AND NOT ((SELECT active FROM removing) AND NOT j.watched
+      AND NOT ((SELECT active FROM removing) AND NOT j.watched AND NOT j.lingers
                AND j.step_index IS NULL AND NOT (j.config ? 'unique')
                AND (j.idempotency_key IS NULL OR (starts_with(j.idempotency_key, 'cron:') AND j.metadata ? 'cron_id'))
                AND ((j.queue_name, COALESCE(j.tenant_id, '')) IN (SELECT queue_name, tenant_key FROM chosen WHERE removes)
@@ -454,16 +457,16 @@ WITH chosen AS MATERIALIZED (
               AND (j.idempotency_key IS NULL OR (starts_with(j.idempotency_key, 'cron:') AND j.metadata ? 'cron_id'))
               AND ((j.queue_name, COALESCE(j.tenant_id, '')) IN (SELECT queue_name, tenant_key FROM chosen WHERE removes)
                    OR (j.queue_name IN (SELECT queue_name FROM fleet)
-                       AND (j.queue_name, COALESCE(j.tenant_id, '')) NOT IN (SELECT queue_name, tenant_key FROM chosen))) AS lingers
+                       AND (j.queue_name, COALESCE(j.tenant_id, '')) NOT IN (SELECT queue_name, tenant_key FROM chosen))) AS deferred
 ), removed AS (
     DELETE FROM queueflow.jobs j USING u
     WHERE (SELECT active FROM removing) AND u.id NOT IN (SELECT id FROM kept)
-      AND j.id = u.id AND j.status = 'running' AND j.lease_token = u.token AND NOT j.watched
+      AND j.id = u.id AND j.status = 'running' AND j.lease_token = u.token AND NOT j.watched AND NOT j.lingers
       AND j.step_index IS NULL AND NOT (j.config ? 'unique')
-          AND (j.idempotency_key IS NULL OR (starts_with(j.idempotency_key, 'cron:') AND j.metadata ? 'cron_id'))
-          AND ((j.queue_name, COALESCE(j.tenant_id, '')) IN (SELECT queue_name, tenant_key FROM chosen WHERE removes)
-               OR (j.queue_name IN (SELECT queue_name FROM fleet)
-                   AND (j.queue_name, COALESCE(j.tenant_id, '')) NOT IN (SELECT queue_name, tenant_key FROM chosen)))
+      AND (j.idempotency_key IS NULL OR (starts_with(j.idempotency_key, 'cron:') AND j.metadata ? 'cron_id'))
+      AND ((j.queue_name, COALESCE(j.tenant_id, '')) IN (SELECT queue_name, tenant_key FROM chosen WHERE removes)
+           OR (j.queue_name IN (SELECT queue_name FROM fleet)
+               AND (j.queue_name, COALESCE(j.tenant_id, '')) NOT IN (SELECT queue_name, tenant_key FROM chosen)))
     RETURNING j.id, u.token, j.workflow_id, j.task_name,
               EXTRACT(EPOCH FROM now() - COALESCE(j.attempt_started_at, j.started_at))::float8 AS secs,
               j.queue_name, j.tenant_id, j.delivery_count, j.traceparent, j.tracestate, u.result, j.workflow_step_id, j.step_attempt
@@ -480,15 +483,14 @@ WITH chosen AS MATERIALIZED (
               AND (j.idempotency_key IS NULL OR (starts_with(j.idempotency_key, 'cron:') AND j.metadata ? 'cron_id'))
               AND ((j.queue_name, COALESCE(j.tenant_id, '')) IN (SELECT queue_name, tenant_key FROM chosen WHERE removes)
                    OR (j.queue_name IN (SELECT queue_name FROM fleet)
-                       AND (j.queue_name, COALESCE(j.tenant_id, '')) NOT IN (SELECT queue_name, tenant_key FROM chosen))) AS lingers
+                       AND (j.queue_name, COALESCE(j.tenant_id, '')) NOT IN (SELECT queue_name, tenant_key FROM chosen))) AS deferred
 ), outbox AS (
-    INSERT INTO queueflow.workflow_outbox
-        (workflow_id, kind, step_name, job_id, step_attempt, outcome, result)
+    INSERT INTO queueflow.workflow_outbox (workflow_id, kind, step_name, job_id, step_attempt, outcome, result)
     SELECT workflow_id, 'job', workflow_step_id, id, step_attempt, 'completed', result
     FROM removed WHERE workflow_id IS NOT NULL
-), lingering AS (
+), deferring AS (
     INSERT INTO queueflow.job_removals (job_id)
-    SELECT id FROM kept WHERE lingers UNION ALL SELECT id FROM late WHERE lingers
+    SELECT id FROM kept WHERE deferred UNION ALL SELECT id FROM late WHERE deferred
 )
 SELECT id, token, workflow_id, task_name, secs, queue_name, tenant_id, delivery_count, traceparent, tracestate FROM kept
 UNION ALL
