@@ -1,6 +1,6 @@
 """`python -m bench [SCENARIO ...] [--quick]`: run the benchmarks against real server processes.
 
-Scenarios: W1 (= W1a + W1b), W1a, W1b, W2, W3, E, M, F, L, H, K; default: all of them but H. Each figure is the
+Scenarios: W1 (= W1a + W1b), W1a, W1b, W1c, W2, W3, E, M, F, L, H, K; default: all of them but H. Each figure is the
 median of --runs runs (default 3; --quick: smaller N and 1 run), with min and max beside it.
 Results go to stdout as a table and to bench/out/results.json (merged per scenario).
 See docs/benchmarks.md.
@@ -35,7 +35,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="smoke check: smaller N and one run")
     p.add_argument("--runs", type=int, default=None, help="runs per scenario (default 3; 1 with --quick)")
     p.add_argument("--out", type=Path, default=harness.OUT_DIR / "results.json", help="results JSON path")
-    p.add_argument("--drain-workers", default="4,16", help="W1b: comma-separated --workers values")
+    p.add_argument("--drain-workers", default="4,16", help="W1b, W1c: comma-separated --workers values")
     p.add_argument("--remote-loops", type=int, default=8, help="W1a: concurrent remote worker loops")
     p.add_argument("--remote-batch", type=int, default=50, help="W1a: max_jobs per lease (1..100)")
     p.add_argument(

@@ -22,6 +22,7 @@ SCENARIOS: dict[str, Scenario] = {
     for s in (
         w1_drain.REMOTE,
         w1_drain.IN_PROCESS,
+        w1_drain.IN_PROCESS_REMOVING,
         w2_latency.SCENARIO,
         w3_workflows.SCENARIO,
         e_enqueue.SCENARIO,

@@ -16,6 +16,12 @@ batches of 1,000 *before* any worker runs, so the measurement is a pure drain of
   the TypeScript SDK's (`bench/tssdk/main.mjs` under Node, the SDK's dist/ built first).
 - W1b: the backlog is enqueued through a separate `--mode api` process, which is then stopped;
   then `--mode all --workers N` starts and drains the default queue with the built-in `echo`.
+- W1c: W1b on a queue that removes completed jobs (`PATCH /api/v1/queues/default` with
+  `{"retention": "remove_completed"}` before the backlog goes in; docs/operations.md,
+  "Retention"), graphile-worker's semantics. Its jobs leave no row to count, so a statement trigger
+  the harness adds to the bench database (not the schema's: `bench_removed`, one row per deleting
+  statement, from the deleted rows it is given anyway) records each statement's count, its now()
+  and the earliest started_at among its rows; the rate is the same DB-clock figure as W1b's.
 
 Completion is counted from the database (status = 'completed', polled every 0.2 s). The headline
 rate uses the database's own clock: N / (max(completed_at) - min(started_at)), i.e. from the first
@@ -307,4 +313,79 @@ async def run_inprocess(ctx: Context, run_no: int) -> dict[str, float]:
 
 IN_PROCESS = Scenario(
     "W1b", "Drain 20k no-op jobs: in-process echo workers (--mode all)", inprocess_figures, run_inprocess
+)
+
+
+# --- W1c: W1b on a queue that removes completed jobs ---------------------------------------------------
+
+REMOVED_MARKS = """
+CREATE TABLE public.bench_removed (n bigint NOT NULL, at timestamptz NOT NULL, first_started timestamptz);
+CREATE FUNCTION public.bench_removed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO public.bench_removed SELECT count(*), now(), min(started_at) FROM gone HAVING count(*) > 0;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER bench_removed AFTER DELETE ON queueflow.jobs REFERENCING OLD TABLE AS gone
+    FOR EACH STATEMENT EXECUTE FUNCTION public.bench_removed();
+"""
+REMOVED = "SELECT COALESCE(sum(n), 0) FROM public.bench_removed"
+REMOVED_WINDOW = """SELECT sum(n) AS n, EXTRACT(EPOCH FROM max(at) - min(first_started))::float8 AS secs
+FROM public.bench_removed"""
+# What makes a queue remove its completed jobs: the setting bench.compare's removing row uses too.
+REMOVE_COMPLETED = {"retention": "remove_completed"}
+
+
+async def make_removing(http: aiohttp.ClientSession, base: str, queue: str) -> None:
+    """The dev tenant's `queue` removes its completed jobs from now on."""
+    async with http.patch(f"{base}/api/v1/queues/{queue}", json=REMOVE_COMPLETED) as resp:
+        if resp.status != 200:
+            raise RuntimeError(f"PATCH /api/v1/queues/{queue}: {resp.status} {await resp.text()}")
+
+
+def removing_figures(ctx: Context) -> list[Figure]:
+    return [
+        Figure(
+            f.key,
+            f.label.replace("in-process echo", "in-process echo, a removing queue"),
+            f.unit,
+            f.ref,
+        )
+        for f in inprocess_figures(ctx)
+    ]
+
+
+async def run_removing(ctx: Context, run_no: int) -> dict[str, float]:
+    total = ctx.n(20_000, 2_000)
+    out: dict[str, float] = {}
+    for n in ctx.drain_workers:
+        async with ctx.database(f"w1c_w{n}") as dsn:
+            api = ctx.server(dsn, "api")
+            async with servers(api), client.session() as http:
+                await make_removing(http, api.base_url, QUEUE)
+                await client.enqueue_backlog(http, api.base_url, total, QUEUE)
+            probe = await probe_commits(dsn, f"w{n}_")
+            conn = await connect(dsn)
+            try:
+                await conn.execute(REMOVED_MARKS)
+                worker = ctx.server(dsn, "all", "--workers", str(n))
+                async with servers(worker):
+                    meter = CpuMeter([worker.pid], ctx.postmaster)
+                    await wait_for_count(conn, REMOVED, total, TIMEOUT_SECS)
+                    cpu = meter.percent()
+                row = await conn.fetchrow(REMOVED_WINDOW)
+                if row["n"] != total or await conn.fetchval("SELECT count(*) FROM queueflow.jobs"):
+                    raise RuntimeError(f"expected {total} jobs removed and none left, removed {row['n']}")
+                out[f"w{n}_jobs_per_s"] = total / row["secs"]
+                cpu.pop("client")
+                out.update(cpu_values(f"w{n}_", cpu), **probe)
+            finally:
+                await conn.close()
+    return out
+
+
+IN_PROCESS_REMOVING = Scenario(
+    "W1c",
+    "Drain 20k no-op jobs: in-process echo workers (--mode all), on a queue that removes completed jobs",
+    removing_figures,
+    run_removing,
 )

@@ -60,6 +60,10 @@ ALTER TABLE queueflow.job_log_state DROP CONSTRAINT job_log_state_job_id_fkey;
 CREATE FUNCTION queueflow.jobs_deleted() RETURNS trigger
 LANGUAGE plpgsql SET enable_seqscan = off AS $$
 BEGIN
+    -- (A completing statement on a queue that keeps its jobs deletes none, and says so once.)
+    IF NOT EXISTS (SELECT 1 FROM gone) THEN
+        RETURN NULL;
+    END IF;
     -- (Each statement of a trigger function reads with a snapshot of its own: a log line
     -- committed while the delete waited for the job's row lock is seen, and deleted, here.)
     DELETE FROM queueflow.job_attempts a USING gone g

@@ -355,10 +355,10 @@ SELECT (SELECT count(*) FROM noted) AS found,
 -- janitor deletes --removal-grace-secs later. An idempotency key or a unique key promises one job
 -- for as long as the job is there (a cron occurrence's key promises nothing past its firing), and
 -- the fan-out step of a child reads every child's result when the last one ends: those are kept as
--- on any queue. `kept` completes in place every job not to be deleted, `removed` deletes the
--- others, and `late` completes in place one whose reader came while this statement ran (neither
--- matched it then). With no queue removing anything (`removing`, tested once), `removed` and
--- `late` read nothing and every job takes `kept`.
+-- on any queue. `kept` completes in place every job `removed` did not delete, a job whose reader
+-- came while this statement ran among them (the delete, rechecking the row it waited for, found
+-- the reader's flag; this update's own recheck finds the row still running under the token).
+-- With no queue removing anything (`removing`, tested once), `removed` reads nothing.
 WITH chosen AS MATERIALIZED (
     -- The tenants' own choices and the fleet's defaults (migration 37): a few rows, read once.
     SELECT t.queue_name, t.tenant_key, t.retention = 'remove_completed' AS removes
@@ -367,30 +367,14 @@ WITH chosen AS MATERIALIZED (
     SELECT d.queue_name FROM queueflow.queue_retention_defaults d WHERE d.retention = 'remove_completed'
 ), removing AS MATERIALIZED (
     SELECT EXISTS (SELECT 1 FROM chosen WHERE removes) OR EXISTS (SELECT 1 FROM fleet) AS active
-), u AS (
-    SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::jsonb[]) AS u(id, token, result)
-), kept AS (
-    UPDATE queueflow.jobs j
-    SET status = 'completed', result = u.result, completed_at = now(), locked_until = NULL
-    FROM u
-    WHERE j.id = u.id AND j.status = 'running' AND j.lease_token = u.token
-      AND NOT ((SELECT active FROM removing) AND NOT j.watched AND NOT j.lingers
-               AND j.step_index IS NULL AND NOT (j.config ? 'unique')
-               AND (j.idempotency_key IS NULL OR (starts_with(j.idempotency_key, 'cron:') AND j.metadata ? 'cron_id'))
-               AND ((j.queue_name, COALESCE(j.tenant_id, '')) IN (SELECT queue_name, tenant_key FROM chosen WHERE removes)
-                    OR (j.queue_name IN (SELECT queue_name FROM fleet)
-                        AND (j.queue_name, COALESCE(j.tenant_id, '')) NOT IN (SELECT queue_name, tenant_key FROM chosen))))
-    RETURNING j.id, u.token, j.workflow_id, j.task_name,
-              EXTRACT(EPOCH FROM now() - COALESCE(j.attempt_started_at, j.started_at))::float8 AS secs,
-              (SELECT active FROM removing)
-              AND j.step_index IS NULL AND NOT (j.config ? 'unique')
-              AND (j.idempotency_key IS NULL OR (starts_with(j.idempotency_key, 'cron:') AND j.metadata ? 'cron_id'))
-              AND ((j.queue_name, COALESCE(j.tenant_id, '')) IN (SELECT queue_name, tenant_key FROM chosen WHERE removes)
-                   OR (j.queue_name IN (SELECT queue_name FROM fleet)
-                       AND (j.queue_name, COALESCE(j.tenant_id, '')) NOT IN (SELECT queue_name, tenant_key FROM chosen))) AS deferred
+), u AS NOT MATERIALIZED (
+    -- (The arrays through scalar subqueries: the planner cannot see how long they are, so every
+    -- call's plan is the same, and PostgreSQL keeps its generic plan (ADR 0022). Planned again at
+    -- every call, this statement would cost about a millisecond more a call.)
+    SELECT * FROM unnest((SELECT $1::uuid[]), (SELECT $2::uuid[]), (SELECT $3::jsonb[])) AS u(id, token, result)
 ), removed AS (
     DELETE FROM queueflow.jobs j USING u
-    WHERE (SELECT active FROM removing) AND u.id NOT IN (SELECT id FROM kept)
+    WHERE (SELECT active FROM removing)
       AND j.id = u.id AND j.status = 'running' AND j.lease_token = u.token AND NOT j.watched AND NOT j.lingers
       AND j.step_index IS NULL AND NOT (j.config ? 'unique')
       AND (j.idempotency_key IS NULL OR (starts_with(j.idempotency_key, 'cron:') AND j.metadata ? 'cron_id'))
@@ -399,15 +383,15 @@ WITH chosen AS MATERIALIZED (
                AND (j.queue_name, COALESCE(j.tenant_id, '')) NOT IN (SELECT queue_name, tenant_key FROM chosen)))
     RETURNING j.id, u.token, j.workflow_id, j.task_name,
               EXTRACT(EPOCH FROM now() - COALESCE(j.attempt_started_at, j.started_at))::float8 AS secs, u.result, j.workflow_step_id, j.step_attempt
-), late AS (
+), kept AS (
     UPDATE queueflow.jobs j
     SET status = 'completed', result = u.result, completed_at = now(), locked_until = NULL
     FROM u
-    WHERE (SELECT active FROM removing) AND u.id NOT IN (SELECT id FROM kept) AND u.id NOT IN (SELECT id FROM removed)
-      AND j.id = u.id AND j.status = 'running' AND j.lease_token = u.token
+    WHERE u.id NOT IN (SELECT id FROM removed) AND j.id = u.id AND j.status = 'running' AND j.lease_token = u.token
     RETURNING j.id, u.token, j.workflow_id, j.task_name,
               EXTRACT(EPOCH FROM now() - COALESCE(j.attempt_started_at, j.started_at))::float8 AS secs,
-              j.step_index IS NULL AND NOT (j.config ? 'unique')
+              (SELECT active FROM removing)
+              AND j.step_index IS NULL AND NOT (j.config ? 'unique')
               AND (j.idempotency_key IS NULL OR (starts_with(j.idempotency_key, 'cron:') AND j.metadata ? 'cron_id'))
               AND ((j.queue_name, COALESCE(j.tenant_id, '')) IN (SELECT queue_name, tenant_key FROM chosen WHERE removes)
                    OR (j.queue_name IN (SELECT queue_name FROM fleet)
@@ -417,14 +401,11 @@ WITH chosen AS MATERIALIZED (
     SELECT workflow_id, 'job', workflow_step_id, id, step_attempt, 'completed', result
     FROM removed WHERE workflow_id IS NOT NULL
 ), deferring AS (
-    INSERT INTO queueflow.job_removals (job_id)
-    SELECT id FROM kept WHERE deferred UNION ALL SELECT id FROM late WHERE deferred
+    INSERT INTO queueflow.job_removals (job_id) SELECT id FROM kept WHERE deferred
 )
-SELECT id, token, workflow_id, task_name, secs FROM kept
-UNION ALL
 SELECT id, token, workflow_id, task_name, secs FROM removed
 UNION ALL
-SELECT id, token, workflow_id, task_name, secs FROM late;
+SELECT id, token, workflow_id, task_name, secs FROM kept;
 
 -- name: complete_jobs_traced
 -- complete_jobs in a process that exports traces: also what the completion's span names.
@@ -436,31 +417,14 @@ WITH chosen AS MATERIALIZED (
     SELECT d.queue_name FROM queueflow.queue_retention_defaults d WHERE d.retention = 'remove_completed'
 ), removing AS MATERIALIZED (
     SELECT EXISTS (SELECT 1 FROM chosen WHERE removes) OR EXISTS (SELECT 1 FROM fleet) AS active
-), u AS (
-    SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::jsonb[]) AS u(id, token, result)
-), kept AS (
-    UPDATE queueflow.jobs j
-    SET status = 'completed', result = u.result, completed_at = now(), locked_until = NULL
-    FROM u
-    WHERE j.id = u.id AND j.status = 'running' AND j.lease_token = u.token
-      AND NOT ((SELECT active FROM removing) AND NOT j.watched AND NOT j.lingers
-               AND j.step_index IS NULL AND NOT (j.config ? 'unique')
-               AND (j.idempotency_key IS NULL OR (starts_with(j.idempotency_key, 'cron:') AND j.metadata ? 'cron_id'))
-               AND ((j.queue_name, COALESCE(j.tenant_id, '')) IN (SELECT queue_name, tenant_key FROM chosen WHERE removes)
-                    OR (j.queue_name IN (SELECT queue_name FROM fleet)
-                        AND (j.queue_name, COALESCE(j.tenant_id, '')) NOT IN (SELECT queue_name, tenant_key FROM chosen))))
-    RETURNING j.id, u.token, j.workflow_id, j.task_name,
-              EXTRACT(EPOCH FROM now() - COALESCE(j.attempt_started_at, j.started_at))::float8 AS secs,
-              j.queue_name, j.tenant_id, j.delivery_count, j.traceparent, j.tracestate,
-              (SELECT active FROM removing)
-              AND j.step_index IS NULL AND NOT (j.config ? 'unique')
-              AND (j.idempotency_key IS NULL OR (starts_with(j.idempotency_key, 'cron:') AND j.metadata ? 'cron_id'))
-              AND ((j.queue_name, COALESCE(j.tenant_id, '')) IN (SELECT queue_name, tenant_key FROM chosen WHERE removes)
-                   OR (j.queue_name IN (SELECT queue_name FROM fleet)
-                       AND (j.queue_name, COALESCE(j.tenant_id, '')) NOT IN (SELECT queue_name, tenant_key FROM chosen))) AS deferred
+), u AS NOT MATERIALIZED (
+    -- (The arrays through scalar subqueries: the planner cannot see how long they are, so every
+    -- call's plan is the same, and PostgreSQL keeps its generic plan (ADR 0022). Planned again at
+    -- every call, this statement would cost about a millisecond more a call.)
+    SELECT * FROM unnest((SELECT $1::uuid[]), (SELECT $2::uuid[]), (SELECT $3::jsonb[])) AS u(id, token, result)
 ), removed AS (
     DELETE FROM queueflow.jobs j USING u
-    WHERE (SELECT active FROM removing) AND u.id NOT IN (SELECT id FROM kept)
+    WHERE (SELECT active FROM removing)
       AND j.id = u.id AND j.status = 'running' AND j.lease_token = u.token AND NOT j.watched AND NOT j.lingers
       AND j.step_index IS NULL AND NOT (j.config ? 'unique')
       AND (j.idempotency_key IS NULL OR (starts_with(j.idempotency_key, 'cron:') AND j.metadata ? 'cron_id'))
@@ -470,16 +434,16 @@ WITH chosen AS MATERIALIZED (
     RETURNING j.id, u.token, j.workflow_id, j.task_name,
               EXTRACT(EPOCH FROM now() - COALESCE(j.attempt_started_at, j.started_at))::float8 AS secs,
               j.queue_name, j.tenant_id, j.delivery_count, j.traceparent, j.tracestate, u.result, j.workflow_step_id, j.step_attempt
-), late AS (
+), kept AS (
     UPDATE queueflow.jobs j
     SET status = 'completed', result = u.result, completed_at = now(), locked_until = NULL
     FROM u
-    WHERE (SELECT active FROM removing) AND u.id NOT IN (SELECT id FROM kept) AND u.id NOT IN (SELECT id FROM removed)
-      AND j.id = u.id AND j.status = 'running' AND j.lease_token = u.token
+    WHERE u.id NOT IN (SELECT id FROM removed) AND j.id = u.id AND j.status = 'running' AND j.lease_token = u.token
     RETURNING j.id, u.token, j.workflow_id, j.task_name,
               EXTRACT(EPOCH FROM now() - COALESCE(j.attempt_started_at, j.started_at))::float8 AS secs,
               j.queue_name, j.tenant_id, j.delivery_count, j.traceparent, j.tracestate,
-              j.step_index IS NULL AND NOT (j.config ? 'unique')
+              (SELECT active FROM removing)
+              AND j.step_index IS NULL AND NOT (j.config ? 'unique')
               AND (j.idempotency_key IS NULL OR (starts_with(j.idempotency_key, 'cron:') AND j.metadata ? 'cron_id'))
               AND ((j.queue_name, COALESCE(j.tenant_id, '')) IN (SELECT queue_name, tenant_key FROM chosen WHERE removes)
                    OR (j.queue_name IN (SELECT queue_name FROM fleet)
@@ -489,14 +453,11 @@ WITH chosen AS MATERIALIZED (
     SELECT workflow_id, 'job', workflow_step_id, id, step_attempt, 'completed', result
     FROM removed WHERE workflow_id IS NOT NULL
 ), deferring AS (
-    INSERT INTO queueflow.job_removals (job_id)
-    SELECT id FROM kept WHERE deferred UNION ALL SELECT id FROM late WHERE deferred
+    INSERT INTO queueflow.job_removals (job_id) SELECT id FROM kept WHERE deferred
 )
-SELECT id, token, workflow_id, task_name, secs, queue_name, tenant_id, delivery_count, traceparent, tracestate FROM kept
-UNION ALL
 SELECT id, token, workflow_id, task_name, secs, queue_name, tenant_id, delivery_count, traceparent, tracestate FROM removed
 UNION ALL
-SELECT id, token, workflow_id, task_name, secs, queue_name, tenant_id, delivery_count, traceparent, tracestate FROM late;
+SELECT id, token, workflow_id, task_name, secs, queue_name, tenant_id, delivery_count, traceparent, tracestate FROM kept;
 
 -- name: lease_states
 -- Why a guarded write matched nothing: the job's current status and lease token.
