@@ -160,7 +160,7 @@ class Janitor:
             if n < batch:
                 break
         if removed:
-            log.info("watched_jobs_removed", jobs=removed)
+            log.info("completed_jobs_removed", jobs=removed)
         return removed
 
     async def prune(self, older_than_hours: float) -> int:
