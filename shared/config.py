@@ -555,7 +555,7 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str] | None = 
                 f"--default-queue / --queues: {err.message.removeprefix('validation error: ')}"
             ) from None
     try:
-        settings.queue_retention_defaults
+        parse_queue_retention(settings.queue_retention)
     except ValidationFailed as err:
         raise ConfigError(f"--queue-retention: {err.message.removeprefix('validation error: ')}") from None
     check_dev_mode(settings, env)

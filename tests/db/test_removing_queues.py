@@ -50,7 +50,9 @@ async def claim(db: asyncpg.Connection, queue: str, tenant: str = TENANT) -> dic
 
 
 async def complete(db: asyncpg.Connection, leases: dict[uuid.UUID, uuid.UUID]) -> list[object]:
-    return await jobs_db.complete_many(db, [(job, token, {"done": str(job)}) for job, token in leases.items()])
+    return await jobs_db.complete_many(
+        db, [(job, token, {"done": str(job)}) for job, token in leases.items()]
+    )
 
 
 async def waiting_on_a_lock(db: asyncpg.Connection, session: asyncpg.Connection) -> bool:
@@ -139,7 +141,9 @@ async def test_the_completing_statement_and_removes_completed_agree(db, own, fle
     said = await db.fetchval("SELECT queueflow.removes_completed('q', $1)", TENANT)
     await complete(db, await claim(db, "q"))
     assert (job not in await remaining(db, [job])) is said
-    assert said is (own is Retention.REMOVE_COMPLETED or (own is None and fleet is Retention.REMOVE_COMPLETED))
+    assert said is (
+        own is Retention.REMOVE_COMPLETED or (own is None and fleet is Retention.REMOVE_COMPLETED)
+    )
 
 
 async def test_jobs_whose_row_keeps_a_promise_are_completed_in_place_on_a_removing_queue(db):
@@ -156,9 +160,9 @@ async def test_jobs_whose_row_keeps_a_promise_are_completed_in_place_on_a_removi
     assert await remaining(db, [keyed, unique, cron, plain]) == {keyed: "completed", unique: "completed"}
     assert await db.fetchval("SELECT count(*) FROM queueflow.job_removals") == 0
     # The key still answers with its job: a retried create makes no second one.
-    assert await jobs_db.insert_jobs(db, TENANT, [NewJob(task_name="t", queue="fast", idempotency_key="order-42")]) == [
-        keyed
-    ]
+    assert await jobs_db.insert_jobs(
+        db, TENANT, [NewJob(task_name="t", queue="fast", idempotency_key="order-42")]
+    ) == [keyed]
 
 
 async def test_a_job_its_creator_may_read_back_is_completed_in_place_and_removed_after_the_grace(db):
@@ -221,10 +225,18 @@ async def test_a_removed_job_takes_its_attempts_and_log_lines_with_it(db):
     [(_, second)] = (await claim(db, "fast")).items()
     await visibility.append_logs(db, job, second, [NewLogLine(message="try 2")], 10_000)
     counts = "SELECT count(*) FROM queueflow.{0}"
-    assert [await db.fetchval(counts.format(t)) for t in ("job_attempts", "job_log_state", "job_logs")] == [1, 1, 2]
+    assert [await db.fetchval(counts.format(t)) for t in ("job_attempts", "job_log_state", "job_logs")] == [
+        1,
+        1,
+        2,
+    ]
     await complete(db, {job: second})
     assert await remaining(db, [job]) == {}
-    assert [await db.fetchval(counts.format(t)) for t in ("job_attempts", "job_log_state", "job_logs")] == [0, 0, 0]
+    assert [await db.fetchval(counts.format(t)) for t in ("job_attempts", "job_log_state", "job_logs")] == [
+        0,
+        0,
+        0,
+    ]
 
 
 async def test_retention_still_deletes_a_job_with_its_attempts_and_lines(db):

@@ -78,7 +78,9 @@ async def test_the_official_worker_runtime_drains_a_removing_queue(database_url,
     qf = QueueFlow(proc.base_url, "dev")
     async with aiohttp.ClientSession(base_url=proc.base_url, headers=AUTH) as http:
         await removing(http, "images")
-        jobs = [{"task_name": "resize", "payload": {"i": i}, "config": {"queue": "images"}} for i in range(30)]
+        jobs = [
+            {"task_name": "resize", "payload": {"i": i}, "config": {"queue": "images"}} for i in range(30)
+        ]
         async with http.post("/api/v1/jobs/batch", json={"jobs": jobs}) as resp:
             assert resp.status == 201
     seen: list[int] = []
@@ -186,7 +188,8 @@ async def test_kill_9_mid_drain_of_a_removing_queue_loses_no_step_outcome(databa
 
     async def mid_drain() -> bool:
         done = await db.fetchval(
-            "SELECT count(*) FROM queueflow.workflow_steps WHERE workflow_id = $1 AND status = 'completed'", wf_id
+            "SELECT count(*) FROM queueflow.workflow_steps WHERE workflow_id = $1 AND status = 'completed'",
+            wf_id,
         )
         running = await db.fetchval("SELECT count(*) FROM queueflow.jobs WHERE status = 'running'")
         return done >= 4 and running >= 1
@@ -195,7 +198,9 @@ async def test_kill_9_mid_drain_of_a_removing_queue_loses_no_step_outcome(databa
     await first.kill()
     await eventually(no_other_sessions(db), timeout=30, interval=0.01)
     assert await db.fetchval("SELECT count(*) FROM queueflow.jobs WHERE status = 'running'") > 0
-    await db.execute("UPDATE queueflow.jobs SET locked_until = now() - interval '1 second' WHERE status = 'running'")
+    await db.execute(
+        "UPDATE queueflow.jobs SET locked_until = now() - interval '1 second' WHERE status = 'running'"
+    )
 
     second = await service(database_url, mode="all", extra_args=args)
     async with aiohttp.ClientSession(base_url=second.base_url, headers=AUTH) as http:

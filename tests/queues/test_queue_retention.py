@@ -72,7 +72,10 @@ async def test_setting_retention_is_the_callers_own_and_the_list_names_it_only_w
     assert (await queue_of(client, "fast", ACME))["retention"] == "remove_completed"
     assert (await queue_of(client, "fast", GLOBEX))["retention"] == "keep"
     listed = (await (await client.get("/api/v1/queues", headers=ACME)).json())["queues"]
-    assert [(q["queue"], q.get("retention")) for q in listed] == [("fast", "remove_completed"), ("kept", None)]
+    assert [(q["queue"], q.get("retention")) for q in listed] == [
+        ("fast", "remove_completed"),
+        ("kept", None),
+    ]
     assert "retention" not in listed[1]  # upstream's shape where nothing is set
     assert (await patch(client, "fast", {"retention": "keep"}, ACME))["retention"] == "keep"
     assert (await patch(client, "fast", {}, ACME))["retention"] == "keep"  # nothing named: nothing changes
@@ -82,7 +85,9 @@ async def test_changing_retention_takes_a_write_credential_and_a_known_value(api
     client = await api(**STRICT)
     await expect_error(await client.patch("/api/v1/queues/fast", json=REMOVE, headers=ACME_RO), 403)
     assert (await queue_of(client, "fast", ACME_RO))["retention"] == "keep"  # reading is fine
-    await expect_error(await client.patch("/api/v1/queues/fast", json={"retention": "forever"}, headers=ACME), 400)
+    await expect_error(
+        await client.patch("/api/v1/queues/fast", json={"retention": "forever"}, headers=ACME), 400
+    )
     await expect_error(await client.patch("/api/v1/queues/fast", json={"paused": True}, headers=ACME), 400)
     await expect_error(await client.patch("/api/v1/queues/fast", data=b"[1]", headers=ACME), 400)
     await expect_error(await client.patch("/api/v1/queues/bad%20name", json=REMOVE, headers=ACME), 400)
