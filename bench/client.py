@@ -167,11 +167,11 @@ async def has_route(http: aiohttp.ClientSession, base: str, method: str, path: s
 # The one place the benchmark asks a server to remove each job of a queue in the statement that
 # completes it (W1b with Context.drain_removing; bench.compare's "removing queue" row). Written
 # before the retention branch merged, so the call is a guess at its API: PATCH /api/v1/queues/
-# {queue} with {"retention": "remove"}, beside pause and resume. Adjust the method, the path and the
+# {queue} with {"retention": "remove_completed"}, beside pause and resume. Adjust the method, the path and the
 # body below to the merged API; nothing else in the benchmark knows them.
 REMOVING_QUEUE_METHOD = "PATCH"
 REMOVING_QUEUE_PATH = "/api/v1/queues/{queue}"
-REMOVING_QUEUE_BODY: dict[str, Any] = {"retention": "remove"}
+REMOVING_QUEUE_BODY: dict[str, Any] = {"retention": "remove_completed"}
 
 
 async def make_queue_remove_finished(http: aiohttp.ClientSession, base: str, queue: str) -> str | None:

@@ -22,7 +22,7 @@ from typing import Any
 
 from shared.domain.caps import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_MAX_RESULT_BYTES
 from shared.domain.errors import ValidationFailed
-from shared.domain.jobs import check_queue_name
+from shared.domain.jobs import Retention, check_queue_name, parse_queue_retention
 from shared.domain.visibility import DEFAULT_JOB_LOG_MAX_BYTES
 from shared.domain.workflows import DEFAULT_MAX_WORKFLOW_JOBS, MAX_FAN_OUT, WorkflowLimits
 
@@ -194,6 +194,23 @@ class Settings:
     retention_interval_secs: float = option(
         "--retention-interval-secs", "QUEUEFLOW_RETENTION_INTERVAL_SECS", 3600.0, "retention cadence"
     )
+    queue_retention: tuple[str, ...] = option(
+        "--queue-retention",
+        "QUEUEFLOW_QUEUE_RETENTION",
+        (),
+        "QUEUE=RETENTION,...: what becomes of completed jobs of these queues for every tenant that"
+        " chose nothing of its own (PATCH /api/v1/queues/{queue}): keep (until --retention-hours) or"
+        " remove_completed (deleted as they complete). Fleet-wide: api processes record it in the"
+        " database at start",
+    )
+    removal_grace_secs: float = option(
+        "--removal-grace-secs",
+        "QUEUEFLOW_REMOVAL_GRACE_SECS",
+        60.0,
+        "how long a completed job of a remove_completed queue that was watched when it completed (an"
+        " SSE stream, a poll while it ran) stays readable before the janitor deletes it",
+        at_least=0,
+    )
     lease_secs: int = option("--lease-secs", "QUEUEFLOW_LEASE_SECS", 30, "in-process claim lease")
     lease_grace_secs: int = option(
         "--lease-grace-secs", "QUEUEFLOW_LEASE_GRACE_SECS", 30, "headroom over an in-process job timeout"
@@ -358,6 +375,11 @@ class Settings:
             min(self.workflow_max_fan_out, MAX_FAN_OUT),
             self.tenant_max_running_workflows,
         )
+
+    @property
+    def queue_retention_defaults(self) -> dict[str, Retention]:
+        """--queue-retention as a map (checked when the settings were loaded)."""
+        return parse_queue_retention(self.queue_retention)
 
     @property
     def worker_queues(self) -> tuple[str, ...]:
@@ -532,5 +554,9 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str] | None = 
             raise ConfigError(
                 f"--default-queue / --queues: {err.message.removeprefix('validation error: ')}"
             ) from None
+    try:
+        parse_queue_retention(settings.queue_retention)
+    except ValidationFailed as err:
+        raise ConfigError(f"--queue-retention: {err.message.removeprefix('validation error: ')}") from None
     check_dev_mode(settings, env)
     return settings

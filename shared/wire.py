@@ -48,6 +48,7 @@ from shared.domain.jobs import (
     QueueControl,
     QueueStats,
     ReplayedDeadLetter,
+    Retention,
     StatsSnapshot,
     TimeoutSecs,
     UniquePolicy,
@@ -214,7 +215,8 @@ class CreateJobRequest(Request):
         check_size(f"{where}payload", self.payload, most)
         check_size(f"{where}metadata", self.metadata, most)
 
-    def to_new_job(self, default_queue: str, idempotency_key: str | None) -> NewJob:
+    def to_new_job(self, default_queue: str, idempotency_key: str | None, lingers: bool = False) -> NewJob:
+        """`lingers`: a single create's job, which its creator may read back (NewJob.lingers)."""
         config = self.config or JobConfigRequest()
         return NewJob(
             task_name=self.task_name,
@@ -224,6 +226,7 @@ class CreateJobRequest(Request):
             run_at=instant("run_at", self.run_at),
             metadata=self.metadata or {},
             idempotency_key=idempotency_key,
+            lingers=lingers,
         )
 
 
@@ -588,6 +591,14 @@ class WorkflowEvent(Response):
 
 class QueuesResponse(Response):
     queues: list[QueueStats]
+
+
+class UpdateQueueRequest(Request):
+    """A queue's settings for the caller's jobs (an extension); a field left out stays as it is.
+    `retention`: what becomes of a job that completes from now on: `keep` (until --retention-hours
+    deletes it, the default) or `remove_completed` (deleted by the statement that completes it)."""
+
+    retention: Retention | None = None
 
 
 # --- cron ----------------------------------------------------------------------------------------

@@ -43,7 +43,7 @@ def setup(app: web.Application) -> None:
         LONG_POLL_RETRY_AFTER_SECS,
     )
     app.cleanup_ctx.append(_worker_keys)
-    app.cleanup_ctx.append(_queue_cap)
+    app.cleanup_ctx.append(_fleet_queue_settings)
     # The worker protocol's routes first: aiohttp tries the routes under one path prefix in the
     # order they were added (the answer does not depend on it: no two routes match one path and
     # method), and those are the routes a drain calls thousands of times a second.
@@ -69,10 +69,13 @@ async def _worker_keys(app: web.Application) -> AsyncIterator[None]:
         app[AUTH].worker_keys = None
 
 
-async def _queue_cap(app: web.Application) -> AsyncIterator[None]:
+async def _fleet_queue_settings(app: web.Application) -> AsyncIterator[None]:
     """Once the database is open: record --max-queues-per-tenant, which the database enforces for
-    every writer (migration 35)."""
-    await queues.record_cap(app[DATABASE].pool, app[SETTINGS].max_queues_per_tenant)
+    every writer (migration 35), and --queue-retention, which every completing statement reads
+    (migration 37)."""
+    pool, settings = app[DATABASE].pool, app[SETTINGS]
+    await queues.record_cap(pool, settings.max_queues_per_tenant)
+    await queues.record_retention_defaults(pool, settings.queue_retention_defaults)
     yield
 
 

@@ -38,7 +38,7 @@ async def create_job(request: web.Request) -> web.Response:
     settings = settings_of(request)
     body.check_sizes(settings.max_payload_bytes)
     key = _header_key(request) or (body.idempotency_key or "").strip() or None
-    job = body.to_new_job(settings.default_queue, key)
+    job = body.to_new_job(settings.default_queue, key, lingers=True)
     job_id = await enqueue_one(db_of(request), tenant_of(request).id, job, trace_headers(request))
     return json_response(wire.CreateJobResponse(job_id=str(job_id)), 201)
 
@@ -72,8 +72,10 @@ async def list_jobs(request: web.Request) -> web.Response:
 
 
 async def get_job(request: web.Request) -> web.Response:
+    # (A poll is how upstream's clients wait for a job: it flags the job watched on a queue that
+    # removes completed jobs, docs/operations.md, "Retention".)
     return json_response(
-        await jobs_db.get_job(db_of(request).pool, tenant_of(request).id, job_id_in_path(request))
+        await jobs_db.get_job_watched(db_of(request).pool, tenant_of(request).id, job_id_in_path(request))
     )
 
 

@@ -337,9 +337,23 @@ COMMANDS: dict[str, Call | Group] = {
         },
     ),
     "queue": Group(
-        "your backlog per queue; pause and resume claims",
+        "your backlog per queue; pause and resume claims; a queue's retention of completed jobs",
         {
             "list": Call("GET", "/api/v1/queues", "your backlog per queue"),
+            "get": Call("GET", "/api/v1/queues/{queue}", "one queue's backlog and settings"),
+            "set": Call(
+                "PATCH",
+                "/api/v1/queues/{queue}",
+                "change a queue's settings for your jobs",
+                (
+                    opt(
+                        "--retention",
+                        choices=("keep", "remove_completed"),
+                        help="keep completed jobs until retention deletes them, or remove each as it completes",
+                    ),
+                ),
+                body=lambda args: present({"retention": args.retention}),
+            ),
             "pause": Call("POST", "/api/v1/queues/{queue}/pause", "stop claims of your jobs on a queue"),
             "resume": Call("POST", "/api/v1/queues/{queue}/resume", "let claims of your jobs resume"),
         },

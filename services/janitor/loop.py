@@ -149,6 +149,20 @@ class Janitor:
             )
         return len(repaired)
 
+    async def remove_lingering(self) -> int:
+        """Completed jobs of removing queues kept for their watchers, once --removal-grace-secs
+        has passed: deleted, in rounds of 10 x --janitor-batch until none is due."""
+        removed = 0
+        batch = 10 * self.settings.janitor_batch
+        while True:
+            n = await janitor.remove_lingering(self.db.pool, self.settings.removal_grace_secs, batch)
+            removed += n
+            if n < batch:
+                break
+        if removed:
+            log.info("completed_jobs_removed", jobs=removed)
+        return removed
+
     async def prune(self, older_than_hours: float) -> int:
         deleted = await janitor.prune(self.db.pool, older_than_hours)
         if deleted:
@@ -174,6 +188,7 @@ class Janitor:
                 await limits.fold_releases(self.db.pool, 10 * s.janitor_batch)
                 await self.fire_crons()
                 await self.time_out_workflows()
+                await self.remove_lingering()
                 if loop.time() >= next_housekeeping:
                     next_housekeeping = loop.time() + HOUSEKEEPING_SECS
                     await watchers.prune_expired(self.db.pool)

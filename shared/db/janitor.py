@@ -1,5 +1,5 @@
 """The janitor's statements: reclaiming expired leases, waking queues whose delayed jobs fell due,
-and retention. Each is safe with any number of janitors running: reclaim takes rows with SKIP
+retention, and the removal of watched jobs of removing queues once their grace has passed. Each is safe with any number of janitors running: reclaim takes rows with SKIP
 LOCKED, wake-ups are idempotent hints, and retention takes an advisory lock per round."""
 
 from __future__ import annotations
@@ -88,6 +88,12 @@ async def prune(pool: Pool, older_than_hours: float) -> int:
             if n < RETENTION_ROUND:
                 break
     return deleted
+
+
+async def remove_lingering(db: Executor, grace_secs: float, batch: int) -> int:
+    """Delete completed jobs of removing queues that were kept for their watchers, once they have
+    been completed for `grace_secs` (at most `batch`); returns how many went."""
+    return int(await db.fetchval(Q.remove_lingering_jobs, grace_secs, batch))
 
 
 async def prune_lapsed_unique_keys(db: Executor, batch: int) -> int:

@@ -92,6 +92,7 @@ class _InsertRow(msgspec.Struct, omit_defaults=True):
     lk: tuple[str, ...] | None = None
     tp: str | None = None
     ts: str | None = None
+    l: bool = False  # noqa: E741 (lingers)
     # A hand-off's lease (insert_jobs_handed_off): its token, claim key, length, grace and worker.
     lt: uuid.UUID | None = None
     ck: uuid.UUID | None = None
@@ -191,10 +192,10 @@ COPY_MIN_JOBS = 50
 _COPIED = ("id", "queue_name", "task_name", "payload", "config", "tenant_id")
 _COPIED_REST = (
     "priority", "metadata", "workflow_id", "workflow_step_id", "step_index", "step_attempt",
-    "limit_keys", "traceparent", "tracestate",
+    "limit_keys", "traceparent", "tracestate", "lingers",
 )  # fmt: skip
 _BINARY = frozenset({"config", "limit_keys"})  # given to copy_rows already encoded
-_REST_DEFAULTS: tuple[Any, ...] = (0, {}, None, None, None, None, None, None, None)
+_REST_DEFAULTS: tuple[Any, ...] = (0, {}, None, None, None, None, None, None, None, False)
 
 
 def _rest(job: NewJob) -> tuple[Any, ...]:
@@ -210,6 +211,7 @@ def _rest(job: NewJob) -> tuple[Any, ...]:
         text_array(tuple(job.config.limits)) if job.config.limits else None,
         trace.traceparent if trace else None,
         trace.tracestate if trace else None,
+        job.lingers,
     )
 
 
@@ -263,6 +265,7 @@ def _insert_row(j: NewJob, job_id: uuid.UUID, h: Handoff | None = None) -> _Inse
         lk=j.config.limits or None,
         tp=j.trace.traceparent if j.trace else None,
         ts=j.trace.tracestate if j.trace else None,
+        l=j.lingers,
         lt=h.token if h else None,
         ck=h.key if h else None,
         ls=h.lease_secs if h else None,
@@ -344,6 +347,16 @@ async def insert_handed_off(
 
 async def get_job(db: Executor, tenant: str, job_id: uuid.UUID) -> Job:
     row = await db.fetchrow(Q.get_job, job_id, tenant)
+    if row is None:
+        raise NotFound("job", job_id)
+    return to_job(row)
+
+
+async def get_job_watched(db: Executor, tenant: str, job_id: uuid.UUID) -> Job:
+    """get_job for a caller that may be waiting for the job (GET /api/v1/jobs/{id}): an unfinished
+    job of a queue that removes completed jobs is flagged watched, so its outcome stays readable
+    for --removal-grace-secs after it completes instead of going with it."""
+    row = await db.fetchrow(Q.get_job_watched, job_id, tenant)
     if row is None:
         raise NotFound("job", job_id)
     return to_job(row)

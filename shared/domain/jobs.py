@@ -67,6 +67,33 @@ class JobStatus(enum.StrEnum):
         return self in TERMINAL_JOB_STATUSES
 
 
+class Retention(enum.StrEnum):
+    """What becomes of a queue's completed jobs (docs/operations.md, "Retention"): kept until the
+    global retention (--retention-hours) deletes them, the default, or deleted by the statement
+    that completes them. Failed and cancelled jobs are kept either way (a failure's dead letter
+    points to its job)."""
+
+    KEEP = "keep"
+    REMOVE_COMPLETED = "remove_completed"
+
+
+def parse_queue_retention(entries: tuple[str, ...]) -> dict[str, Retention]:
+    """`QUEUE=RETENTION` entries (--queue-retention) as a map; ValidationFailed names the entry
+    that is not one, or a queue named twice."""
+    found: dict[str, Retention] = {}
+    for entry in entries:
+        queue, sep, value = entry.rpartition("=")
+        queue, value = queue.strip(), value.strip()
+        if not sep or value not in {r.value for r in Retention}:
+            choices = " or ".join(r.value for r in Retention)
+            raise ValidationFailed(f"{entry!r} is not QUEUE=RETENTION with RETENTION {choices}")
+        check_queue_name(queue)
+        if queue in found:
+            raise ValidationFailed(f"queue {queue!r} is named twice")
+        found[queue] = Retention(value)
+    return found
+
+
 TERMINAL_JOB_STATUSES = frozenset({JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED})
 # Statuses a job can still leave by itself; cancel-by-filter and the claim index cover these.
 ACTIVE_JOB_STATUSES = (JobStatus.PENDING, JobStatus.RETRYING, JobStatus.RUNNING)
@@ -338,6 +365,10 @@ class NewJob(Struct, frozen=True, kw_only=True):
     step_attempt: int | None = None
     # The W3C trace context the job was created in (shared/domain/traces.py), passed on at lease.
     trace: TraceContext | None = None
+    # Its creator may read it back once it completed (a single create: upstream's client reads each
+    # job it creates back and polls it to wait for it). On a queue that removes completed jobs it
+    # is then kept for --removal-grace-secs after completing (docs/operations.md, "Retention").
+    lingers: bool = False
 
     def __post_init__(self) -> None:
         check_task_name(self.task_name)
@@ -454,6 +485,10 @@ class QueueStats(Struct, frozen=True, omit_defaults=True):
     running: int
     paused: bool
     oldest_pending_age_secs: int | None = None
+    # An extension (migration 37): what becomes of the queue's completed jobs. The list of queues
+    # names it only for a queue that removes them (upstream clients see nothing new); one queue's
+    # settings (GET or PATCH /api/v1/queues/{queue}) always name it.
+    retention: Retention | None = None
 
 
 class QueueControl(Struct, frozen=True):

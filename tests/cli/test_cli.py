@@ -455,3 +455,18 @@ def test_docs_cli_md_has_an_example_that_parses_for_every_command():
     for name, entry in COMMANDS.items():
         commands |= {(name, None)} if isinstance(entry, Call) else {(name, a) for a in entry.calls}
     assert documented == commands
+
+
+async def test_queue_set_retention_removes_completed_jobs_yet_job_create_wait_sees_its_outcome(cli):
+    assert (await cli.ok("queue", "get", "default"))["retention"] == "keep"
+    changed = await cli.ok("queue", "set", "default", "--retention", "remove_completed")
+    assert (changed["queue"], changed["retention"]) == ("default", "remove_completed")
+    [listed] = (await cli.ok("queue", "list"))["queues"]
+    assert listed["retention"] == "remove_completed"
+    # A job the CLI creates alone is read back, and waited for, as upstream's client does.
+    done = await cli.ok("job", "create", "--task", "echo", "--payload", '{"n": 5}', "--wait")
+    assert (done["status"], done["result"]) == ("completed", {"n": 5, "echoed": True})
+    await cli.fails("queue", "set", "default", "--retention", "keep", status=403, token="acme-ro")
+    out = await cli.run("queue", "set", "default", "--retention", "forever")
+    assert out.returncode == 2 and "invalid choice" in out.stderr
+    assert (await cli.ok("queue", "set", "default", "--retention", "keep"))["retention"] == "keep"

@@ -122,6 +122,23 @@ async def test_queues_view_pauses_and_resumes_a_queue(client, console):
     await console.screenshot("queues")
 
 
+async def test_queues_view_makes_a_queue_remove_completed_jobs_and_keep_them_again(client, console):
+    await create_job(client, queue="emails")
+    await console.sign_in("dev", "#/queues")
+    await console.heading("Queues")
+    row = console.page.locator('tr[data-queue="emails"]')
+    await expect(row.locator("td.retention")).to_have_text("kept")
+    await row.get_by_role("button", name="Remove completed jobs").click()
+    await console.confirm("Remove completed jobs")
+    await expect(row.locator("td.retention")).to_have_text("removed as they complete")
+    assert (await call(client, "GET", "/api/v1/queues/emails"))["retention"] == "remove_completed"
+    await console.screenshot("queues-retention")
+
+    await row.get_by_role("button", name="Keep completed jobs").click()
+    await expect(row.locator("td.retention")).to_have_text("kept")
+    assert (await call(client, "GET", "/api/v1/queues/emails"))["retention"] == "keep"
+
+
 async def _paused(client, queue: str) -> bool | None:
     queues = (await call(client, "GET", "/api/v1/queues"))["queues"]
     return next((q["paused"] for q in queues if q["queue"] == queue), None)

@@ -237,6 +237,7 @@ def test_values_schema_rejects_mistakes(helm_bin: str) -> None:
     assert "logLevel" in refuse(helm_bin, "config.logLevel=verbose")
     assert "workers" in refuse(helm_bin, "config.workers=0")
     assert "port" in refuse(helm_bin, "service.port=http")
+    assert "queueRetention" in refuse(helm_bin, "config.queueRetention.thumbnails=forever")
 
 
 # --- consistency with the server (the checks the overlays get) ----------------------------------
@@ -393,6 +394,7 @@ def test_full_values_reach_the_server(rendered_variants: dict[str, Rendered]) ->
         assert s.default_queue == "emails", name
         assert s.cors_origins == ("https://ops.example.com", "http://localhost:5173"), name
         assert s.retention_hours == 168, name
+        assert s.queue_retention_defaults == {"audit": "keep", "thumbnails": "remove_completed"}, name
         assert s.log_level == "debug", name
         assert s.shutdown_grace_secs == 45, name
         assert (s.api_port, s.metrics_port) == (8080, 9100), name

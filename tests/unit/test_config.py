@@ -241,3 +241,28 @@ def test_jwt_audience_and_issuer_are_read():
     )
     assert (s.jwt_audience, s.jwt_issuer) == ("queueflow", "https://idp")
     assert settings("--database-url", DB).jwt_audience is None
+
+
+def test_queue_retention_is_read_as_queue_to_retention():
+    s = settings(
+        "--database-url",
+        DB,
+        "--dev",
+        env={"QUEUEFLOW_QUEUE_RETENTION": "thumbnails=remove_completed, a=b=keep"},
+    )
+    assert s.queue_retention_defaults == {"thumbnails": "remove_completed", "a=b": "keep"}
+    assert settings("--database-url", DB, "--dev").queue_retention_defaults == {}
+
+
+@pytest.mark.parametrize(
+    ("raw", "fault"),
+    [
+        ("thumbnails", "'thumbnails' is not QUEUE=RETENTION"),
+        ("thumbnails=forever", "'thumbnails=forever' is not QUEUE=RETENTION"),
+        ("=keep", "queue name must be 1 to 128 bytes"),
+        ("a=keep,a=remove_completed", "queue 'a' is named twice"),
+    ],
+)
+def test_a_malformed_queue_retention_is_a_startup_error(raw, fault):
+    with pytest.raises(ConfigError, match=f"--queue-retention: {fault}"):
+        settings("--database-url", DB, "--dev", "--queue-retention", raw)

@@ -9,12 +9,13 @@
 INSERT INTO queueflow.jobs
     (id, queue_name, task_name, payload, config, priority, scheduled_at, metadata, tenant_id,
      idempotency_key, workflow_id, workflow_step_id, step_index, step_attempt, limit_keys, traceparent,
-     tracestate)
+     tracestate, lingers)
 SELECT u.id, u.q, u.t, COALESCE(u.p, '{}'), u.c, COALESCE(u.pr, 0),
-       COALESCE(u.s, now()), COALESCE(u.m, '{}'), $2, u.k, u.w, u.st, u.si, u.sa, u.lk, u.tp, u.ts
+       COALESCE(u.s, now()), COALESCE(u.m, '{}'), $2, u.k, u.w, u.st, u.si, u.sa, u.lk, u.tp, u.ts,
+       COALESCE(u.l, false)
 FROM json_to_recordset($1::json)
      AS u(id uuid, q text, t text, p jsonb, c jsonb, pr int, s timestamptz, m jsonb, k text, w text, st text,
-          si int, sa int, lk text[], tp text, ts text)
+          si int, sa int, lk text[], tp text, ts text, l bool)
 RETURNING id;
 
 -- name: insert_jobs_handed_off
@@ -27,10 +28,11 @@ RETURNING id;
 INSERT INTO queueflow.jobs
     (id, queue_name, task_name, payload, config, priority, scheduled_at, metadata, tenant_id,
      idempotency_key, workflow_id, workflow_step_id, step_index, step_attempt, limit_keys, traceparent,
-     tracestate, status, lease_token, claim_key, locked_until, delivery_count, started_at,
+     tracestate, lingers, status, lease_token, claim_key, locked_until, delivery_count, started_at,
      attempt_started_at, worker_id)
 SELECT u.id, u.q, u.t, COALESCE(u.p, '{}'), u.c, COALESCE(u.pr, 0),
        COALESCE(u.s, now()), COALESCE(u.m, '{}'), $2, u.k, u.w, u.st, u.si, u.sa, u.lk, u.tp, u.ts,
+       COALESCE(u.l, false),
        CASE WHEN l.leased THEN 'running' ELSE 'pending' END,
        CASE WHEN l.leased THEN u.lt END,
        CASE WHEN l.leased THEN u.ck END,
@@ -42,7 +44,7 @@ SELECT u.id, u.q, u.t, COALESCE(u.p, '{}'), u.c, COALESCE(u.pr, 0),
        CASE WHEN l.leased THEN u.wk END
 FROM json_to_recordset($1::json)
      AS u(id uuid, q text, t text, p jsonb, c jsonb, pr int, s timestamptz, m jsonb, k text, w text, st text,
-          si int, sa int, lk text[], tp text, ts text, lt uuid, ck uuid, ls int, lg int, wk text)
+          si int, sa int, lk text[], tp text, ts text, l bool, lt uuid, ck uuid, ls int, lg int, wk text)
 CROSS JOIN LATERAL (
     SELECT u.lt IS NOT NULL AND u.lk IS NULL AND COALESCE(u.s, now()) <= now()
            AND NOT EXISTS (SELECT 1 FROM queueflow.tenant_queues t
@@ -58,12 +60,13 @@ RETURNING id, queue_name, task_name, payload, config::text AS config, status, re
 INSERT INTO queueflow.jobs
     (id, queue_name, task_name, payload, config, priority, scheduled_at, metadata, tenant_id,
      idempotency_key, workflow_id, workflow_step_id, step_index, step_attempt, limit_keys, traceparent,
-     tracestate)
+     tracestate, lingers)
 SELECT u.id, u.q, u.t, COALESCE(u.p, '{}'), u.c, COALESCE(u.pr, 0),
-       COALESCE(u.s, now()), COALESCE(u.m, '{}'), $2, u.k, u.w, u.st, u.si, u.sa, u.lk, u.tp, u.ts
+       COALESCE(u.s, now()), COALESCE(u.m, '{}'), $2, u.k, u.w, u.st, u.si, u.sa, u.lk, u.tp, u.ts,
+       COALESCE(u.l, false)
 FROM json_to_recordset($1::json)
      AS u(id uuid, q text, t text, p jsonb, c jsonb, pr int, s timestamptz, m jsonb, k text, w text, st text,
-          si int, sa int, lk text[], tp text, ts text)
+          si int, sa int, lk text[], tp text, ts text, l bool)
 ON CONFLICT (COALESCE(tenant_id, ''), idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id;
 
@@ -86,6 +89,21 @@ WHERE COALESCE(tenant_id, '') = COALESCE($1, '') AND idempotency_key = ANY($2::t
 
 -- name: get_job
 SELECT * FROM queueflow.jobs WHERE id = $1 AND tenant_id = $2;
+
+-- name: get_job_watched
+-- get_job for GET /api/v1/jobs/{id}: an unfinished job of a queue that removes completed jobs is
+-- flagged `lingers` by the read that finds it so (migration 37), so that whoever polls it
+-- (`wait_for_job`) reads its outcome: such a job is completed in place and deleted only
+-- --removal-grace-secs later. The flag is set before the answer is read, in this one statement.
+WITH flagged AS (
+    UPDATE queueflow.jobs j SET lingers = true
+    WHERE j.id = $1 AND j.tenant_id = $2 AND NOT j.lingers AND j.status IN ('pending', 'retrying', 'running')
+      AND queueflow.removes_completed(j.queue_name, COALESCE(j.tenant_id, ''))
+    RETURNING j.*
+)
+SELECT * FROM flagged
+UNION ALL
+SELECT * FROM queueflow.jobs WHERE id = $1 AND tenant_id = $2 AND NOT EXISTS (SELECT 1 FROM flagged);
 
 -- name: job_owner_state
 -- Existence and state of one job for the caller's tenant (404 versus 409 on cancel).
@@ -336,22 +354,119 @@ SELECT (SELECT count(*) FROM noted) AS found,
 -- Group commit: many completions in one statement; rows not returned lost their lease or finished.
 -- The attempt stays described by the job row (no history row: this is the drain's path); its task
 -- and length are returned for /metrics.
-UPDATE queueflow.jobs j
-SET status = 'completed', result = u.result, completed_at = now(), locked_until = NULL
-FROM unnest($1::uuid[], $2::uuid[], $3::jsonb[]) AS u(id, token, result)
-WHERE j.id = u.id AND j.status = 'running' AND j.lease_token = u.token
-RETURNING j.id, u.token, j.workflow_id, j.task_name,
-          EXTRACT(EPOCH FROM now() - COALESCE(j.attempt_started_at, j.started_at))::float8 AS secs;
+-- A queue may remove its completed jobs (migration 37: the tenant's retention for it, else the
+-- fleet's default for its name; docs/operations.md, "Retention"). Its job is deleted here
+-- (`removed`): its step's outbox row is written here, with its result (the row trigger
+-- jobs_step_finished fires on updates only), and its attempts and log lines go by the statement
+-- trigger jobs_deleted. Not when something still needs the row. A reader that may come back for
+-- the outcome (`watched`: an SSE stream; `lingers`: its creator, through POST /api/v1/jobs, or a
+-- poll while it was unfinished) gets a job completed in place and listed in job_removals, which the
+-- janitor deletes --removal-grace-secs later. An idempotency key or a unique key promises one job
+-- for as long as the job is there (a cron occurrence's key promises nothing past its firing), and
+-- the fan-out step of a child reads every child's result when the last one ends: those are kept as
+-- on any queue. `kept` completes in place every job `removed` did not delete, a job whose reader
+-- came while this statement ran among them (the delete, rechecking the row it waited for, found
+-- the reader's flag; this update's own recheck finds the row still running under the token).
+-- With no queue removing anything (`removing`, tested once), `removed` reads nothing.
+WITH chosen AS MATERIALIZED (
+    -- The tenants' own choices and the fleet's defaults (migration 37): a few rows, read once.
+    SELECT t.queue_name, t.tenant_key, t.retention = 'remove_completed' AS removes
+    FROM queueflow.tenant_queues t WHERE t.retention IS NOT NULL
+), fleet AS MATERIALIZED (
+    SELECT d.queue_name FROM queueflow.queue_retention_defaults d WHERE d.retention = 'remove_completed'
+), removing AS MATERIALIZED (
+    SELECT EXISTS (SELECT 1 FROM chosen WHERE removes) OR EXISTS (SELECT 1 FROM fleet) AS active
+), u AS NOT MATERIALIZED (
+    -- (The arrays through scalar subqueries: the planner cannot see how long they are, so every
+    -- call's plan is the same, and PostgreSQL keeps its generic plan (ADR 0022). Planned again at
+    -- every call, this statement would cost about a millisecond more a call.)
+    SELECT * FROM unnest((SELECT $1::uuid[]), (SELECT $2::uuid[]), (SELECT $3::jsonb[])) AS u(id, token, result)
+), removed AS (
+    DELETE FROM queueflow.jobs j USING u
+    WHERE (SELECT active FROM removing)
+      AND j.id = u.id AND j.status = 'running' AND j.lease_token = u.token AND NOT j.watched AND NOT j.lingers
+      AND j.step_index IS NULL AND NOT (j.config ? 'unique')
+      AND (j.idempotency_key IS NULL OR (starts_with(j.idempotency_key, 'cron:') AND j.metadata ? 'cron_id'))
+      AND ((j.queue_name, COALESCE(j.tenant_id, '')) IN (SELECT queue_name, tenant_key FROM chosen WHERE removes)
+           OR (j.queue_name IN (SELECT queue_name FROM fleet)
+               AND (j.queue_name, COALESCE(j.tenant_id, '')) NOT IN (SELECT queue_name, tenant_key FROM chosen)))
+    RETURNING j.id, u.token, j.workflow_id, j.task_name,
+              EXTRACT(EPOCH FROM now() - COALESCE(j.attempt_started_at, j.started_at))::float8 AS secs, u.result, j.workflow_step_id, j.step_attempt
+), kept AS (
+    UPDATE queueflow.jobs j
+    SET status = 'completed', result = u.result, completed_at = now(), locked_until = NULL
+    FROM u
+    WHERE u.id NOT IN (SELECT id FROM removed) AND j.id = u.id AND j.status = 'running' AND j.lease_token = u.token
+    RETURNING j.id, u.token, j.workflow_id, j.task_name,
+              EXTRACT(EPOCH FROM now() - COALESCE(j.attempt_started_at, j.started_at))::float8 AS secs,
+              (SELECT active FROM removing)
+              AND j.step_index IS NULL AND NOT (j.config ? 'unique')
+              AND (j.idempotency_key IS NULL OR (starts_with(j.idempotency_key, 'cron:') AND j.metadata ? 'cron_id'))
+              AND ((j.queue_name, COALESCE(j.tenant_id, '')) IN (SELECT queue_name, tenant_key FROM chosen WHERE removes)
+                   OR (j.queue_name IN (SELECT queue_name FROM fleet)
+                       AND (j.queue_name, COALESCE(j.tenant_id, '')) NOT IN (SELECT queue_name, tenant_key FROM chosen))) AS deferred
+), outbox AS (
+    INSERT INTO queueflow.workflow_outbox (workflow_id, kind, step_name, job_id, step_attempt, outcome, result)
+    SELECT workflow_id, 'job', workflow_step_id, id, step_attempt, 'completed', result
+    FROM removed WHERE workflow_id IS NOT NULL
+), deferring AS (
+    INSERT INTO queueflow.job_removals (job_id) SELECT id FROM kept WHERE deferred
+)
+SELECT id, token, workflow_id, task_name, secs FROM removed
+UNION ALL
+SELECT id, token, workflow_id, task_name, secs FROM kept;
 
 -- name: complete_jobs_traced
 -- complete_jobs in a process that exports traces: also what the completion's span names.
-UPDATE queueflow.jobs j
-SET status = 'completed', result = u.result, completed_at = now(), locked_until = NULL
-FROM unnest($1::uuid[], $2::uuid[], $3::jsonb[]) AS u(id, token, result)
-WHERE j.id = u.id AND j.status = 'running' AND j.lease_token = u.token
-RETURNING j.id, u.token, j.workflow_id, j.task_name,
-          EXTRACT(EPOCH FROM now() - COALESCE(j.attempt_started_at, j.started_at))::float8 AS secs,
-          j.queue_name, j.tenant_id, j.delivery_count, j.traceparent, j.tracestate;
+WITH chosen AS MATERIALIZED (
+    -- The tenants' own choices and the fleet's defaults (migration 37): a few rows, read once.
+    SELECT t.queue_name, t.tenant_key, t.retention = 'remove_completed' AS removes
+    FROM queueflow.tenant_queues t WHERE t.retention IS NOT NULL
+), fleet AS MATERIALIZED (
+    SELECT d.queue_name FROM queueflow.queue_retention_defaults d WHERE d.retention = 'remove_completed'
+), removing AS MATERIALIZED (
+    SELECT EXISTS (SELECT 1 FROM chosen WHERE removes) OR EXISTS (SELECT 1 FROM fleet) AS active
+), u AS NOT MATERIALIZED (
+    -- (The arrays through scalar subqueries: the planner cannot see how long they are, so every
+    -- call's plan is the same, and PostgreSQL keeps its generic plan (ADR 0022). Planned again at
+    -- every call, this statement would cost about a millisecond more a call.)
+    SELECT * FROM unnest((SELECT $1::uuid[]), (SELECT $2::uuid[]), (SELECT $3::jsonb[])) AS u(id, token, result)
+), removed AS (
+    DELETE FROM queueflow.jobs j USING u
+    WHERE (SELECT active FROM removing)
+      AND j.id = u.id AND j.status = 'running' AND j.lease_token = u.token AND NOT j.watched AND NOT j.lingers
+      AND j.step_index IS NULL AND NOT (j.config ? 'unique')
+      AND (j.idempotency_key IS NULL OR (starts_with(j.idempotency_key, 'cron:') AND j.metadata ? 'cron_id'))
+      AND ((j.queue_name, COALESCE(j.tenant_id, '')) IN (SELECT queue_name, tenant_key FROM chosen WHERE removes)
+           OR (j.queue_name IN (SELECT queue_name FROM fleet)
+               AND (j.queue_name, COALESCE(j.tenant_id, '')) NOT IN (SELECT queue_name, tenant_key FROM chosen)))
+    RETURNING j.id, u.token, j.workflow_id, j.task_name,
+              EXTRACT(EPOCH FROM now() - COALESCE(j.attempt_started_at, j.started_at))::float8 AS secs,
+              j.queue_name, j.tenant_id, j.delivery_count, j.traceparent, j.tracestate, u.result, j.workflow_step_id, j.step_attempt
+), kept AS (
+    UPDATE queueflow.jobs j
+    SET status = 'completed', result = u.result, completed_at = now(), locked_until = NULL
+    FROM u
+    WHERE u.id NOT IN (SELECT id FROM removed) AND j.id = u.id AND j.status = 'running' AND j.lease_token = u.token
+    RETURNING j.id, u.token, j.workflow_id, j.task_name,
+              EXTRACT(EPOCH FROM now() - COALESCE(j.attempt_started_at, j.started_at))::float8 AS secs,
+              j.queue_name, j.tenant_id, j.delivery_count, j.traceparent, j.tracestate,
+              (SELECT active FROM removing)
+              AND j.step_index IS NULL AND NOT (j.config ? 'unique')
+              AND (j.idempotency_key IS NULL OR (starts_with(j.idempotency_key, 'cron:') AND j.metadata ? 'cron_id'))
+              AND ((j.queue_name, COALESCE(j.tenant_id, '')) IN (SELECT queue_name, tenant_key FROM chosen WHERE removes)
+                   OR (j.queue_name IN (SELECT queue_name FROM fleet)
+                       AND (j.queue_name, COALESCE(j.tenant_id, '')) NOT IN (SELECT queue_name, tenant_key FROM chosen))) AS deferred
+), outbox AS (
+    INSERT INTO queueflow.workflow_outbox (workflow_id, kind, step_name, job_id, step_attempt, outcome, result)
+    SELECT workflow_id, 'job', workflow_step_id, id, step_attempt, 'completed', result
+    FROM removed WHERE workflow_id IS NOT NULL
+), deferring AS (
+    INSERT INTO queueflow.job_removals (job_id) SELECT id FROM kept WHERE deferred
+)
+SELECT id, token, workflow_id, task_name, secs, queue_name, tenant_id, delivery_count, traceparent, tracestate FROM removed
+UNION ALL
+SELECT id, token, workflow_id, task_name, secs, queue_name, tenant_id, delivery_count, traceparent, tracestate FROM kept;
 
 -- name: lease_states
 -- Why a guarded write matched nothing: the job's current status and lease token.
@@ -527,8 +642,9 @@ DELETE FROM queueflow.dead_letters WHERE id IN (
     SELECT id FROM queueflow.dead_letters WHERE created_at < $1 LIMIT $2);
 
 -- name: prune_jobs
--- Terminal jobs older than the cutoff, except those a dead letter still points to; their log lines
--- go with them (their attempts and log state by their foreign keys). Answers how many jobs went.
+-- Terminal jobs older than the cutoff, except those a dead letter still points to; their attempts,
+-- log state and log lines go with them (the statement trigger jobs_deleted, migration 37). Answers
+-- how many jobs went.
 WITH gone AS (
     DELETE FROM queueflow.jobs WHERE id IN (
         SELECT j.id FROM queueflow.jobs j
@@ -536,8 +652,23 @@ WITH gone AS (
           AND NOT EXISTS (SELECT 1 FROM queueflow.dead_letters d WHERE d.job_id = j.id)
         LIMIT $2)
     RETURNING id
-), lines AS (
-    DELETE FROM queueflow.job_logs l USING gone WHERE l.job_id = gone.id
+)
+SELECT count(*) FROM gone;
+
+-- name: remove_lingering_jobs
+-- Completed jobs of removing queues kept for their watchers (job_removals, migration 37), once
+-- they have been completed for $1 seconds: at most $2, oldest first (a row another janitor holds is
+-- skipped). Answers how many jobs went (one deleted meanwhile, by retention, counts none).
+WITH due AS (
+    DELETE FROM queueflow.job_removals r
+    WHERE r.ctid = ANY (ARRAY(
+        SELECT x.ctid FROM queueflow.job_removals x
+        WHERE x.completed_at < now() - make_interval(secs => $1)
+        ORDER BY x.completed_at LIMIT $2 FOR UPDATE SKIP LOCKED))
+    RETURNING r.job_id
+), gone AS (
+    DELETE FROM queueflow.jobs j USING due WHERE j.id = due.job_id AND j.status = 'completed'
+    RETURNING j.id
 )
 SELECT count(*) FROM gone;
 
@@ -636,7 +767,10 @@ SELECT count(*) FROM released;
 -- job); the lines kept are the call's first ones that fit under the cap, and once a line has not
 -- fitted every later one is dropped and counted. A watched job's stream is told (`<id>:log`).
 WITH job AS (
-    SELECT id, delivery_count, watched FROM queueflow.jobs WHERE id = $1 AND lease_token = $2
+    -- (Locked, as a foreign key's check would: a job being deleted, by its completion on a queue
+    -- that removes completed jobs or by retention, is waited for and then found gone, so no line
+    -- can outlive it. Migration 37.)
+    SELECT id, delivery_count, watched FROM queueflow.jobs WHERE id = $1 AND lease_token = $2 FOR KEY SHARE
 ), given AS (
     SELECT u.n, u.ts, u.level, u.message, sum(octet_length(u.message)) OVER (ORDER BY u.n) AS upto
     FROM ROWS FROM (json_to_recordset($3::json) AS (ts timestamptz, level text, message text))

@@ -677,6 +677,23 @@
     return paused ? `Queue ${queue} paused.` : `Queue ${queue} resumed.`;
   }
 
+  async function setQueueRetention(queue, retention) {
+    await api("PATCH", `queues/${enc(queue)}`, { body: { retention } });
+    return retention === "remove_completed"
+      ? `Queue ${queue} now removes jobs as they complete.`
+      : `Queue ${queue} now keeps completed jobs.`;
+  }
+
+  function removeConfirm(queue) {
+    return {
+      title: `Remove completed jobs of ${queue}?`,
+      text:
+        "From now on, each of this tenant's jobs that completes on the queue is deleted by its completion: it leaves the lists and its page answers not found. " +
+        "Failed and cancelled jobs stay, and a job someone watches, or created alone and read back, stays for a short grace.",
+      confirm: "Remove completed jobs",
+    };
+  }
+
   function pauseConfirm(queue) {
     return {
       title: `Pause queue ${queue}?`,
@@ -693,7 +710,7 @@
       h(
         "p",
         { class: "subtitle" },
-        "The backlog of each queue this tenant has used. Pausing a queue stops claims of this tenant's jobs on it; other tenants are not affected.",
+        "The backlog of each queue this tenant has used. Pausing a queue stops claims of this tenant's jobs on it; a queue that removes completed jobs deletes each as it completes. Other tenants are not affected.",
       ),
       body,
     );
@@ -730,6 +747,7 @@
             ["Scheduled", "num"],
             ["Running", "num"],
             ["Oldest waiting", "num"],
+            ["Completed jobs"],
             state.canWrite ? ["Actions"] : null,
           ].filter(Boolean),
           queues.map((q) =>
@@ -742,10 +760,11 @@
               h("td", { class: "num" }, q.scheduled.toLocaleString()),
               h("td", { class: "num" }, q.running.toLocaleString()),
               h("td", { class: "num" }, duration(q.oldest_pending_age_secs)),
+              h("td", { class: "retention" }, q.retention === "remove_completed" ? "removed as they complete" : "kept"),
               state.canWrite
                 ? h(
                     "td",
-                    {},
+                    { class: "actions" },
                     q.paused
                       ? actionButton("Resume queue", () => setQueuePaused(q.queue, false), {
                           cls: "small",
@@ -756,6 +775,18 @@
                           cls: "small danger-outline",
                           srLabel: q.queue,
                           confirm: pauseConfirm(q.queue),
+                          after: () => ctx.refresh(),
+                        }),
+                    q.retention === "remove_completed"
+                      ? actionButton("Keep completed jobs", () => setQueueRetention(q.queue, "keep"), {
+                          cls: "small",
+                          srLabel: q.queue,
+                          after: () => ctx.refresh(),
+                        })
+                      : actionButton("Remove completed jobs", () => setQueueRetention(q.queue, "remove_completed"), {
+                          cls: "small danger-outline",
+                          srLabel: q.queue,
+                          confirm: removeConfirm(q.queue),
                           after: () => ctx.refresh(),
                         }),
                   )
