@@ -17,10 +17,16 @@ from shared.db.queries import Q
 from shared.domain.stats import (
     BACKLOG,
     COUNTS,
+    MAX_FAILING_TASKS,
+    WINDOWS,
     FailingTask,
+    FailingTasksResponse,
     Rollup,
     SeriesQuery,
+    SeriesResponse,
+    build_series,
     histogram_kinds,
+    window_of,
 )
 
 # Minutes a scan counts at most (a janitor catching up after a stop does it in rounds).
@@ -104,3 +110,32 @@ async def failing_tasks(
     """The tenant's tasks with the most dead letters in [start, end) (on `queue`, or any)."""
     rows = await db.fetch(Q.stats_failing_tasks, tenant, queue, start, end, limit)
     return [FailingTask(task=r["task_name"], failures=int(r["failures"]), last_failed_at=r["last_failed_at"]) for r in rows]
+
+
+async def series(db: Executor, tenant: str, query: SeriesQuery) -> SeriesResponse:
+    """The asked series of the tenant (one queue's, or its queues' together), over the window that
+    ends with the last minute the rollup counted (shared/domain/stats.py, window_of)."""
+    counted = await rolled_up_to(db)
+    start, end = window_of(query, counted)
+    found = await rollup(db, tenant, query, start, end)
+    step = timedelta(seconds=query.step_secs)
+    return SeriesResponse(
+        window=query.window,
+        step=query.step,
+        step_secs=query.step_secs,
+        start=start,
+        end=end,
+        rolled_up_to=counted,
+        timestamps=[start + i * step for i in range(query.points)],
+        series=build_series(query, found),
+        queue=query.queue,
+    )
+
+
+async def top_failing_tasks(db: Executor, tenant: str, queue: str | None, window: str) -> FailingTasksResponse:
+    """The tenant's tasks that failed for good most often in the last `window` (a name of
+    WINDOWS, checked by the caller), on `queue` or any, from their dead letters."""
+    end: datetime = await db.fetchval("SELECT now()")
+    start = end - timedelta(seconds=WINDOWS[window])
+    tasks = await failing_tasks(db, tenant, queue, start, end, MAX_FAILING_TASKS)
+    return FailingTasksResponse(window=window, start=start, end=end, tasks=tasks, queue=queue)

@@ -105,6 +105,14 @@ def series_query(metrics: Sequence[str], queue: str | None, window: str | None, 
     return SeriesQuery(tuple(chosen), queue, window, step)
 
 
+def failing_window(window: str | None) -> str:
+    """The window of a top-failing-tasks request (default 1h)."""
+    window = window or "1h"
+    if window not in WINDOWS:
+        raise ValidationFailed(f"window must be one of {', '.join(WINDOWS)}, not {window!r}")
+    return window
+
+
 def window_of(query: SeriesQuery, rolled_up_to: datetime) -> tuple[datetime, datetime]:
     """[start, end) of a series: it ends at the first step boundary (UTC, whole multiples of the
     step since the epoch) at or after the last minute the rollup counted, so its last step is the

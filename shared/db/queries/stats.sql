@@ -147,7 +147,7 @@ GROUP BY 1;
 SELECT floor(EXTRACT(EPOCH FROM d.minute - $3) / $5)::int AS step, d.kind::text AS kind, d.bucket,
        sum(d.jobs)::bigint AS jobs
 FROM queueflow.stats_durations d
-WHERE d.tenant_key = $1 AND d.queue_name = $2 AND d.kind = ANY ($6::"char"[]) AND d.minute >= $3 AND d.minute < $4
+WHERE d.tenant_key = $1 AND d.queue_name = $2 AND d.kind = ANY (($6::text[])::"char"[]) AND d.minute >= $3 AND d.minute < $4
 GROUP BY 1, 2, 3;
 
 -- name: stats_backlog_samples
