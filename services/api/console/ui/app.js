@@ -853,7 +853,7 @@
       for (const c of plot.querySelectorAll(`circle[data-i="${current}"]`)) c.classList.add("on");
       tip.replaceChildren(
         h("div", { class: "tip-time" }, stepText(data, current)),
-        series.map((s) =>
+        ...series.map((s) =>
           h("div", { class: "tip-row", "data-metric": s.metric }, h("span", { class: `swatch ${s.cls}` }), `${s.label}: `, h("strong", {}, fmt(s.values[current]))),
         ),
       );
