@@ -58,7 +58,7 @@ async def load_finished(pool: asyncpg.Pool, jobs: int) -> None:
             SELECT gen_random_uuid(), 'q' || (i % $3::int), 'task' || (i % 7), '{}'::jsonb,
                    CASE WHEN i % 20 = 0 THEN 'failed' ELSE 'completed' END, ($4::text[])[1 + i % 2],
                    c, c, c + w, c + w, c + w + r, 1
-            FROM generate_series($1::int, $1::int + $2::int - 1) i,
+            FROM generate_series($1::bigint, $1::bigint + $2::bigint - 1) i,
                  LATERAL (SELECT now() - ((i * 7919) % 86400) * interval '1 second' AS c,
                                  ((i * 31) % 3000) * interval '1 millisecond' AS w,
                                  ((i * 17) % 2000) * interval '1 millisecond' AS r) t
