@@ -105,7 +105,9 @@ def new_trigger() -> str:
 
 async def completion_round(pool: asyncpg.Pool, batches: int) -> float:
     """Microseconds per job of complete_many on the removing queue `fast`, over `batches`."""
-    await jobs_db.insert_jobs(pool, "bench", [NewJob(task_name="t", queue="fast") for _ in range(batches * BATCH)])
+    await jobs_db.insert_jobs(
+        pool, "bench", [NewJob(task_name="t", queue="fast") for _ in range(batches * BATCH)]
+    )
     spent = 0.0
     for _ in range(batches):
         leases = await jobs_db.claim(pool, "fast", BATCH, 60, tenant="bench")
@@ -146,10 +148,14 @@ async def main(jobs: int, rounds: int) -> None:
             while True:
                 scanned = await stats.scan(pool)
                 counted += scanned.jobs
-                if not scanned.advanced or scanned.stop - scanned.start < timedelta(minutes=stats.SCAN_MINUTES):
+                if not scanned.advanced or scanned.stop - scanned.start < timedelta(
+                    minutes=stats.SCAN_MINUTES
+                ):
                     break
             took = time.perf_counter() - started
-            print(f"the scan recounted 24 h ({counted:,} jobs counted) in {took:.1f} s ({took / 1441 * 1000:.1f} ms a minute)")
+            print(
+                f"the scan recounted 24 h ({counted:,} jobs counted) in {took:.1f} s ({took / 1441 * 1000:.1f} ms a minute)"
+            )
             rows = await pool.fetchval(
                 "SELECT (SELECT count(*) FROM queueflow.stats_minutes) + (SELECT count(*) FROM queueflow.stats_durations)"
             )

@@ -151,7 +151,8 @@ _QUERY_PARAMS: dict[str, list[tuple[str, dict[str, Any], str]]] = {
         (
             "step",
             {"type": "string", "enum": list(STEPS)},
-            "One figure per step (default: " + ", ".join(f"{w} `{s}`" for w, s in DEFAULT_STEPS.items())
+            "One figure per step (default: "
+            + ", ".join(f"{w} `{s}`" for w, s in DEFAULT_STEPS.items())
             + "); it must divide the window.",
         ),
     ],
@@ -653,7 +654,13 @@ def build_spec(caps: _Caps = DEFAULT_CAPS) -> dict[str, Any]:
             ]
         if route.operation_id in _QUERY_PARAMS:
             op["parameters"] += [
-                {"name": n, "in": "query", "required": (route.operation_id, n) in _REQUIRED_QUERY, "schema": s, "description": d}
+                {
+                    "name": n,
+                    "in": "query",
+                    "required": (route.operation_id, n) in _REQUIRED_QUERY,
+                    "schema": s,
+                    "description": d,
+                }
                 for n, s, d in _QUERY_PARAMS[route.operation_id]
             ]
         if route.operation_id == "createJob":

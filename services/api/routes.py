@@ -8,7 +8,19 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from services.api import cron, dlq, events, jobs, limits, protocol, queues, stats, system, worker_keys, workflows
+from services.api import (
+    cron,
+    dlq,
+    events,
+    jobs,
+    limits,
+    protocol,
+    queues,
+    stats,
+    system,
+    worker_keys,
+    workflows,
+)
 from services.api.context import Handler
 from shared import wire
 

@@ -179,7 +179,8 @@ class Janitor:
 
     async def prune_stats(self) -> None:
         await stats.prune(
-            self.db.pool, await janitor.now(self.db.pool) - timedelta(hours=self.settings.stats_retention_hours)
+            self.db.pool,
+            await janitor.now(self.db.pool) - timedelta(hours=self.settings.stats_retention_hours),
         )
 
     async def prune(self, older_than_hours: float) -> int:

@@ -109,7 +109,10 @@ async def failing_tasks(
 ) -> list[FailingTask]:
     """The tenant's tasks with the most dead letters in [start, end) (on `queue`, or any)."""
     rows = await db.fetch(Q.stats_failing_tasks, tenant, queue, start, end, limit)
-    return [FailingTask(task=r["task_name"], failures=int(r["failures"]), last_failed_at=r["last_failed_at"]) for r in rows]
+    return [
+        FailingTask(task=r["task_name"], failures=int(r["failures"]), last_failed_at=r["last_failed_at"])
+        for r in rows
+    ]
 
 
 async def series(db: Executor, tenant: str, query: SeriesQuery) -> SeriesResponse:
@@ -132,7 +135,9 @@ async def series(db: Executor, tenant: str, query: SeriesQuery) -> SeriesRespons
     )
 
 
-async def top_failing_tasks(db: Executor, tenant: str, queue: str | None, window: str) -> FailingTasksResponse:
+async def top_failing_tasks(
+    db: Executor, tenant: str, queue: str | None, window: str
+) -> FailingTasksResponse:
     """The tenant's tasks that failed for good most often in the last `window` (a name of
     WINDOWS, checked by the caller), on `queue` or any, from their dead letters."""
     end: datetime = await db.fetchval("SELECT now()")

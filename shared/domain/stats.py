@@ -45,7 +45,7 @@ PERCENTILES = {
     Metric.RUN_P50: ("r", 0.50),
     Metric.RUN_P95: ("r", 0.95),
 }
-UNITS = {**{m: "jobs" for m in (*COUNTS, *BACKLOG)}, **{m: "seconds" for m in PERCENTILES}}
+UNITS = {**dict.fromkeys((*COUNTS, *BACKLOG), "jobs"), **dict.fromkeys(PERCENTILES, "seconds")}
 
 # The windows a series covers, and the step each gets when none is asked for (15 to 96 points).
 WINDOWS = {"15m": 900, "1h": 3600, "6h": 21600, "24h": 86400}
@@ -83,7 +83,9 @@ class SeriesQuery:
         return self.window_secs // self.step_secs
 
 
-def series_query(metrics: Sequence[str], queue: str | None, window: str | None, step: str | None) -> SeriesQuery:
+def series_query(
+    metrics: Sequence[str], queue: str | None, window: str | None, step: str | None
+) -> SeriesQuery:
     """Check a series request's parameters; every problem is a 400 that names the parameter."""
     names = [name.strip() for raw in metrics for name in raw.split(",") if name.strip()]
     if not names:

@@ -68,16 +68,26 @@ def chart(console: Any, name: str) -> Any:
 
 
 async def point_values(console: Any, name: str, metric: str) -> list[float]:
-    return await chart(console, name).locator(f'g[data-metric="{metric}"] circle').evaluate_all(
-        "cs => cs.map(c => Number(c.getAttribute('data-value')))"
+    return (
+        await chart(console, name)
+        .locator(f'g[data-metric="{metric}"] circle')
+        .evaluate_all("cs => cs.map(c => Number(c.getAttribute('data-value')))")
     )
 
 
-async def test_the_overview_charts_draw_a_point_per_step_with_the_workloads_figures(workload, server, open_console):
+async def test_the_overview_charts_draw_a_point_per_step_with_the_workloads_figures(
+    workload, server, open_console
+):
     console = await open_console(server.base_url)
     await console.sign_in("rw", "#/?window=15m")
     await console.heading("Overview")
-    for name, metric in [("throughput", "completed"), ("enqueued", "enqueued"), ("backlog", "pending"), ("wait", "wait_p95"), ("run", "run_p50")]:
+    for name, metric in [
+        ("throughput", "completed"),
+        ("enqueued", "enqueued"),
+        ("backlog", "pending"),
+        ("wait", "wait_p95"),
+        ("run", "run_p50"),
+    ]:
         await expect(chart(console, name).locator(f'g[data-metric="{metric}"] circle')).to_have_count(15)
     completed = await point_values(console, "throughput", "completed")
     assert sorted(v for v in completed if v) == [1, 3, 4]  # m(1): 4 on mail; m(3): 1; m(4): 3 on sms
@@ -93,7 +103,9 @@ async def test_the_overview_charts_draw_a_point_per_step_with_the_workloads_figu
     assert console.page.url.endswith("#/?window=24h")
 
 
-async def test_hovering_a_step_shows_its_values_and_the_keyboard_reads_them_too(workload, server, open_console):
+async def test_hovering_a_step_shows_its_values_and_the_keyboard_reads_them_too(
+    workload, server, open_console
+):
     console = await open_console(server.base_url)
     await console.sign_in("rw", "#/queues/mail?window=15m")
     await console.heading("Queue mail")

@@ -30,8 +30,12 @@ async def pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
         await p.close()
 
 
-async def enqueue(pool: asyncpg.Pool, queue: str, n: int = 1, tenant: str = TENANT, **fields: object) -> list[uuid.UUID]:
-    return await jobs_db.insert_jobs(pool, tenant, [NewJob(task_name="t", queue=queue, **fields) for _ in range(n)])
+async def enqueue(
+    pool: asyncpg.Pool, queue: str, n: int = 1, tenant: str = TENANT, **fields: object
+) -> list[uuid.UUID]:
+    return await jobs_db.insert_jobs(
+        pool, tenant, [NewJob(task_name="t", queue=queue, **fields) for _ in range(n)]
+    )
 
 
 async def claim(pool: asyncpg.Pool, queue: str, tenant: str = TENANT) -> dict[uuid.UUID, uuid.UUID]:
@@ -105,7 +109,13 @@ async def test_retries_and_failures_are_counted_when_they_happen(pool):
     [(job_id, token)] = (await claim(pool, "flaky")).items()
     await jobs_db.fail(pool, job_id, token, "boom", False)
     await roll_up(pool)
-    assert await totals(pool, "flaky") == {"enqueued": 1, "completed": 0, "failed": 1, "retried": 2, "timed": 1}
+    assert await totals(pool, "flaky") == {
+        "enqueued": 1,
+        "completed": 0,
+        "failed": 1,
+        "retried": 2,
+        "timed": 1,
+    }
 
 
 async def test_a_lingering_job_is_counted_once_whether_it_goes_before_or_after_its_minute_is_scanned(pool):
@@ -115,13 +125,21 @@ async def test_a_lingering_job_is_counted_once_whether_it_goes_before_or_after_i
     await complete(pool, await claim(pool, "fast"))
     assert await pool.fetchval("SELECT count(*) FROM queueflow.job_removals") == 2
     # One goes before the scan (captured), the other after it (counted by the scan, not again).
-    await pool.execute("UPDATE queueflow.job_removals SET completed_at = now() - interval '1 hour' WHERE job_id = $1", ids[0])
+    await pool.execute(
+        "UPDATE queueflow.job_removals SET completed_at = now() - interval '1 hour' WHERE job_id = $1", ids[0]
+    )
     assert await janitor.remove_lingering(pool, 60, 100) == 1
     await roll_up(pool)
     await pool.execute("UPDATE queueflow.job_removals SET completed_at = now() - interval '1 hour'")
     assert await janitor.remove_lingering(pool, 60, 100) == 1
     await roll_up(pool)
-    assert await totals(pool, "fast") == {"enqueued": 2, "completed": 2, "failed": 0, "retried": 0, "timed": 2}
+    assert await totals(pool, "fast") == {
+        "enqueued": 2,
+        "completed": 2,
+        "failed": 0,
+        "retried": 0,
+        "timed": 2,
+    }
 
 
 async def test_other_tenants_jobs_are_counted_for_them_only(pool):

@@ -44,14 +44,20 @@ async def make_jobs(
     """`n` jobs of `status` created at `created`; a finished one (completed or failed) started
     `wait` seconds later and finished `run` seconds after that; a running one holds a lease of an
     hour; `scheduled` is a pending job due in an hour."""
-    ids: list[uuid.UUID] = await jobs_db.insert_jobs(pool, tenant, [NewJob(task_name=task, queue=queue) for _ in range(n)])
+    ids: list[uuid.UUID] = await jobs_db.insert_jobs(
+        pool, tenant, [NewJob(task_name=task, queue=queue) for _ in range(n)]
+    )
     started = created + timedelta(seconds=wait)
     finished = started + timedelta(seconds=run)
     if status in ("completed", "failed"):
         await pool.execute(
             "UPDATE queueflow.jobs SET status = $2, created_at = $3, scheduled_at = $3, started_at = $4,"
             " attempt_started_at = $4, completed_at = $5, delivery_count = 1 WHERE id = ANY($1)",
-            ids, status, created, started, finished,
+            ids,
+            status,
+            created,
+            started,
+            finished,
         )
         if status == "failed":
             await pool.execute(
@@ -66,12 +72,15 @@ async def make_jobs(
             "UPDATE queueflow.jobs SET status = 'running', created_at = $2, scheduled_at = $2, started_at = $3,"
             " attempt_started_at = $3, lease_token = gen_random_uuid(), locked_until = now() + interval '1 hour',"
             " delivery_count = 1 WHERE id = ANY($1)",
-            ids, created, started,
+            ids,
+            created,
+            started,
         )
     elif status == "scheduled":
         await pool.execute(
             "UPDATE queueflow.jobs SET created_at = $2, scheduled_at = now() + interval '1 hour' WHERE id = ANY($1)",
-            ids, created,
+            ids,
+            created,
         )
     else:
         assert status == "pending", status
@@ -91,11 +100,14 @@ async def make_retries(pool: Any, tenant: str, queue: str, at: datetime, n: int 
         await jobs_db.fail(pool, lease.job.id, lease.token, "boom", True)
     await pool.execute(
         "UPDATE queueflow.jobs SET status = 'cancelled', created_at = $2, scheduled_at = $2 WHERE id = ANY($1)",
-        ids, at,
+        ids,
+        at,
     )
     await pool.execute(
         "UPDATE queueflow.stats_captures SET minute = $3 WHERE tenant_key = $1 AND queue_name = $2 AND retried > 0",
-        tenant, queue, at,
+        tenant,
+        queue,
+        at,
     )
 
 
