@@ -363,7 +363,7 @@ CREATE TABLE queueflow.stats_durations (
     source smallint NOT NULL,
     bucket smallint NOT NULL,
     jobs bigint NOT NULL,
-    CONSTRAINT stats_durations_pkey PRIMARY KEY (tenant_key, queue_name, kind, minute, source, bucket)
+    CONSTRAINT stats_durations_pkey PRIMARY KEY (tenant_key, queue_name, kind, minute, source, bucket) INCLUDE (jobs)
 );
 
 -- Index queueflow.stats_durations_minute_idx (from 0039_stats_rollup)
