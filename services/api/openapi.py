@@ -43,7 +43,7 @@ from shared.domain.jobs import (
     JobStatus,
 )
 from shared.domain.paging import ID_FRAGMENT_PATTERN, MAX_OFFSET
-from shared.domain.stats import DEFAULT_STEPS, STEPS, WINDOWS, Metric
+from shared.domain.stats import DEFAULT_STEPS, METRICS_PATTERN, STEPS, WINDOWS, Metric
 from shared.domain.visibility import DEFAULT_LOG_PAGE, MAX_LOG_PAGE
 from shared.domain.workflows import MAX_EVENT_KEY_BYTES, MAX_WORKFLOW_STEPS, WorkflowStatus
 from shared.runtime.keys import SETTINGS
@@ -141,12 +141,12 @@ _QUERY_PARAMS: dict[str, list[tuple[str, dict[str, Any], str]]] = {
     "getStatsSeries": [
         (
             "metric",
-            {"type": "string"},
+            {"type": "string", "pattern": METRICS_PATTERN},
             "Required: one or more of " + ", ".join(f"`{m}`" for m in Metric) + ", comma-separated (or"
             " the parameter repeated). Counts are jobs per step, backlog the last sample in the step,"
             " percentiles seconds (0 when no job finished in the step).",
         ),
-        ("queue", _TEXT, "Only this queue (default: every queue of the tenant together)."),
+        ("queue", QUEUE_SCHEMA, "Only this queue (default: every queue of the tenant together)."),
         ("window", {"type": "string", "enum": list(WINDOWS)}, "How far back (default `1h`)."),
         (
             "step",
@@ -157,7 +157,7 @@ _QUERY_PARAMS: dict[str, list[tuple[str, dict[str, Any], str]]] = {
         ),
     ],
     "getFailingTasks": [
-        ("queue", _TEXT, "Only this queue (default: any)."),
+        ("queue", QUEUE_SCHEMA, "Only this queue (default: any)."),
         ("window", {"type": "string", "enum": list(WINDOWS)}, "How far back (default `1h`)."),
     ],
 }

@@ -13,9 +13,9 @@ from shared.web.body import json_response
 
 
 def _queue(request: web.Request) -> str | None:
-    """The `queue` parameter: a queue's name (as a job's queue is bounded), or none for all."""
-    raw = request.query.get("queue", "")
-    return check_queue_name(raw) if raw else None
+    """The `queue` parameter: a queue's name (as a job's queue is bounded), or, absent, none."""
+    raw = request.query.get("queue")
+    return None if raw is None else check_queue_name(raw)
 
 
 async def series(request: web.Request) -> web.Response:

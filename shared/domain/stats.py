@@ -83,23 +83,21 @@ class SeriesQuery:
         return self.window_secs // self.step_secs
 
 
-def series_query(
-    metrics: Sequence[str], queue: str | None, window: str | None, step: str | None
-) -> SeriesQuery:
-    """Check a series request's parameters; every problem is a 400 that names the parameter."""
-    names = [name.strip() for raw in metrics for name in raw.split(",") if name.strip()]
-    if not names:
+def series_query(metrics: Sequence[str], queue: str | None, window: str | None, step: str | None) -> SeriesQuery:
+    """Check a series request's parameters (None: absent, so the default); every problem is a
+    400 that names the parameter."""
+    if not metrics:
         raise ValidationFailed(f"metric is required: one or more (comma-separated) of {', '.join(Metric)}")
     chosen: list[Metric] = []
-    for name in names:
+    for name in (name for raw in metrics for name in raw.split(",")):
         if name not in Metric.__members__.values():
             raise ValidationFailed(f"metric must be one of {', '.join(Metric)}, not {name!r}")
         if Metric(name) not in chosen:
             chosen.append(Metric(name))
-    window = window or "1h"
+    window = "1h" if window is None else window
     if window not in WINDOWS:
         raise ValidationFailed(f"window must be one of {', '.join(WINDOWS)}, not {window!r}")
-    step = step or DEFAULT_STEPS[window]
+    step = DEFAULT_STEPS[window] if step is None else step
     if step not in STEPS:
         raise ValidationFailed(f"step must be one of {', '.join(STEPS)}, not {step!r}")
     if STEPS[step] > WINDOWS[window] or WINDOWS[window] % STEPS[step]:
@@ -107,9 +105,13 @@ def series_query(
     return SeriesQuery(tuple(chosen), queue, window, step)
 
 
+# A `metric` parameter: one or more names, comma-separated (the OpenAPI document's pattern).
+METRICS_PATTERN = "^({names})(,({names}))*$".format(names="|".join(Metric))
+
+
 def failing_window(window: str | None) -> str:
-    """The window of a top-failing-tasks request (default 1h)."""
-    window = window or "1h"
+    """The window of a top-failing-tasks request (None: absent, so 1h)."""
+    window = "1h" if window is None else window
     if window not in WINDOWS:
         raise ValidationFailed(f"window must be one of {', '.join(WINDOWS)}, not {window!r}")
     return window
