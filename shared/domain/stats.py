@@ -83,7 +83,9 @@ class SeriesQuery:
         return self.window_secs // self.step_secs
 
 
-def series_query(metrics: Sequence[str], queue: str | None, window: str | None, step: str | None) -> SeriesQuery:
+def series_query(
+    metrics: Sequence[str], queue: str | None, window: str | None, step: str | None
+) -> SeriesQuery:
     """Check a series request's parameters (None: absent, so the default); every problem is a
     400 that names the parameter."""
     if not metrics:
