@@ -248,6 +248,14 @@ class Settings:
         86_400.0,
         "how long an event (POST /api/v1/events) is kept for workflow steps that start waiting later",
     )
+    stats_retention_hours: float = option(
+        "--stats-retention-hours",
+        "QUEUEFLOW_STATS_RETENTION_HOURS",
+        48.0,
+        "how long the janitor keeps the per-minute stats rollup that the console's charts and"
+        " GET /api/v1/stats/series read (at least the longest window, 24 h)",
+        at_least=24,
+    )
     job_log_max_bytes: int = option(
         "--job-log-max-bytes",
         "QUEUEFLOW_JOB_LOG_MAX_BYTES",

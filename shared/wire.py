@@ -56,6 +56,7 @@ from shared.domain.jobs import (
 )
 from shared.domain.limits import Concurrency, LimitPolicy, Rate
 from shared.domain.paging import PageRequest
+from shared.domain.stats import FailingTask, FailingTasksResponse, Series, SeriesResponse
 from shared.domain.traces import MAX_TRACESTATE_CHARS
 from shared.domain.visibility import (
     MAX_LOG_LINES,
@@ -88,6 +89,8 @@ __all__ = [
     "Attempt",
     "CronSchedule",
     "DeadLetter",
+    "FailingTask",
+    "FailingTasksResponse",
     "FanOut",
     "Job",
     "JobConfig",
@@ -98,6 +101,8 @@ __all__ = [
     "QueueControl",
     "QueueStats",
     "ReplayedDeadLetter",
+    "Series",
+    "SeriesResponse",
     "StatsSnapshot",
     "StepCondition",
     "Worker",

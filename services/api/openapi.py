@@ -43,6 +43,7 @@ from shared.domain.jobs import (
     JobStatus,
 )
 from shared.domain.paging import ID_FRAGMENT_PATTERN, MAX_OFFSET
+from shared.domain.stats import DEFAULT_STEPS, METRICS_PATTERN, STEPS, WINDOWS, Metric
 from shared.domain.visibility import DEFAULT_LOG_PAGE, MAX_LOG_PAGE
 from shared.domain.workflows import MAX_EVENT_KEY_BYTES, MAX_WORKFLOW_STEPS, WorkflowStatus
 from shared.runtime.keys import SETTINGS
@@ -137,7 +138,31 @@ _QUERY_PARAMS: dict[str, list[tuple[str, dict[str, Any], str]]] = {
     "streamJobEvents": [
         ("log_after", _SEQ, "Send `log` events for the lines after this seq (default 0: every line)."),
     ],
+    "getStatsSeries": [
+        (
+            "metric",
+            {"type": "string", "pattern": METRICS_PATTERN},
+            "Required: one or more of " + ", ".join(f"`{m}`" for m in Metric) + ", comma-separated (or"
+            " the parameter repeated). Counts are jobs per step, backlog the last sample in the step,"
+            " percentiles seconds (0 when no job finished in the step).",
+        ),
+        ("queue", QUEUE_SCHEMA, "Only this queue (default: every queue of the tenant together)."),
+        ("window", {"type": "string", "enum": list(WINDOWS)}, "How far back (default `1h`)."),
+        (
+            "step",
+            {"type": "string", "enum": list(STEPS)},
+            "One figure per step (default: "
+            + ", ".join(f"{w} `{s}`" for w, s in DEFAULT_STEPS.items())
+            + "); it must divide the window.",
+        ),
+    ],
+    "getFailingTasks": [
+        ("queue", QUEUE_SCHEMA, "Only this queue (default: any)."),
+        ("window", {"type": "string", "enum": list(WINDOWS)}, "How far back (default `1h`)."),
+    ],
 }
+
+_REQUIRED_QUERY = {("getStatsSeries", "metric")}
 
 
 def _status(values: type[JobStatus] | type[WorkflowStatus] | None) -> dict[str, Any]:
@@ -629,7 +654,13 @@ def build_spec(caps: _Caps = DEFAULT_CAPS) -> dict[str, Any]:
             ]
         if route.operation_id in _QUERY_PARAMS:
             op["parameters"] += [
-                {"name": n, "in": "query", "required": False, "schema": s, "description": d}
+                {
+                    "name": n,
+                    "in": "query",
+                    "required": (route.operation_id, n) in _REQUIRED_QUERY,
+                    "schema": s,
+                    "description": d,
+                }
                 for n, s, d in _QUERY_PARAMS[route.operation_id]
             ]
         if route.operation_id == "createJob":

@@ -8,7 +8,19 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from services.api import cron, dlq, events, jobs, limits, protocol, queues, system, worker_keys, workflows
+from services.api import (
+    cron,
+    dlq,
+    events,
+    jobs,
+    limits,
+    protocol,
+    queues,
+    stats,
+    system,
+    worker_keys,
+    workflows,
+)
 from services.api.context import Handler
 from shared import wire
 
@@ -584,6 +596,28 @@ ROUTES: list[Route] = [
         "Durable counts for the tenant",
         None,
         wire.StatsSnapshot,
+    ),
+    Route(
+        "GET",
+        "/api/v1/stats/series",
+        stats.series,
+        "read",
+        "system",
+        "getStatsSeries",
+        "Counts, backlog and wait and run percentiles of the tenant's jobs over time, per step of a window (an extension)",
+        None,
+        wire.SeriesResponse,
+    ),
+    Route(
+        "GET",
+        "/api/v1/stats/failing-tasks",
+        stats.failing_tasks,
+        "read",
+        "system",
+        "getFailingTasks",
+        "The tasks whose jobs failed for good most often in a window (an extension)",
+        None,
+        wire.FailingTasksResponse,
     ),
     Route(
         "GET",

@@ -15,7 +15,7 @@ import structlog
 
 from shared import metrics
 from shared.config import Settings
-from shared.db import crons, events, janitor, limits, watchers
+from shared.db import crons, events, janitor, limits, stats, watchers
 from shared.db import workflows as workflows_db
 from shared.db.database import Database
 from shared.db.pool import Connection, is_unavailable
@@ -36,6 +36,9 @@ HEAL_SCAN = 5_000
 # one of its jobs makes it again). Each housekeeping pass looks at up to LIMIT_KEY_PAGES pages of
 # 10 x --janitor-batch keys, going round the table in key order.
 LIMIT_KEY_PAGES = 10
+# The stats rollup (migration 39): captured events are folded in, and ended minutes scanned, this
+# often; a minute is counted a few seconds after it ends (shared/db/stats.py).
+STATS_SECS = 5.0
 
 
 class Janitor:
@@ -163,6 +166,23 @@ class Janitor:
             log.info("completed_jobs_removed", jobs=removed)
         return removed
 
+    async def roll_up_stats(self) -> stats.Scanned:
+        """Fold the captured events into the stats rollup, then count the minutes that ended since
+        the last scan (in rounds of an hour of them when catching up)."""
+        await stats.fold(self.db.pool)
+        while True:
+            scanned = await stats.scan(self.db.pool)
+            if scanned.advanced:
+                log.debug("stats_rolled_up", start=scanned.start, stop=scanned.stop, jobs=scanned.jobs)
+            if not scanned.advanced or scanned.stop - scanned.start < timedelta(minutes=stats.SCAN_MINUTES):
+                return scanned
+
+    async def prune_stats(self) -> None:
+        await stats.prune(
+            self.db.pool,
+            await janitor.now(self.db.pool) - timedelta(hours=self.settings.stats_retention_hours),
+        )
+
     async def prune(self, older_than_hours: float) -> int:
         deleted = await janitor.prune(self.db.pool, older_than_hours)
         if deleted:
@@ -179,6 +199,7 @@ class Janitor:
         )
         next_retention = loop.time() + s.retention_interval_secs
         next_housekeeping = loop.time()
+        next_stats = loop.time()
         while not self._stopping:
             self._poke.clear()  # a delayed-job notification from now on re-runs the loop early
             try:
@@ -189,6 +210,9 @@ class Janitor:
                 await self.fire_crons()
                 await self.time_out_workflows()
                 await self.remove_lingering()
+                if loop.time() >= next_stats:
+                    next_stats = loop.time() + STATS_SECS
+                    await self.roll_up_stats()
                 if loop.time() >= next_housekeeping:
                     next_housekeeping = loop.time() + HOUSEKEEPING_SECS
                     await watchers.prune_expired(self.db.pool)
@@ -197,6 +221,7 @@ class Janitor:
                     await self.heal_stalled_workflows()
                     await self.repair_limit_keys()
                     await self.prune_idle_limit_keys()
+                    await self.prune_stats()
                 if s.retention_hours is not None and loop.time() >= next_retention:
                     next_retention = loop.time() + s.retention_interval_secs
                     await self.prune(s.retention_hours)

@@ -69,6 +69,20 @@ def repair_expiry(body: Any) -> None:
         body["expires_at"] = (datetime.now(UTC) + timedelta(days=1)).isoformat()
 
 
+STEP_SECS = {"1m": 60, "5m": 300, "10m": 600, "15m": 900, "30m": 1800, "1h": 3600}
+WINDOW_SECS = {"15m": 900, "1h": 3600, "6h": 21600, "24h": 86400}
+
+
+def fit_step(query: Any) -> None:
+    """A series' `step` left out (so the window's default) when it does not divide its `window`
+    (the document says so in words)."""
+    if not isinstance(query, dict) or query.get("step") not in STEP_SECS:
+        return
+    window = WINDOW_SECS.get(query.get("window", "1h"), 0)
+    if not window or window % STEP_SECS[query["step"]] or STEP_SECS[query["step"]] > window:
+        del query["step"]
+
+
 @schemathesis.hook
 def map_case(context: Any, case: Any) -> Any:
     meta = case.meta
@@ -76,6 +90,8 @@ def map_case(context: Any, case: Any) -> Any:
         if case.operation.path == "/api/v1/workflows":
             repair_workflow(case.body)
             fit_budget(case.body)
+        elif case.operation.path == "/api/v1/stats/series":
+            fit_step(case.query)
         elif case.operation.path == "/api/v1/cron" and isinstance(case.body, dict):
             repair_workflow(case.body.get("workflow"))  # a schedule that starts a workflow
             fit_budget(case.body.get("workflow"))

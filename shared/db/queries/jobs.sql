@@ -510,6 +510,11 @@ WITH target AS (
     SELECT id, delivery_count, worker_id, attempt_started_at,
            CASE WHEN status = 'retrying' THEN 'retry' ELSE 'failed' END, error_message
     FROM updated
+), retried AS (
+    -- The stats rollup's count of retries (migration 39): a job row does not say when it retried.
+    INSERT INTO queueflow.stats_captures (tenant_key, queue_name, minute, retried)
+    SELECT COALESCE(tenant_id, ''), queue_name, date_trunc('minute', now()), count(*)
+    FROM updated WHERE status = 'retrying' GROUP BY 1, 2
 )
 -- (queue, tenant, attempt and trace context: what a failure's span names, when traced)
 SELECT u.id, u.status, u.workflow_id, u.task_name,
@@ -553,6 +558,11 @@ WITH target AS (
 ), attempt AS (
     INSERT INTO queueflow.job_attempts (job_id, attempt, worker_id, started_at, outcome, error_message)
     SELECT id, delivery_count, worker_id, attempt_started_at, 'lease_expired', error_message FROM updated
+), retried AS (
+    -- The stats rollup's count of retries (migration 39), as fail_job's.
+    INSERT INTO queueflow.stats_captures (tenant_key, queue_name, minute, retried)
+    SELECT COALESCE(tenant_id, ''), queue_name, date_trunc('minute', now()), count(*)
+    FROM updated WHERE status = 'retrying' GROUP BY 1, 2
 )
 SELECT u.id, u.status, u.queue_name, u.workflow_id, u.task_name,
        EXTRACT(EPOCH FROM now() - u.attempt_started_at)::float8 AS secs

@@ -435,7 +435,7 @@
 
   const VIEWS = {
     "": { title: "Overview", list: overviewView },
-    queues: { title: "Queues", list: queuesView },
+    queues: { title: "Queues", list: queuesView, detail: queueView },
     jobs: { title: "Jobs", list: jobsView, detail: jobView },
     workflows: { title: "Workflows", list: workflowsView, detail: workflowView },
     dlq: { title: "Dead letters", list: deadLettersView, detail: deadLetterView },
@@ -612,11 +612,12 @@
     });
   }
 
-  async function overviewView(ctx, root) {
+  async function overviewView(ctx, root, _id, params) {
     const updated = updatedNote();
     const cards = h("div", { class: "cards" });
     const backlog = h("div", { class: "backlog panel" });
     const failures = h("div");
+    const charts = chartsPanel(ctx, { params, hashOf: (w) => hashFor("", { window: w }) });
     root.append(
       pageHead("Overview", {
         extra: [updated],
@@ -631,6 +632,7 @@
         backlogLegend(),
         backlog,
       ),
+      charts,
       h(
         "section",
         { "aria-labelledby": "failures-h" },
@@ -643,6 +645,7 @@
         ctx.api("GET", "stats"),
         ctx.api("GET", "queues"),
         ctx.api("GET", "jobs", { query: { status: "failed", limit: 5 } }),
+        charts.load(),
       ]);
       const pending = queues.queues.reduce((n, q) => n + q.pending, 0);
       const running = queues.queues.reduce((n, q) => n + q.running, 0);
@@ -668,6 +671,385 @@
       { class: `card ${cls}` },
       href ? h("a", { href, class: "card-link", "aria-label": `${name}: ${value}`, "data-fk": `c:${name}` }, body) : body,
     );
+  }
+
+  // --- charts (GET /api/v1/stats/series) ------------------------------------------------------
+  //
+  // Small SVG line charts of the per-minute rollup the janitor writes (docs/console.md, "Charts"):
+  // one point per step, axes with units, the statuses' colours; hovering a step or moving along
+  // it with the arrow keys shows its values (announced to screen readers), and each chart has a
+  // table of every value.
+
+  const CHART_WINDOWS = [
+    ["15m", "15 min"],
+    ["1h", "1 h"],
+    ["6h", "6 h"],
+    ["24h", "24 h"],
+  ];
+  const CHARTS = [
+    {
+      id: "throughput",
+      title: "Completed, failed and retried",
+      unit: "jobs",
+      metrics: [
+        ["completed", "Completed", "st-completed"],
+        ["failed", "Failed", "st-failed"],
+        ["retried", "Retried", "st-retrying"],
+      ],
+    },
+    { id: "enqueued", title: "Enqueued", unit: "jobs", metrics: [["enqueued", "Enqueued", "st-created"]] },
+    {
+      id: "backlog",
+      title: "Backlog",
+      unit: "backlog",
+      metrics: [
+        ["pending", "Pending", "st-pending"],
+        ["scheduled", "Scheduled", "st-scheduled"],
+        ["running", "Running", "st-running"],
+      ],
+    },
+    {
+      id: "wait",
+      title: "Wait time (due to start)",
+      unit: "seconds",
+      metrics: [
+        ["wait_p50", "p50", "st-running"],
+        ["wait_p95", "p95", "st-retrying"],
+      ],
+    },
+    {
+      id: "run",
+      title: "Run time",
+      unit: "seconds",
+      metrics: [
+        ["run_p50", "p50", "st-running"],
+        ["run_p95", "p95", "st-retrying"],
+      ],
+    },
+  ];
+  const CHART_METRICS = CHARTS.flatMap((c) => c.metrics.map(([metric]) => metric));
+
+  function stepLabel(secs) {
+    return secs >= 3600 ? `${secs / 3600} h` : `${secs / 60} min`;
+  }
+
+  function secondsLabel(v) {
+    if (!v) return "0 s";
+    if (v < 0.001) return `${Math.round(v * 1e6)} µs`;
+    if (v < 1) return `${+(v * 1000).toPrecision(3)} ms`;
+    if (v < 60) return `${+v.toPrecision(3)} s`;
+    if (v < 3600) return `${+(v / 60).toPrecision(3)} min`;
+    return `${+(v / 3600).toPrecision(3)} h`;
+  }
+
+  function chartValue(unit, v) {
+    return unit === "seconds" ? secondsLabel(v) : Number(v).toLocaleString();
+  }
+
+  function niceMax(v) {
+    if (!(v > 0)) return 1;
+    const p = 10 ** Math.floor(Math.log10(v));
+    for (const m of [1, 2, 2.5, 5, 10]) if (m * p >= v) return m * p;
+    return 10 * p;
+  }
+
+  function clock(iso) {
+    return new Date(iso).toLocaleTimeString(undefined, { hour: "2-digit", minute: "2-digit" });
+  }
+
+  function stepText(data, i) {
+    const start = new Date(data.timestamps[i]);
+    const end = new Date(start.getTime() + data.step_secs * 1000);
+    const day = start.toLocaleDateString(undefined, { month: "short", day: "numeric" });
+    return `${day} ${clock(start)}–${clock(end)}`;
+  }
+
+  function unitText(def, data) {
+    if (def.unit === "seconds") return "seconds";
+    if (def.unit === "backlog") return `jobs, at the end of each ${stepLabel(data.step_secs)}`;
+    return `jobs per ${stepLabel(data.step_secs)}`;
+  }
+
+  function lineChart(def, data, memory) {
+    const W = 640;
+    const H = 190;
+    const [L, R, T, B] = [62, 14, 12, 26];
+    const n = data.timestamps.length;
+    const series = def.metrics.map(([metric, label, cls]) => ({
+      metric,
+      label,
+      cls,
+      values: (data.series.find((s) => s.metric === metric) || { values: [] }).values,
+    }));
+    const max = niceMax(Math.max(0, ...series.flatMap((s) => s.values)));
+    const x = (i) => L + (n <= 1 ? 0 : (i * (W - L - R)) / (n - 1));
+    const y = (v) => T + (H - T - B) * (1 - v / max);
+    const fmt = (v) => chartValue(def.unit, v);
+    const units = unitText(def, data);
+
+    const plot = svg("svg", { viewBox: `0 0 ${W} ${H}`, class: "chart-svg", "aria-hidden": "true", focusable: "false" });
+    for (const f of [0, 0.5, 1]) {
+      plot.append(
+        svg("line", { class: "grid", x1: L, x2: W - R, y1: y(max * f), y2: y(max * f) }),
+        svg("text", { class: "tick", x: L - 6, y: y(max * f) + 4, "text-anchor": "end" }, fmt(max * f)),
+      );
+    }
+    const labels = Math.min(n, 6);
+    for (let k = 0; k < labels; k++) {
+      const i = Math.round((k * (n - 1)) / Math.max(1, labels - 1));
+      const anchor = k === 0 ? "start" : k === labels - 1 ? "end" : "middle";
+      plot.append(svg("text", { class: "tick", x: x(i), y: H - 8, "text-anchor": anchor }, clock(data.timestamps[i])));
+    }
+    plot.append(
+      svg("line", { class: "axis", x1: L, x2: L, y1: T, y2: H - B }),
+      svg("line", { class: "axis", x1: L, x2: W - R, y1: H - B, y2: H - B }),
+    );
+    for (const s of series) {
+      plot.append(
+        svg("polyline", {
+          class: `line ${s.cls}`,
+          points: s.values.map((v, i) => `${x(i).toFixed(1)},${y(v).toFixed(1)}`).join(" "),
+        }),
+        svg(
+          "g",
+          { class: `points ${s.cls}`, "data-metric": s.metric },
+          s.values.map((v, i) => svg("circle", { class: "point", cx: x(i), cy: y(v), r: 2.5, "data-i": i, "data-value": v })),
+        ),
+      );
+    }
+    const cursor = svg("line", { class: "cursor", x1: 0, x2: 0, y1: T, y2: H - B, visibility: "hidden" });
+    plot.append(cursor);
+    const band = n <= 1 ? W - L - R : (W - L - R) / (n - 1);
+    const hits = svg("g", { class: "hits" });
+    for (let i = 0; i < n; i++) {
+      hits.append(svg("rect", { class: "hit", x: x(i) - band / 2, y: 0, width: band, height: H, "data-i": i }));
+    }
+    plot.append(hits);
+
+    const tip = h("div", { class: "chart-tip", hidden: true });
+    const live = h("div", { class: "visually-hidden", "aria-live": "polite" });
+    const frame = h(
+      "div",
+      {
+        class: "chart-plot",
+        tabindex: "0",
+        role: "group",
+        "data-fk": `chart:${def.id}`,
+        "aria-label": `${def.title}, ${units}. Left and right arrow keys read each ${stepLabel(data.step_secs)}; the table below lists every value.`,
+      },
+      plot,
+      tip,
+      live,
+    );
+    let current = -1;
+    const describe = (i) => `${stepText(data, i)}: ${series.map((s) => `${s.label} ${fmt(s.values[i])}`).join(", ")}`;
+    function show(i, announce) {
+      current = Math.max(0, Math.min(n - 1, i));
+      memory.set(def.id, current);
+      cursor.setAttribute("x1", x(current));
+      cursor.setAttribute("x2", x(current));
+      cursor.setAttribute("visibility", "visible");
+      for (const c of plot.querySelectorAll("circle.on")) c.classList.remove("on");
+      for (const c of plot.querySelectorAll(`circle[data-i="${current}"]`)) c.classList.add("on");
+      tip.replaceChildren(
+        h("div", { class: "tip-time" }, stepText(data, current)),
+        ...series.map((s) =>
+          h("div", { class: "tip-row", "data-metric": s.metric }, h("span", { class: `swatch ${s.cls}` }), `${s.label}: `, h("strong", {}, fmt(s.values[current]))),
+        ),
+      );
+      tip.hidden = false;
+      const left = (x(current) / W) * 100;
+      tip.style.left = `${left}%`;
+      tip.classList.toggle("flip", left > 55);
+      if (announce) live.textContent = describe(current);
+    }
+    function hide() {
+      current = -1;
+      memory.delete(def.id);
+      tip.hidden = true;
+      cursor.setAttribute("visibility", "hidden");
+      for (const c of plot.querySelectorAll("circle.on")) c.classList.remove("on");
+    }
+    hits.addEventListener("mouseover", (event) => {
+      const i = event.target.getAttribute && event.target.getAttribute("data-i");
+      if (i !== null && i !== undefined) show(Number(i), false);
+    });
+    frame.addEventListener("mouseleave", () => {
+      if (document.activeElement !== frame) hide();
+    });
+    frame.addEventListener("focus", () => {
+      if (current < 0) show(n - 1, true);
+    });
+    frame.addEventListener("blur", hide);
+    frame.addEventListener("keydown", (event) => {
+      const moves = { ArrowRight: current + 1, ArrowLeft: current - 1, Home: 0, End: n - 1 };
+      if (event.key in moves) {
+        event.preventDefault();
+        event.stopPropagation();
+        show(moves[event.key], true);
+      } else if (event.key === "Escape") {
+        hide();
+      }
+    });
+    if (memory.has(def.id)) show(memory.get(def.id), false);
+
+    const tableView = h(
+      "details",
+      { class: "chart-table", "data-chart": def.id },
+      h("summary", {}, `Table of values: ${def.title.toLowerCase()}`),
+      h(
+        "div",
+        { class: "table-wrap" },
+        h(
+          "table",
+          {},
+          h("caption", { class: "visually-hidden" }, `${def.title}, ${units}`),
+          h(
+            "thead",
+            {},
+            h("tr", {}, h("th", { scope: "col" }, stepLabel(data.step_secs) === "1 min" ? "Minute" : "Step"), series.map((s) => h("th", { scope: "col", class: "num" }, s.label))),
+          ),
+          h(
+            "tbody",
+            {},
+            data.timestamps.map((_, i) =>
+              h("tr", {}, h("th", { scope: "row" }, stepText(data, i)), series.map((s) => h("td", { class: "num" }, fmt(s.values[i])))),
+            ),
+          ),
+        ),
+      ),
+    );
+    tableView.open = memory.has(`table:${def.id}`);
+    tableView.addEventListener("toggle", () => {
+      if (tableView.open) memory.set(`table:${def.id}`, true);
+      else memory.delete(`table:${def.id}`);
+    });
+
+    return h(
+      "figure",
+      { class: "chart panel", "data-chart": def.id },
+      h("figcaption", {}, h("h3", {}, def.title), h("span", { class: "chart-unit" }, units)),
+      h("div", { class: "legend", "aria-hidden": "true" }, series.map((s) => h("span", {}, h("span", { class: `swatch ${s.cls}` }), s.label))),
+      frame,
+      tableView,
+    );
+  }
+
+  // The charts section of the overview (queue: null, every queue of the tenant) or of a queue's
+  // page; `section.load()` reads the series of the chosen window, `section.window()` names it.
+  function chartsPanel(ctx, { queue = null, params, hashOf }) {
+    const asked = params ? params.get("window") : null;
+    let chosen = CHART_WINDOWS.some(([w]) => w === asked) ? asked : "1h";
+    const memory = new Map();
+    const note = h("p", { class: "chart-note" });
+    const grid = h("div", { class: "charts" });
+    const picker = h(
+      "fieldset",
+      { class: "window-picker" },
+      h("legend", {}, "Window"),
+      CHART_WINDOWS.map(([w, label]) =>
+        h("label", {}, h("input", { type: "radio", name: "chart-window", value: w, checked: w === chosen }), label),
+      ),
+    );
+    const section = h(
+      "section",
+      { class: "charts-section", "aria-labelledby": "charts-h" },
+      h("h2", { id: "charts-h" }, queue ? "Activity over time" : "Activity over time, every queue"),
+      picker,
+      note,
+      grid,
+    );
+    picker.addEventListener("change", (event) => {
+      chosen = event.target.value;
+      history.replaceState(null, "", hashOf(chosen));
+      ctx.refresh?.();
+    });
+    section.window = () => chosen;
+    section.load = async () => {
+      const data = await ctx.api("GET", "stats/series", {
+        query: { metric: CHART_METRICS.join(","), window: chosen, queue },
+      });
+      note.replaceChildren(
+        `One point per ${stepLabel(data.step_secs)} over the last ${CHART_WINDOWS.find(([w]) => w === data.window)[1]}, counted up to `,
+        timeEl(data.rolled_up_to),
+        " (the janitor counts each minute once it has ended).",
+      );
+      const { rolled_up_to: _counted, ...shown } = data;
+      renderIfChanged(grid, shown, () => CHARTS.map((def) => lineChart(def, data, memory)));
+    };
+    return section;
+  }
+
+  // --- one queue ------------------------------------------------------------------------------
+
+  async function queueView(ctx, root, name, params) {
+    const updated = updatedNote();
+    const facts = h("div");
+    const failing = h("div");
+    const charts = chartsPanel(ctx, {
+      queue: name,
+      params,
+      hashOf: (w) => hashFor(`queues/${enc(name)}`, { window: w }),
+    });
+    root.append(
+      pageHead(`Queue ${name}`, {
+        extra: [updated],
+        actions: [h("button", { type: "button", class: "quiet", onclick: () => ctx.refresh() }, "Refresh")],
+      }),
+      h(
+        "p",
+        { class: "subtitle" },
+        "This tenant's jobs on the queue: ",
+        h("a", { href: hashFor("jobs", { queue: name }) }, "list them"),
+        ", or see its ",
+        h("a", { href: hashFor("dlq", { queue: name }) }, "dead letters"),
+        ".",
+      ),
+      h("section", { "aria-labelledby": "queue-now-h" }, h("h2", { id: "queue-now-h" }, "Now"), facts),
+      charts,
+      h(
+        "section",
+        { "aria-labelledby": "failing-h" },
+        h("h2", { id: "failing-h" }, "Top failing tasks in the window"),
+        h("p", { class: "subtitle" }, "Tasks whose jobs failed for good (each a dead letter), most first."),
+        failing,
+      ),
+    );
+    await ctx.poll(async () => {
+      const [q, , top] = await Promise.all([
+        ctx.api("GET", `queues/${enc(name)}`),
+        charts.load(),
+        ctx.api("GET", "stats/failing-tasks", { query: { queue: name, window: charts.window() } }),
+      ]);
+      renderIfChanged(facts, q, () =>
+        h(
+          "dl",
+          { class: "facts" },
+          fact("State", q.paused ? badge("paused") : badge("active")),
+          fact("Pending", q.pending.toLocaleString()),
+          fact("Scheduled", q.scheduled.toLocaleString()),
+          fact("Running", q.running.toLocaleString()),
+          fact("Oldest waiting", duration(q.oldest_pending_age_secs)),
+          fact("Completed jobs", q.retention === "remove_completed" ? "removed as they complete" : "kept"),
+        ),
+      );
+      renderIfChanged(failing, top, () =>
+        table(
+          [["Task"], ["Failures", "num"], ["Last failed"]],
+          top.tasks.map((t) =>
+            h(
+              "tr",
+              { "data-task": t.task },
+              h("td", {}, h("a", { href: hashFor("jobs", { queue: name, task_name: t.task, status: "failed" }) }, t.task)),
+              h("td", { class: "num" }, t.failures.toLocaleString()),
+              h("td", {}, timeEl(t.last_failed_at)),
+            ),
+          ),
+          "No job of this queue failed for good in the window.",
+        ),
+      );
+      updated.touch();
+    });
   }
 
   // --- queues ---------------------------------------------------------------------------------
@@ -754,7 +1136,7 @@
             h(
               "tr",
               { "data-queue": q.queue },
-              h("td", {}, h("a", { href: hashFor("jobs", { queue: q.queue }), "data-fk": `q:${q.queue}` }, q.queue)),
+              h("td", {}, h("a", { href: `#/queues/${enc(q.queue)}`, "data-fk": `q:${q.queue}` }, q.queue)),
               h("td", {}, q.paused ? badge("paused") : badge("active")),
               h("td", { class: "num" }, q.pending.toLocaleString()),
               h("td", { class: "num" }, q.scheduled.toLocaleString()),
