@@ -755,7 +755,7 @@ async def test_every_deep_link_shows_its_view_and_a_reload_shows_it_again(client
         await console.heading(title)
         await console.page.reload()
         await console.heading(title)
-        await expect(console.page.locator("#view table, #view .empty, #view dl.facts").first).to_be_visible()
+        await expect(console.page.locator("#view table:visible, #view .empty:visible, #view dl.facts:visible").first).to_be_visible()
         await console.screenshot(screenshot)
     # The filters of a link are the view's filters.
     await console.open("#/jobs?status=failed&queue=emails")
@@ -808,7 +808,7 @@ async def test_narrow_screen_has_no_sideways_scrolling(client, server, open_cons
     await expect(rows(narrow)).to_have_count(3)
     for link in ("#/", "#/queues", "#/jobs", "#/workflows", "#/dlq", "#/cron", "#/tasks"):
         await narrow.go(link)
-        await expect(narrow.page.locator("#view table, #view .empty").first).to_be_visible()
+        await expect(narrow.page.locator("#view table:visible, #view .empty:visible").first).to_be_visible()
         overflow = await narrow.page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
         wide = await narrow.page.evaluate(WIDER_THAN_THE_SCREEN) if overflow > 0 else []
         assert overflow <= 0, f"{link} is {overflow}px wider than the screen: {wide}"
