@@ -755,7 +755,9 @@ async def test_every_deep_link_shows_its_view_and_a_reload_shows_it_again(client
         await console.heading(title)
         await console.page.reload()
         await console.heading(title)
-        await expect(console.page.locator("#view table:visible, #view .empty:visible, #view dl.facts:visible").first).to_be_visible()
+        await expect(
+            console.page.locator("#view table:visible, #view .empty:visible, #view dl.facts:visible").first
+        ).to_be_visible()
         await console.screenshot(screenshot)
     # The filters of a link are the view's filters.
     await console.open("#/jobs?status=failed&queue=emails")
