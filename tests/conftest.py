@@ -17,6 +17,7 @@ import pytest
 
 from devkit.pg import PgServer, throwaway_cluster
 from devkit.procs import ServiceProcess
+from shared.db.pool import init_connection
 
 # Read before the environment is scrubbed: the one QUEUEFLOW_* variable meant for the tests.
 EXTERNAL_DSN = os.environ.get("QUEUEFLOW_TEST_DATABASE_URL") or None
@@ -95,6 +96,16 @@ async def db(database_url: str) -> AsyncIterator[asyncpg.Connection]:
         yield conn
     finally:
         await conn.close()
+
+
+@pytest.fixture
+async def pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
+    """A small pool on this test's database whose connections decode JSON as the server's do."""
+    p = await asyncpg.create_pool(database_url, min_size=1, max_size=4, init=init_connection)
+    try:
+        yield p
+    finally:
+        await p.close()
 
 
 @pytest.fixture

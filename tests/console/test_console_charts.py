@@ -6,15 +6,12 @@ another tenant's jobs never counted."""
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
-import asyncpg
 import pytest
 from playwright.async_api import expect
 
-from shared.db.pool import init_connection
 from tests.console.helpers import call
 from tests.support.stats import current_minute, make_jobs, make_retries, recount_from
 from tests.support.waiting import eventually
@@ -27,15 +24,6 @@ CREDENTIALS = ["--api-keys", "rw:acme,ro:acme:ro,gx:globex", "--worker-token", "
 @pytest.fixture
 async def server(database_url, service):
     return await service(database_url, mode="all", dev=False, extra_args=CREDENTIALS)
-
-
-@pytest.fixture
-async def pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
-    p = await asyncpg.create_pool(database_url, min_size=1, max_size=2, init=init_connection)
-    try:
-        yield p
-    finally:
-        await p.close()
 
 
 @pytest.fixture

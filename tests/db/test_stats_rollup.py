@@ -5,29 +5,17 @@ statements; a recount of scanned minutes replaces what it counted; SQL's buckets
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
 
 import asyncpg
-import pytest
 
 from shared.db import janitor, queues, stats
 from shared.db import jobs as jobs_db
-from shared.db.pool import init_connection
 from shared.domain.jobs import NewJob, Retention
 from shared.domain.stats import bucket_of, series_query, window_of
 
 TENANT = "acme"
 # A scan with this lag counts the minute now is in too (the tests cannot wait for it to end).
 NOW_INCLUDED = -60.0
-
-
-@pytest.fixture
-async def pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
-    p = await asyncpg.create_pool(database_url, min_size=1, max_size=4, init=init_connection)
-    try:
-        yield p
-    finally:
-        await p.close()
 
 
 async def enqueue(
