@@ -137,6 +137,9 @@ _QUERY_PARAMS: dict[str, list[tuple[str, dict[str, Any], str]]] = {
     "streamJobEvents": [
         ("log_after", _SEQ, "Send `log` events for the lines after this seq (default 0: every line)."),
     ],
+    "listPushDeliveries": [
+        ("limit", _CLAMPED, "At most this many deliveries, clamped to 1..=500 (default 50)."),
+    ],
 }
 
 
