@@ -362,17 +362,20 @@ def refusal(address: Address, allowed: Sequence[Network] = ()) -> str | None:
         return "a cloud metadata address"
     if any(form in net for form in forms for net in allowed if form.version == net.version):
         return None
-    checks = (
-        ("an unspecified address", lambda a: a.is_unspecified),
-        ("a loopback address", lambda a: a.is_loopback),
-        ("a link-local address", lambda a: a.is_link_local),
-        ("a multicast address", lambda a: a.is_multicast),
-        ("a private address", lambda a: a.is_private or not a.is_global or a.is_reserved),
-    )
-    # (Each rule asks both forms of a mapped address: ::ffff:127.0.0.1 is loopback.)
-    for why, applies in checks:
-        if any(applies(form) for form in forms):
-            return why
+    for form in forms:  # (both forms of a mapped address: ::ffff:127.0.0.1 is loopback)
+        if form.is_unspecified:
+            return "an unspecified address"
+    for form in forms:
+        if form.is_loopback:
+            return "a loopback address"
+    for form in forms:
+        if form.is_link_local:
+            return "a link-local address"
+    for form in forms:
+        if form.is_multicast:
+            return "a multicast address"
+    if any(form.is_private or not form.is_global or form.is_reserved for form in forms):
+        return "a private address"
     return None
 
 
