@@ -304,7 +304,27 @@ class Pusher:
         answer = await self._post(target, body, headers)
         latency = loop.time() - started
         metrics.PUSH_DURATION.labels(*endpoint.labels).observe(latency)
-        outcome, error = await self._settle(endpoint, lease, answer)
+        verdict = self._judge(answer)
+        # The history row first: whoever reads the job's outcome finds the delivery beside it.
+        assert self._history is not None
+        try:
+            await self._history.submit(
+                (
+                    target.id,
+                    job.id,
+                    attempt,
+                    message_id,
+                    answer.status,
+                    latency * 1000,
+                    kept_body(answer.body),
+                    verdict.outcome,
+                    verdict.error,
+                )
+            )
+        except Exception as err:  # the outcome matters more than its history
+            log.warning("push_history_write_failed", error=str(err), exc_info=not is_database_error(err))
+        await self._feed_breaker(endpoint, verdict)
+        outcome = await self._write(lease, verdict)
         metrics.PUSH_DELIVERIES.labels(*endpoint.labels, outcome).inc()
         log.info(
             "job_pushed",
@@ -314,22 +334,7 @@ class Pusher:
             status=answer.status,
             outcome=outcome,
             latency_ms=round(latency * 1000, 1),
-            error=error,
-        )
-        assert self._history is not None
-        self._history.submit_nowait(
-            (
-                target.id,
-                job.id,
-                attempt,
-                message_id,
-                answer.status,
-                latency * 1000,
-                kept_body(answer.body),
-                outcome,
-                error,
-            ),
-            _history_written,
+            error=verdict.error,
         )
 
     async def _post(self, target: push_db.Target, body: bytes, headers: dict[str, str]) -> _Answer:
@@ -356,37 +361,41 @@ class Pusher:
         except (aiohttp.ClientError, OSError, ValueError) as err:
             return _Answer(error=f"connection failed: {str(err) or type(err).__name__}")
 
-    async def _settle(self, endpoint: _Endpoint, lease: Lease, answer: _Answer) -> tuple[str, str | None]:
-        """Write the job's outcome for `answer` and feed the breaker: (the delivery's outcome, the
-        job's error message when it failed)."""
+    def _judge(self, answer: _Answer) -> _Verdict:
+        """What `answer` does to the job (docs/push.md, "What each answer does")."""
         body = kept_body(answer.body)
         if answer.status is None:
             error = failure_message(None, None, answer.error)
             if answer.refused:
-                return await self._fail(lease, error, False, None), error
-            await self._breaker_failed(endpoint)
-            return await self._fail(lease, error, True, None), error
-        outcome = outcome_of(answer.status)
+                return _Verdict(Outcome.FAILED, error, refused=True)
+            return _Verdict(Outcome.RETRY, error, endpoint_failed=True)
         if 300 <= answer.status < 400:
-            error = failure_message(answer.status, body, "redirects are not followed")
-            await self._breaker_ok(endpoint)
-            return await self._fail(lease, error, False, None), error
+            return _Verdict(
+                Outcome.FAILED, failure_message(answer.status, body, "redirects are not followed")
+            )
+        outcome = outcome_of(answer.status)
         if outcome is Outcome.RETRY:
-            error = failure_message(answer.status, body)
-            await self._breaker_failed(endpoint)
             delay = retry_after_secs(answer.retry_after, datetime.now(UTC))
-            return await self._fail(lease, error, True, delay), error
-        await self._breaker_ok(endpoint)
+            return _Verdict(Outcome.RETRY, failure_message(answer.status, body), delay, endpoint_failed=True)
         if outcome is Outcome.FAILED:
-            error = failure_message(answer.status, body)
-            return await self._fail(lease, error, False, None), error
+            return _Verdict(Outcome.FAILED, failure_message(answer.status, body))
         if outcome is Outcome.ACCEPTED:
-            return Outcome.ACCEPTED, None
+            return _Verdict(Outcome.ACCEPTED)
         result, problem = self._result_of(answer.body)
         if result is None:
-            error = failure_message(answer.status, body, problem)
-            return await self._fail(lease, error, False, None), error
-        return await self._complete(lease, result)
+            return _Verdict(Outcome.FAILED, failure_message(answer.status, body, problem))
+        return _Verdict(Outcome.COMPLETED, result=result)
+
+    async def _write(self, lease: Lease, verdict: _Verdict) -> str:
+        """The job's outcome: what the delivery's answer decided, or `lost` when the job was no
+        longer the delivery's."""
+        if verdict.outcome is Outcome.ACCEPTED:
+            return Outcome.ACCEPTED
+        if verdict.outcome is Outcome.COMPLETED:
+            assert verdict.result is not None
+            return await self._complete(lease, verdict.result)
+        assert verdict.error is not None
+        return await self._fail(lease, verdict.error, verdict.outcome is Outcome.RETRY, verdict.delay)
 
     def _result_of(self, raw: bytes) -> tuple[msgspec.Raw | None, str]:
         """A 2xx body as the job's result (empty: null), or None and what is wrong with it."""
@@ -402,18 +411,17 @@ class Pusher:
             return None, "its body is not a JSON object"
         return msgspec.Raw(raw), ""
 
-    async def _complete(self, lease: Lease, result: msgspec.Raw) -> tuple[str, str | None]:
+    async def _complete(self, lease: Lease, result: msgspec.Raw) -> str:
         try:
             await until_answered(lambda: self.db.completer.submit((lease.job.id, lease.token, result)))
-        except DomainError as lost:  # cancelled or reclaimed meanwhile: the server owns it
-            return Outcome.LOST, lost.message
+        except DomainError:  # cancelled or reclaimed meanwhile: the server owns it
+            return Outcome.LOST
         except Exception as err:
             if is_unavailable(err):
                 raise
             # A body the database will not store (a NUL character in a string): not retryable.
-            error = f"push delivery's result could not be stored: {err}"
-            return await self._fail(lease, error, False, None), error
-        return Outcome.COMPLETED, None
+            return await self._fail(lease, f"push delivery's result could not be stored: {err}", False, None)
+        return Outcome.COMPLETED
 
     async def _fail(self, lease: Lease, error: str, retryable: bool, delay: int | None) -> str:
         try:
@@ -425,6 +433,14 @@ class Pusher:
         return Outcome.RETRY if retryable else Outcome.FAILED
 
     # -- the breaker ------------------------------------------------------------------------------
+
+    async def _feed_breaker(self, endpoint: _Endpoint, verdict: _Verdict) -> None:
+        """Retryable failures in a row open the breaker; any answer the receiver chose (a 2xx, a
+        4xx, a redirect) closes it. A refused address says nothing of the receiver."""
+        if verdict.endpoint_failed:
+            await self._breaker_failed(endpoint)
+        elif not verdict.refused:
+            await self._breaker_ok(endpoint)
 
     async def _breaker_failed(self, endpoint: _Endpoint) -> None:
         threshold = self.settings.push_breaker_failures
@@ -481,6 +497,15 @@ async def _wait_event(event: asyncio.Event, timeout: float) -> None:
             await event.wait()
 
 
-def _history_written(answer: BaseException | None) -> None:
-    if isinstance(answer, BaseException):
-        log.warning("push_history_write_failed", error=str(answer))
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Verdict:
+    """What an answer does: the outcome, the job's error when it fails, the receiver's retry delay,
+    whether it counts against the endpoint's breaker (or, a refused address, says nothing of it),
+    and the result to complete with."""
+
+    outcome: Outcome
+    error: str | None = None
+    delay: int | None = None
+    endpoint_failed: bool = False
+    refused: bool = False
+    result: msgspec.Raw | None = None

@@ -69,7 +69,9 @@ class Receiver:
         return self.received[:count]
 
 
-async def start_receiver(answer: Answer = ok_empty_object, path: str = "/hook") -> tuple[Receiver, web.AppRunner]:
+async def start_receiver(
+    answer: Answer = ok_empty_object, path: str = "/hook"
+) -> tuple[Receiver, web.AppRunner]:
     receiver = Receiver(answer)
     app = web.Application()
     app.router.add_route("*", path, receiver.handle)
@@ -102,7 +104,9 @@ def verify(secret: str, received: Received) -> bool:
     """The Standard Webhooks check, written from the spec: one of the `v1,` signatures is the
     HMAC-SHA256 (keyed with the secret's decoded bytes) of "{id}.{timestamp}.{body}"."""
     key = base64.b64decode(secret.removeprefix("whsec_"))
-    signed = f"{received.headers['webhook-id']}.{received.headers['webhook-timestamp']}.".encode() + received.raw
+    signed = (
+        f"{received.headers['webhook-id']}.{received.headers['webhook-timestamp']}.".encode() + received.raw
+    )
     expected = base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
     given = [s.split(",", 1)[1] for s in received.headers["webhook-signature"].split() if s.startswith("v1,")]
     return any(hmac.compare_digest(expected, sig) for sig in given)

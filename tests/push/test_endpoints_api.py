@@ -20,8 +20,15 @@ BETA = {"Authorization": "Bearer b"}
 LOOPBACK = ("127.0.0.0/8",)
 
 
-def endpoint(url: str = "http://127.0.0.1:9/hook", queues: list[str] | None = None, **more: Any) -> dict[str, Any]:
-    return {"name": more.pop("name", "hook"), "url": url, "queues": ["pushed"] if queues is None else queues, **more}
+def endpoint(
+    url: str = "http://127.0.0.1:9/hook", queues: list[str] | None = None, **more: Any
+) -> dict[str, Any]:
+    return {
+        "name": more.pop("name", "hook"),
+        "url": url,
+        "queues": ["pushed"] if queues is None else queues,
+        **more,
+    }
 
 
 @pytest.fixture
@@ -119,11 +126,15 @@ async def test_a_worker_key_of_another_tenant_still_leases_a_queue_only_acme_bou
     await create(client, endpoint())
     resp = await client.post("/api/v1/worker-keys", json={"name": "beta-workers"}, headers=BETA)
     key = (await resp.json())["token"]
-    resp = await client.post("/api/v1/queues/pushed/lease", json={}, headers={"Authorization": f"Bearer {key}"})
+    resp = await client.post(
+        "/api/v1/queues/pushed/lease", json={}, headers={"Authorization": f"Bearer {key}"}
+    )
     assert resp.status == 200
     resp = await client.post("/api/v1/worker-keys", json={"name": "acme-workers"}, headers=ACME)
     key = (await resp.json())["token"]
-    resp = await client.post("/api/v1/queues/pushed/lease", json={}, headers={"Authorization": f"Bearer {key}"})
+    resp = await client.post(
+        "/api/v1/queues/pushed/lease", json={}, headers={"Authorization": f"Bearer {key}"}
+    )
     assert resp.status == 409
 
 
