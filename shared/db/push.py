@@ -228,6 +228,8 @@ async def claim(
     endpoint in the same transaction. Also answers how many more it could have taken (0: the
     endpoint is full, paused, gone or its breaker open)."""
     async with pool.acquire() as conn, conn.transaction():
+        if await conn.fetchval(Q.lock_push_endpoint, endpoint_id) is None:
+            return [], 0  # paused or gone
         slots = await conn.fetchrow(Q.push_slots, endpoint_id)
         if slots is None or slots["open"]:
             return [], 0

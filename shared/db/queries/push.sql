@@ -86,17 +86,20 @@ SELECT e.id, e.tenant_key, e.name, e.url, e.concurrency, e.timeout_secs, e.heade
        ARRAY(SELECT b.queue_name FROM queueflow.push_bindings b WHERE b.endpoint_id = e.id ORDER BY b.queue_name) AS queues
 FROM queueflow.push_endpoints e WHERE NOT e.paused;
 
+-- name: lock_push_endpoint
+-- The first statement of a claim for endpoint $1, in the claim's transaction: claims for one
+-- endpoint take turns, whatever pusher makes them. (Its own statement: the next one then reads a
+-- snapshot taken after the lock was granted, which sees the holds the previous claim committed. In
+-- one statement with the lock, READ COMMITTED would count them from before the wait.)
+SELECT id FROM queueflow.push_endpoints WHERE id = $1 AND NOT paused FOR UPDATE;
+
 -- name: push_slots
--- The first statement of a claim for endpoint $1, in the claim's transaction: lock the endpoint's
--- row (claims for one endpoint take turns, whatever pusher makes them), drop the holds whose job
--- no longer runs under the held lease, and answer the endpoint's concurrency, how many deliveries
--- it still holds, and its breaker. No row: the endpoint is paused or gone.
+-- The second: drop the endpoint's holds whose job no longer runs under the held lease, and answer
+-- its concurrency, how many deliveries it still holds, and its breaker.
 -- (The count reads the statement's snapshot, from before the delete: the deleted are subtracted.)
-WITH endpoint AS (
-    SELECT id, concurrency, open_until FROM queueflow.push_endpoints WHERE id = $1 AND NOT paused FOR UPDATE
-), gone AS (
-    DELETE FROM queueflow.push_inflight f USING endpoint e
-    WHERE f.endpoint_id = e.id
+WITH gone AS (
+    DELETE FROM queueflow.push_inflight f
+    WHERE f.endpoint_id = $1
       AND NOT EXISTS (SELECT 1 FROM queueflow.jobs j
                       WHERE j.id = f.job_id AND j.status = 'running' AND j.lease_token = f.lease_token)
     RETURNING f.job_id
@@ -106,7 +109,7 @@ SELECT e.concurrency,
        e.open_until IS NOT NULL AND e.open_until > now() AS open,
        (SELECT count(*) FROM queueflow.push_inflight f WHERE f.endpoint_id = e.id)
          - (SELECT count(*) FROM gone) AS held
-FROM endpoint e;
+FROM queueflow.push_endpoints e WHERE e.id = $1;
 
 -- name: hold_push_jobs
 -- The claim's jobs, held by endpoint $1 until they stop running under these leases.
