@@ -656,7 +656,8 @@ def test_default_egress_is_the_kustomize_bases(rendered_variants: dict[str, Rend
         (ours,) = [
             p["spec"]
             for p in rendered_variants["default"].of_kind("NetworkPolicy")
-            if p["metadata"]["name"].endswith(suffix) and (suffix != "-egress" or "-pusher-" not in p["metadata"]["name"])
+            if p["metadata"]["name"].endswith(suffix)
+            and (suffix != "-egress" or "-pusher-" not in p["metadata"]["name"])
         ]
         assert ours["egress"] == theirs["egress"] and ours["policyTypes"] == theirs["policyTypes"], suffix
 

@@ -434,7 +434,9 @@ def test_only_the_pusher_reaches_public_http_and_never_the_private_ranges(overla
     (rule,) = policy["egress"]
     assert {(p["port"], p["protocol"]) for p in rule["ports"]} == {(443, "TCP"), (80, "TCP")}
     blocks = {b["ipBlock"]["cidr"]: set(b["ipBlock"]["except"]) for b in rule["to"]}
-    assert {"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16", "127.0.0.0/8"} <= blocks["0.0.0.0/0"]
+    assert {"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16", "127.0.0.0/8"} <= blocks[
+        "0.0.0.0/0"
+    ]
     assert {"fc00::/7", "fe80::/10", "::1/128"} <= blocks["::/0"]
 
 

@@ -70,7 +70,9 @@ async def test_two_pushers_hold_an_endpoints_concurrency_exactly(database_url, s
                         assert resp.status == 204
             assert len(receiver.received) == rounds * 3
             assert len({got.job_id for got in receiver.received}) == rounds * 3  # none twice
-            pushers = await pool.fetch("SELECT DISTINCT worker_id FROM queueflow.jobs WHERE queue_name = 'pushed'")
+            pushers = await pool.fetch(
+                "SELECT DISTINCT worker_id FROM queueflow.jobs WHERE queue_name = 'pushed'"
+            )
             assert len(pushers) == 2, pushers  # both took part
     finally:
         await pool.close()
@@ -127,7 +129,10 @@ async def test_a_pusher_refuses_at_delivery_an_address_the_api_let_through(datab
         await bind(http, receiver.url, queue="by-address")
         await bind(http, f"http://localhost:{receiver.port}/hook", queue="by-name")
         await bind(http, f"http://[::ffff:127.0.0.1]:{receiver.port}/hook", queue="by-mapped")
-        ids = {queue: await enqueue(http, queue, max_retries=5) for queue in ("by-address", "by-name", "by-mapped")}
+        ids = {
+            queue: await enqueue(http, queue, max_retries=5)
+            for queue in ("by-address", "by-name", "by-mapped")
+        }
 
         async def failed(job_id: str) -> dict[str, Any] | None:
             found = await job(http, job_id)
