@@ -10,9 +10,10 @@ from datetime import UTC, datetime
 from aiohttp import web
 
 from services.api.context import db_of, pushed_of, settings_of, tenant_of
+from services.api.params import clamped_int
 from shared import wire
 from shared.db import push as push_db
-from shared.domain.errors import NotFound, ValidationFailed
+from shared.domain.errors import NotFound
 from shared.domain.push import PushEndpoint, check_rotation_grace, grace_until, new_secret
 from shared.runtime.push_net import judge_at_creation
 from shared.web.body import decode, json_response
@@ -86,10 +87,6 @@ async def rotate_push_secret(request: web.Request) -> web.Response:
 
 async def list_push_deliveries(request: web.Request) -> web.Response:
     endpoint_id = _endpoint_id(request)
-    raw = request.query.get("limit", str(RECENT_DELIVERIES))
-    try:
-        limit = min(max(int(raw), 1), MAX_DELIVERIES)
-    except ValueError:
-        raise ValidationFailed(f"limit must be an integer, not {raw!r}") from None
+    limit = clamped_int(request, "limit", RECENT_DELIVERIES, 1, MAX_DELIVERIES)
     found = await push_db.recent_deliveries(db_of(request).pool, tenant_of(request).id, endpoint_id, limit)
     return json_response(wire.PushDeliveriesResponse(deliveries=found))
