@@ -283,14 +283,14 @@ def _nul_free(schema: Any) -> Any:
 
 def _replace(prop: dict[str, Any], schema: dict[str, Any]) -> None:
     """Put `schema` in place of a property's non-null branch."""
-    branches = prop.get("anyOf", [prop])
+    branches: list[dict[str, Any]] | None = prop.get("anyOf")
+    if branches is None:
+        prop.clear()
+        prop.update(copy.deepcopy(schema))
+        return
     for index, branch in enumerate(branches):
         if branch.get("type") != "null":
-            if branches is prop.get("anyOf"):
-                branches[index] = copy.deepcopy(schema)
-            else:
-                prop.clear()
-                prop.update(copy.deepcopy(schema))
+            branches[index] = copy.deepcopy(schema)
 
 
 def _narrow(prop: dict[str, Any], extra: dict[str, Any]) -> None:
