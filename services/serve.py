@@ -3,7 +3,7 @@
 Each service has its own app factory (`services.<name>.app.create_app`); a single-service mode runs
 that app. `--mode all` composes them: one base app (one database: pool, listener, group-commit
 writers) to which every service's `setup` adds its routes and cleanup contexts, in the order
-api, janitor, workflow, worker (and leaves in reverse). The API modes serve the API on --api-port
+api, janitor, workflow, worker, pusher (and leaves in reverse). The API modes serve the API on --api-port
 and the probes beside it on --metrics-port; the other modes serve the probes on --metrics-port.
 """
 
@@ -21,6 +21,7 @@ from aiohttp import web
 
 from services.api import app as api
 from services.janitor import app as janitor
+from services.pusher import app as pusher
 from services.worker import app as worker
 from services.workflow import app as workflow
 from shared.config import JWT_SECRET_MIN_BYTES, MAKE_A_SECRET, Settings
@@ -33,12 +34,14 @@ FACTORIES: dict[str, Callable[[Settings], web.Application]] = {
     "janitor": janitor.create_app,
     "workflow": workflow.create_app,
     "worker": worker.create_app,
+    "pusher": pusher.create_app,
 }
 SETUPS: dict[str, Callable[[web.Application], None]] = {
     "api": api.setup,
     "janitor": janitor.setup,
     "workflow": workflow.setup,
     "worker": worker.setup,
+    "pusher": pusher.setup,
 }
 
 

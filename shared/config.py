@@ -23,10 +23,11 @@ from typing import Any
 from shared.domain.caps import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_MAX_RESULT_BYTES
 from shared.domain.errors import ValidationFailed
 from shared.domain.jobs import Retention, check_queue_name, parse_queue_retention
+from shared.domain.push import Network, parse_cidrs
 from shared.domain.visibility import DEFAULT_JOB_LOG_MAX_BYTES
 from shared.domain.workflows import DEFAULT_MAX_WORKFLOW_JOBS, MAX_FAN_OUT, WorkflowLimits
 
-MODES = ("all", "api", "janitor", "workflow", "worker")
+MODES = ("all", "api", "janitor", "workflow", "worker", "pusher")
 # Where --dev binds when --host is not given: dev mode accepts any token, so never beyond this host.
 DEV_HOST = "127.0.0.1"
 # HS256 secrets shorter than the hash's output are refused (RFC 7518, section 3.2).
@@ -107,7 +108,7 @@ def option(
 
 @dataclass(frozen=True)
 class Settings:
-    mode: str = option("--mode", "QUEUEFLOW_MODE", "all", "all | api | janitor | workflow | worker")
+    mode: str = option("--mode", "QUEUEFLOW_MODE", "all", "all | api | janitor | workflow | worker | pusher")
     database_url: str = option("--database-url", "DATABASE_URL", "", "PostgreSQL connection URL")
     listen_database_url: str | None = option(
         "--listen-database-url",
@@ -362,6 +363,41 @@ class Settings:
         "such lookups a source address may cause at once before --unknown-worker-key-rate applies",
         at_least=1,
     )
+    push_allow_cidrs: tuple[str, ...] = option(
+        "--push-allow-cidrs",
+        "QUEUEFLOW_PUSH_ALLOW_CIDRS",
+        (),
+        "address ranges push deliveries may reach although they are not public (comma-separated"
+        " CIDRs, e.g. 10.0.0.0/8; cloud metadata addresses stay refused); read by the api (when an"
+        " endpoint is created) and the pusher (at every connection)",
+    )
+    push_ca_file: str | None = option(
+        "--push-ca-file",
+        "QUEUEFLOW_PUSH_CA_FILE",
+        None,
+        "PEM file of CA certificates the pusher trusts for https endpoints, beside the system's",
+    )
+    push_connections: int = option(
+        "--push-connections",
+        "QUEUEFLOW_PUSH_CONNECTIONS",
+        100,
+        "open connections (kept alive between deliveries) one pusher process holds at most",
+        at_least=1,
+    )
+    push_breaker_failures: int = option(
+        "--push-breaker-failures",
+        "QUEUEFLOW_PUSH_BREAKER_FAILURES",
+        5,
+        "retryable delivery failures in a row that open an endpoint's circuit breaker (0: never)",
+        at_least=0,
+    )
+    push_breaker_secs: float = option(
+        "--push-breaker-secs",
+        "QUEUEFLOW_PUSH_BREAKER_SECS",
+        5.0,
+        "how long a breaker first stays open; each further failure doubles it, up to 300",
+        at_least=0.1,
+    )
     shutdown_grace_secs: float = option(
         "--shutdown-grace-secs", "QUEUEFLOW_SHUTDOWN_GRACE_SECS", 30.0, "drain time on SIGTERM"
     )
@@ -390,6 +426,11 @@ class Settings:
         return parse_queue_retention(self.queue_retention)
 
     @property
+    def push_allowed(self) -> tuple[Network, ...]:
+        """--push-allow-cidrs as networks (checked when the settings were loaded)."""
+        return parse_cidrs(self.push_allow_cidrs)
+
+    @property
     def worker_queues(self) -> tuple[str, ...]:
         return self.queues or (self.default_queue,)
 
@@ -401,7 +442,7 @@ class Settings:
         return self.listen_database_url or self.database_url
 
     def runs(self, service: str) -> bool:
-        """Whether this process runs `service` (api, janitor, workflow or worker)."""
+        """Whether this process runs `service` (api, janitor, workflow, worker or pusher)."""
         return self.mode in ("all", service)
 
     @property
@@ -566,5 +607,9 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str] | None = 
         parse_queue_retention(settings.queue_retention)
     except ValidationFailed as err:
         raise ConfigError(f"--queue-retention: {err.message.removeprefix('validation error: ')}") from None
+    try:
+        parse_cidrs(settings.push_allow_cidrs)
+    except ValueError as err:
+        raise ConfigError(f"--push-allow-cidrs (QUEUEFLOW_PUSH_ALLOW_CIDRS): {err}") from None
     check_dev_mode(settings, env)
     return settings

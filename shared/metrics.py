@@ -277,3 +277,44 @@ class TurnBatch:
     def flush(self) -> None:
         values, self._values = self._values, []
         observe_many(self.histogram, values)
+
+
+# Push delivery (docs/push.md), per endpoint: its tenant (as `tenant_label` makes it) and its name,
+# the first MAX_ENDPOINT_LABELS endpoints this process labels as themselves, later ones `_other`.
+MAX_ENDPOINT_LABELS = 200
+_endpoint_labels: set[str] = set()
+PUSH_DELIVERIES = Counter(
+    "queueflow_push_deliveries",
+    "Push deliveries this process made, by what the answer did: completed, accepted (a 202), retry,"
+    " failed, lost (the job was no longer the delivery's when its outcome was written).",
+    ["tenant", "endpoint", "outcome"],
+    registry=REGISTRY,
+)
+PUSH_DURATION = Histogram(
+    "queueflow_push_delivery_duration_seconds",
+    "From a push delivery's request to its answer (or its failure).",
+    ["tenant", "endpoint"],
+    buckets=_BUCKETS,
+    registry=REGISTRY,
+)
+PUSH_IN_FLIGHT = Gauge(
+    "queueflow_push_in_flight",
+    "Push deliveries this process is making now.",
+    ["tenant", "endpoint"],
+    registry=REGISTRY,
+)
+PUSH_BREAKER_OPEN = Gauge(
+    "queueflow_push_breaker_open",
+    "1 while an endpoint's circuit breaker is open or half-open, as this process last read it.",
+    ["tenant", "endpoint"],
+    registry=REGISTRY,
+)
+
+
+def endpoint_labels(tenant: str, name: str, *, tenant_ids: bool = False) -> tuple[str, str]:
+    """An endpoint's (tenant, endpoint) label values, within the bound."""
+    label = tenant_label(tenant, as_is=tenant_ids)
+    key = f"{label}\0{name}"
+    if _bounded(_endpoint_labels, MAX_ENDPOINT_LABELS, key, "") == key:
+        return label, name
+    return label, "_other"

@@ -56,6 +56,23 @@ from shared.domain.jobs import (
 )
 from shared.domain.limits import Concurrency, LimitPolicy, Rate
 from shared.domain.paging import PageRequest
+from shared.domain.push import (
+    DEFAULT_CONCURRENCY,
+    DEFAULT_TIMEOUT_SECS,
+    MAX_CONCURRENCY,
+    MAX_ENDPOINT_QUEUES,
+    MAX_HEADERS,
+    MAX_ROTATION_GRACE_SECS,
+    MAX_TIMEOUT_SECS,
+    MAX_URL_CHARS,
+    Delivery,
+    EndpointChange,
+    Network,
+    NewPushEndpoint,
+    PushEndpoint,
+    endpoint_change,
+    new_endpoint,
+)
 from shared.domain.stats import FailingTask, FailingTasksResponse, Series, SeriesResponse
 from shared.domain.traces import MAX_TRACESTATE_CHARS
 from shared.domain.visibility import (
@@ -89,6 +106,7 @@ __all__ = [
     "Attempt",
     "CronSchedule",
     "DeadLetter",
+    "Delivery",
     "FailingTask",
     "FailingTasksResponse",
     "FanOut",
@@ -98,6 +116,7 @@ __all__ = [
     "LimitPolicy",
     "LogsAppended",
     "PartialJobConfig",
+    "PushEndpoint",
     "QueueControl",
     "QueueStats",
     "ReplayedDeadLetter",
@@ -701,3 +720,83 @@ class CreateWorkerKeyResponse(WorkerKey, frozen=True, kw_only=True):
 
 class ListWorkerKeysResponse(Response):
     worker_keys: list[WorkerKey]
+
+
+# --- push delivery (docs/push.md) ----------------------------------------------------------------
+
+PushUrl = Annotated[str, Meta(min_length=1, max_length=MAX_URL_CHARS)]
+PushQueues = Annotated[list[str], Meta(min_length=1, max_length=MAX_ENDPOINT_QUEUES)]
+PushConcurrency = Annotated[int, Meta(ge=1, le=MAX_CONCURRENCY)]
+PushTimeout = Annotated[int, Meta(ge=1, le=MAX_TIMEOUT_SECS)]
+PushHeaders = Annotated[dict[str, str], Meta(max_length=MAX_HEADERS)]
+
+
+class CreatePushEndpointRequest(Request):
+    """`headers`: static headers sent with every delivery (not one a delivery sets itself)."""
+
+    name: Name
+    url: PushUrl
+    queues: PushQueues
+    concurrency: PushConcurrency = DEFAULT_CONCURRENCY
+    timeout_secs: PushTimeout = DEFAULT_TIMEOUT_SECS
+    headers: PushHeaders | None = None
+
+    def to_new_endpoint(self, allowed: tuple[Network, ...]) -> NewPushEndpoint:
+        return new_endpoint(
+            self.name, self.url, self.queues, self.concurrency, self.timeout_secs, self.headers, allowed
+        )
+
+
+class UpdatePushEndpointRequest(Request):
+    """Fields left out stay as they are; `headers` {} removes them; `paused` true stops deliveries
+    (the bound queues keep their jobs), false resumes them."""
+
+    name: Name | None = None
+    url: PushUrl | None = None
+    queues: PushQueues | None = None
+    concurrency: PushConcurrency | None = None
+    timeout_secs: PushTimeout | None = None
+    headers: PushHeaders | None = None
+    paused: bool | None = None
+
+    def to_change(self, allowed: tuple[Network, ...]) -> EndpointChange:
+        return endpoint_change(
+            name=self.name,
+            url=self.url,
+            queues=self.queues,
+            concurrency=self.concurrency,
+            timeout_secs=self.timeout_secs,
+            headers=self.headers,
+            paused=self.paused,
+            allowed=allowed,
+        )
+
+
+class RotatePushSecretRequest(Request):
+    """`grace_secs`: how long the old secret keeps signing beside the new one (default a day; 0
+    stops it at once)."""
+
+    grace_secs: Annotated[int, Meta(ge=0, le=MAX_ROTATION_GRACE_SECS)] | None = None
+
+
+class PushEndpointWithSecret(PushEndpoint, frozen=True, kw_only=True):
+    """The endpoint and its signing secret: only the answers that create or rotate it show it."""
+
+    secret: str
+
+
+class ListPushEndpointsResponse(Response):
+    push_endpoints: list[PushEndpoint]
+
+
+class PushDeliveriesResponse(Response):
+    deliveries: list[Delivery]
+
+
+class PushDeliveryBody(Response):
+    """What a delivery POSTs: the job exactly as a lease answer carries it, its lease token and
+    the attempt (the job's delivery_count)."""
+
+    job: Job
+    lease_token: str
+    attempt: int

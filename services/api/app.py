@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from services.api.console import add_console_routes
-from services.api.context import AUTH, LONG_POLLS, SEEN, STREAMS, guard
+from services.api.context import AUTH, LONG_POLLS, PUSHED, SEEN, STREAMS, guard
 from services.api.openapi import openapi_handler, openapi_yaml_handler
 from services.api.routes import ROUTES, router_path
 from shared.config import Settings
@@ -20,6 +20,7 @@ from shared.domain.admission import Occupancy, RateTable
 from shared.domain.visibility import SeenRecently
 from shared.runtime.app import base_app
 from shared.runtime.keys import DATABASE, SETTINGS
+from shared.runtime.pushed import PushedQueues
 from shared.web.auth import Authenticator, WorkerKeyCache
 
 # Seconds a caller refused for too many open streams or parked long-polls is told to wait
@@ -44,6 +45,7 @@ def setup(app: web.Application) -> None:
     )
     app.cleanup_ctx.append(_worker_keys)
     app.cleanup_ctx.append(_fleet_queue_settings)
+    app.cleanup_ctx.append(_pushed_queues)
     # The worker protocol's routes first: aiohttp tries the routes under one path prefix in the
     # order they were added (the answer does not depend on it: no two routes match one path and
     # method), and those are the routes a drain calls thousands of times a second.
@@ -77,6 +79,17 @@ async def _fleet_queue_settings(app: web.Application) -> AsyncIterator[None]:
     await queues.record_cap(pool, settings.max_queues_per_tenant)
     await queues.record_retention_defaults(pool, settings.queue_retention_defaults)
     yield
+
+
+async def _pushed_queues(app: web.Application) -> AsyncIterator[None]:
+    """Once the database is open: the queues bound to push endpoints, which leases refuse (each
+    change announced on the LISTEN connection makes the next lease read them again)."""
+    pushed = PushedQueues(app[DATABASE])
+    app[PUSHED] = pushed
+    try:
+        yield
+    finally:
+        pushed.close()
 
 
 def create_app(settings: Settings) -> web.Application:

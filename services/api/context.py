@@ -17,12 +17,14 @@ from shared.domain.errors import Forbidden
 from shared.domain.visibility import SeenRecently
 from shared.domain.worker_keys import WorkerGrant
 from shared.runtime.keys import DATABASE, LIFECYCLE, SETTINGS, Lifecycle
+from shared.runtime.pushed import PushedQueues
 from shared.web.auth import Authenticator, Tenant
 
 AUTH = web.AppKey("authenticator", Authenticator)
 SEEN = web.AppKey("workers_seen", SeenRecently)
 STREAMS = web.AppKey("streams", Occupancy)  # open SSE streams, by tenant
 LONG_POLLS = web.AppKey("long_polls", Occupancy)  # parked lease long-polls, by worker key's tenant
+PUSHED = web.AppKey("pushed_queues", PushedQueues)  # the queues drained by push (a lease is a 409)
 _TENANT = web.RequestKey("tenant", Tenant)
 # Set on every worker route, None for the worker token (so reading it never takes a KeyError).
 _WORKER_KEY: web.RequestKey[WorkerGrant | None] = web.RequestKey("worker_key")
@@ -62,6 +64,10 @@ def streams_of(request: web.Request) -> Occupancy:
 
 def long_polls_of(request: web.Request) -> Occupancy:
     return request.app[LONG_POLLS]
+
+
+def pushed_of(request: web.Request) -> PushedQueues:
+    return request.app[PUSHED]
 
 
 def path_id(request: web.Request) -> str:

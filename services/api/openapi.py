@@ -43,6 +43,7 @@ from shared.domain.jobs import (
     JobStatus,
 )
 from shared.domain.paging import ID_FRAGMENT_PATTERN, MAX_OFFSET
+from shared.domain.push import MAX_HEADER_VALUE_CHARS, MAX_HEADERS, RESERVED_HEADERS
 from shared.domain.stats import DEFAULT_STEPS, METRICS_PATTERN, STEPS, WINDOWS, Metric
 from shared.domain.visibility import DEFAULT_LOG_PAGE, MAX_LOG_PAGE
 from shared.domain.workflows import MAX_EVENT_KEY_BYTES, MAX_WORKFLOW_STEPS, WorkflowStatus
@@ -72,6 +73,33 @@ QUEUE_SCHEMA = {
     "description": f"A queue name: 1 to {MAX_QUEUE_BYTES} bytes of UTF-8, no whitespace, no control characters.",
 }
 NAME_SCHEMA = {"type": "string", "pattern": NON_BLANK_PATTERN, "description": "Not blank."}
+PUSH_URL_SCHEMA = {
+    "pattern": "^[Hh][Tt][Tt][Pp][Ss]?://[^\\x00-\\x20/?#@]+([/?][^\\x00-\\x20#]*)?$",
+    "description": "An http:// or https:// URL with a host, no credentials and no fragment, whose host"
+    " is not, and does not resolve to, a loopback, private, link-local, multicast or metadata address"
+    " unless the server's --push-allow-cidrs allows it (docs/push.md); refused with 400 otherwise.",
+}
+
+
+def _any_case(word: str) -> str:
+    return "".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else re.escape(c) for c in word)
+
+
+PUSH_HEADERS_SCHEMA = {
+    "type": "object",
+    "maxProperties": MAX_HEADERS,
+    "propertyNames": {
+        "pattern": f"^(?!(?:{'|'.join(_any_case(h) for h in sorted(RESERVED_HEADERS))})$)"
+        "[!#$%&'*+.^_`|~0-9A-Za-z-]+$",
+    },
+    "additionalProperties": {
+        "type": "string",
+        "maxLength": MAX_HEADER_VALUE_CHARS,
+        "pattern": "^[^\\x00-\\x08\\x0a-\\x1f\\x7f]*$",
+    },
+    "description": "Static headers sent with every delivery: HTTP field names (each once, in any case),"
+    " not one a delivery sets itself; values without line breaks or control characters.",
+}
 LIMIT_KEY_SCHEMA = {
     "type": "string",
     "minLength": 1,
@@ -159,6 +187,9 @@ _QUERY_PARAMS: dict[str, list[tuple[str, dict[str, Any], str]]] = {
     "getFailingTasks": [
         ("queue", QUEUE_SCHEMA, "Only this queue (default: any)."),
         ("window", {"type": "string", "enum": list(WINDOWS)}, "How far back (default `1h`)."),
+    ],
+    "listPushDeliveries": [
+        ("limit", _CLAMPED, "At most this many deliveries, clamped to 1..=500 (default 50)."),
     ],
 }
 
@@ -273,6 +304,18 @@ def _nul_free(schema: Any) -> Any:
     if out.get("type") == "string" and not {"pattern", "enum", "format"} & set(out):
         out["pattern"] = NO_NUL
     return out
+
+
+def _replace(prop: dict[str, Any], schema: dict[str, Any]) -> None:
+    """Put `schema` in place of a property's non-null branch."""
+    branches: list[dict[str, Any]] | None = prop.get("anyOf")
+    if branches is None:
+        prop.clear()
+        prop.update(copy.deepcopy(schema))
+        return
+    for index, branch in enumerate(branches):
+        if branch.get("type") != "null":
+            branches[index] = copy.deepcopy(schema)
 
 
 def _narrow(prop: dict[str, Any], extra: dict[str, Any]) -> None:
@@ -462,6 +505,11 @@ def _refine(schemas: dict[str, Any], request_names: set[str], caps: _Caps) -> No
             f" the schedule fires again. At most {MAX_CRON_EXPR} characters.",
         },
     )
+    for owner in ("CreatePushEndpointRequest", "UpdatePushEndpointRequest"):
+        _narrow(props[owner]["name"], NAME_SCHEMA)
+        _narrow(props[owner]["queues"], {"items": QUEUE_SCHEMA, "uniqueItems": False})
+        _narrow(props[owner]["url"], PUSH_URL_SCHEMA)
+        _replace(props[owner]["headers"], PUSH_HEADERS_SCHEMA)
     _step_variants(schemas["WorkflowStep"])
     _cron_variants(schemas["CreateCronRequest"])
     _narrow(

@@ -17,6 +17,7 @@ from services.api.context import (
     db_of,
     lifecycle_of,
     long_polls_of,
+    pushed_of,
     settings_of,
     worker_key_of,
     workers_seen_of,
@@ -46,6 +47,7 @@ async def lease(request: web.Request) -> web.Response:
     grant = worker_key_of(request)
     if grant is not None:
         grant.check_queue(queue)
+    await pushed_of(request).check(queue, None if grant is None else grant.tenant)
     leases = await lease_jobs(
         db_of(request),
         lifecycle_of(request),

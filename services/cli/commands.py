@@ -184,11 +184,42 @@ def worker_key_body(args: argparse.Namespace) -> dict[str, Any]:
     return present({"name": args.name, "queues": args.queue, "expires_at": args.expires_at})
 
 
+def header_pairs(raw: str) -> tuple[str, str]:
+    """`Name: value` (a static header of a push endpoint)."""
+    name, sep, value = raw.partition(":")
+    if not sep or not name.strip():
+        raise argparse.ArgumentTypeError(f"want 'Name: value', not {raw!r}")
+    return name.strip(), value.strip()
+
+
+def push_endpoint_body(args: argparse.Namespace) -> dict[str, Any]:
+    headers = None if args.header is None else dict(args.header)
+    body = {
+        "name": args.name,
+        "url": args.url,
+        "queues": args.queue,
+        "concurrency": args.concurrency,
+        "timeout_secs": args.timeout_secs,
+        "headers": headers,
+    }
+    if getattr(args, "paused", None) is not None:
+        body["paused"] = args.paused
+    return present(body)
+
+
+PUSH_FIELDS = (
+    opt("--queue", action="append", help="a queue it drains (repeat it)"),
+    opt("--concurrency", type=int, help="deliveries in flight at most (default 10)"),
+    opt("--timeout-secs", type=int, help="a delivery's time-out (default 30)"),
+    opt("--header", action="append", type=header_pairs, help="a static header, 'Name: value' (repeat it)"),
+)
+
 PAGE = (opt("--limit", type=int), opt("--cursor", help="next_cursor of the previous page"))
 JOBS = "/api/v1/jobs"
 WORKFLOWS = "/api/v1/workflows"
 CRON = "/api/v1/cron"
 WORKER_KEYS = "/api/v1/worker-keys"
+PUSH = "/api/v1/push-endpoints"
 
 COMMANDS: dict[str, Call | Group] = {
     "job": Group(
@@ -324,6 +355,45 @@ COMMANDS: dict[str, Call | Group] = {
             ),
             "list": Call("GET", WORKER_KEYS, "your worker keys (without tokens)"),
             "delete": Call("DELETE", WORKER_KEYS + "/{id}", "revoke a worker key", done="deleted"),
+        },
+    ),
+    "push-endpoint": Group(
+        "HTTP endpoints QueueFlow delivers your jobs to (docs/push.md)",
+        {
+            "create": Call(
+                "POST",
+                PUSH,
+                "create a push endpoint (its signing secret is printed this once)",
+                (opt("--name", required=True), opt("--url", required=True), *PUSH_FIELDS),
+                body=push_endpoint_body,
+            ),
+            "list": Call("GET", PUSH, "your push endpoints (without secrets)"),
+            "get": Call("GET", PUSH + "/{id}", "show a push endpoint and its breaker"),
+            "update": Call(
+                "PATCH",
+                PUSH + "/{id}",
+                "change a push endpoint (a --queue list replaces its queues)",
+                (opt("--name"), opt("--url"), *PUSH_FIELDS),
+                body=push_endpoint_body,
+            ),
+            "pause": Call("PATCH", PUSH + "/{id}", "stop its deliveries", body=lambda _: {"paused": True}),
+            "resume": Call(
+                "PATCH", PUSH + "/{id}", "resume its deliveries", body=lambda _: {"paused": False}
+            ),
+            "rotate-secret": Call(
+                "POST",
+                PUSH + "/{id}/rotate-secret",
+                "a new signing secret (printed this once); the old one signs beside it for --grace-secs",
+                (opt("--grace-secs", type=int, help="default 86400; 0 stops the old secret at once"),),
+                body=lambda args: present({"grace_secs": args.grace_secs}),
+            ),
+            "deliveries": Call(
+                "GET",
+                PUSH + "/{id}/deliveries",
+                "its recent deliveries, newest first",
+                (opt("--limit", type=int),),
+            ),
+            "delete": Call("DELETE", PUSH + "/{id}", "remove a push endpoint", done="deleted"),
         },
     ),
     "dlq": Group(

@@ -37,7 +37,8 @@ WORKFLOW = "queueflow_workflow"  # an outbox row was written: the advancer has w
 WORKFLOW_EVENTS = "queueflow_workflow_events"  # payload: workflow id; a watched workflow changed
 WORKER_KEYS = "queueflow_worker_keys"  # payload: worker key id; the key was revoked
 TIMERS = "queueflow_timers"  # a sleeping or waiting workflow step's wake-up was armed
-CHANNELS = (WORK, DELAYED, JOB_EVENTS, WORKFLOW, WORKFLOW_EVENTS, WORKER_KEYS, TIMERS)
+PUSH = "queueflow_push"  # payload: push endpoint id; the endpoint was created, changed or removed
+CHANNELS = (WORK, DELAYED, JOB_EVENTS, WORKFLOW, WORKFLOW_EVENTS, WORKER_KEYS, TIMERS, PUSH)
 
 # Claim queries one process runs at once for one queue: enough to keep a busy queue's batches
 # flowing, and a cap on the burst when thousands of long-polls arrive together.
@@ -115,6 +116,7 @@ class Hub:
         self._all_job_watchers: set[Callable[[str, str], None]] = set()
         self._delayed_watchers: set[Callable[[str], None]] = set()
         self._key_watchers: set[Callable[[str], None]] = set()
+        self._push_watchers: set[Callable[[str], None]] = set()
         self.connected = False
 
     # -- queues -----------------------------------------------------------------------------------
@@ -297,6 +299,8 @@ class Hub:
             cb("")
         for cb in list(self._key_watchers):
             cb("")
+        for cb in list(self._push_watchers):
+            cb("")
 
     # -- jobs and delayed work --------------------------------------------------------------------
 
@@ -337,6 +341,12 @@ class Hub:
         self._key_watchers.add(callback)
         return lambda: self._key_watchers.discard(callback)
 
+    def watch_push(self, callback: Callable[[str], None]) -> Callable[[], None]:
+        """Call `callback(endpoint_id)` when a push endpoint changes, and `callback("")` when
+        notifications may have been missed."""
+        self._push_watchers.add(callback)
+        return lambda: self._push_watchers.discard(callback)
+
     def dispatch(self, channel: str, payload: str) -> None:
         if channel == WORK:
             self.poke(payload)
@@ -359,6 +369,9 @@ class Hub:
                 cb(payload)
         elif channel == TIMERS:
             self.poke(TIMER)
+        elif channel == PUSH:
+            for cb in list(self._push_watchers):
+                cb(payload)
 
 
 class Listener:

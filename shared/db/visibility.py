@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 import msgspec
 
+from shared.db import push as push_db
 from shared.db.jobs import lease_refusal
 from shared.db.pool import Executor
 from shared.db.queries import Q
@@ -74,6 +75,8 @@ async def job_attempts(db: Executor, tenant: str, job_id: uuid.UUID) -> list[Att
     """Every attempt of the tenant's job, in order: the history rows, then the job row's own
     attempt when it is running or completed."""
     await _check_job(db, tenant, job_id)
+    # A pushed job's deliveries (docs/push.md): each attempt shows its last one.
+    delivered = {d.attempt: d for d in await push_db.job_deliveries(db, job_id)}
     attempts = []
     for r in await db.fetch(Q.job_attempts, job_id):
         started, ended = r["started_at"], r["ended_at"]
@@ -86,6 +89,7 @@ async def job_attempts(db: Executor, tenant: str, job_id: uuid.UUID) -> list[Att
                 ended_at=ended,
                 duration_secs=(ended - started).total_seconds() if started and ended else None,
                 error_message=r["error_message"],
+                delivery=delivered.get(r["attempt"]),
             )
         )
     return attempts

@@ -18,6 +18,7 @@ from shared.domain.errors import ValidationFailed
 from shared.domain.jobs import MAX_NAME_BYTES
 from shared.domain.jobs import MAX_PROGRESS_MESSAGE as MAX_PROGRESS_MESSAGE  # declared with the job,
 from shared.domain.jobs import Progress as Progress  # which carries one
+from shared.domain.push import Delivery
 
 MAX_LOG_LINES = 100  # a call's
 MAX_LOG_CALL_BYTES = 64 * 1024  # a call's messages, in bytes of UTF-8
@@ -158,6 +159,8 @@ class Attempt(Struct, frozen=True, kw_only=True, omit_defaults=True):
     ended_at: datetime | None = None
     duration_secs: float | None = None
     error_message: str | None = None
+    # A pushed job's attempt: its last HTTP delivery (status, latency, the answer's first KiB).
+    delivery: Delivery | None = None
 
 
 class WorkerInfo(Struct, frozen=True, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):

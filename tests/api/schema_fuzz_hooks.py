@@ -4,8 +4,9 @@ They help the generator with what JSON Schema cannot say, and only there: a gene
 step names are made unique and its dependencies made to name earlier steps (so there is no cycle
 and no unknown name; the document says both in words), in a workflow or a cron schedule's, whose
 fan-outs are shrunk when it could create more jobs than the server's --workflow-max-jobs (the
-document says so in words), and a worker key's `expires_at` is moved
-into the future (the document says so in words). Only valid (positive) cases are repaired: an
+document says so in words), a worker key's `expires_at` is moved
+into the future (the document says so in words), and a push endpoint's `url` is made one whose
+host is public (the document says so in words). Only valid (positive) cases are repaired: an
 invalid case must stay invalid.
 """
 
@@ -83,10 +84,19 @@ def fit_step(query: Any) -> None:
         del query["step"]
 
 
+def repair_push_url(body: Any) -> None:
+    """A push endpoint's `url`, when given, one on a public host (a name that does not resolve in
+    the test's sandbox is accepted, and so is one that resolves to a public address)."""
+    if isinstance(body, dict) and isinstance(body.get("url"), str):
+        body["url"] = "https://push.example.com/queueflow"
+
+
 @schemathesis.hook
 def map_case(context: Any, case: Any) -> Any:
     meta = case.meta
     if meta is not None and meta.generation.mode.is_positive:
+        if case.operation.path.startswith("/api/v1/push-endpoints"):
+            repair_push_url(case.body)
         if case.operation.path == "/api/v1/workflows":
             repair_workflow(case.body)
             fit_budget(case.body)

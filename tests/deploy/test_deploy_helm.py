@@ -60,7 +60,7 @@ from qf_deploy_helpers import (
     worst_case_connections,
 )
 
-SERVICES = ("api", "janitor", "workflow", "worker")
+SERVICES = ("api", "janitor", "workflow", "worker", "pusher")
 FULL_VALUES = HELM_CHART / "ci" / "full-values.yaml"
 CREDENTIALS = {"QUEUEFLOW_WORKER_TOKEN", "QUEUEFLOW_API_KEYS", "QUEUEFLOW_JWT_SECRET"}
 HOOK = "helm.sh/hook"
@@ -408,7 +408,9 @@ def test_full_values_reach_the_server(rendered_variants: dict[str, Rendered]) ->
         "janitor": 8,
         "workflow": 9,  # its own (the global 8 is too few for it)
         "worker": 20,
+        "pusher": 8,
     }
+    assert settings["pusher"].push_allow_cidrs == ("10.40.0.0/16",)  # pusher.allowCidrs
     assert settings["api"].max_batch == 500  # api.extraArgs only
     assert {s.max_batch for n, s in settings.items() if n != "api"} == {1000}
     worker = settings["worker"]
@@ -558,7 +560,7 @@ def test_autoscalers_and_budgets_only_when_enabled(
 ) -> None:
     default, full = rendered_variants["default"], rendered_variants["full"]
     assert components_of(default, "HorizontalPodAutoscaler") == {"api"}
-    assert components_of(default, "PodDisruptionBudget") == {"api", "workflow", "worker"}
+    assert components_of(default, "PodDisruptionBudget") == {"api", "workflow", "worker", "pusher"}
     assert components_of(full, "HorizontalPodAutoscaler") == {"api", "workflow"}
     assert components_of(full, "PodDisruptionBudget") == set(SERVICES)
     off = [f"{s}.{what}.enabled=false" for s in SERVICES for what in ("autoscaling", "podDisruptionBudget")]
@@ -636,7 +638,11 @@ def test_network_policy(chart: Rendered) -> None:
 
 def test_egress_policy(chart: Rendered) -> None:
     """Every variant: DNS, the database and OTLP only (the full values widen it, below)."""
-    policy = next(p for p in chart.of_kind("NetworkPolicy") if p["metadata"]["name"].endswith("-egress"))
+    policy = next(
+        p
+        for p in chart.of_kind("NetworkPolicy")
+        if p["metadata"]["name"].endswith("-egress") and not p["metadata"]["name"].endswith("-pusher-egress")
+    )
     if chart.name == "full":
         assert (6432, "TCP") in egress_ports(policy)
         return
@@ -645,13 +651,15 @@ def test_egress_policy(chart: Rendered) -> None:
 
 def test_default_egress_is_the_kustomize_bases(rendered_variants: dict[str, Rendered]) -> None:
     base = render_kustomization(kustomize_or_skip(), K8S / "base", "base")
-    theirs = base.get("NetworkPolicy", "queueflow-egress")["spec"]
-    (ours,) = [
-        p["spec"]
-        for p in rendered_variants["default"].of_kind("NetworkPolicy")
-        if p["metadata"]["name"].endswith("-egress")
-    ]
-    assert ours["egress"] == theirs["egress"] and ours["policyTypes"] == theirs["policyTypes"]
+    for suffix in ("-egress", "-pusher-egress"):
+        theirs = base.get("NetworkPolicy", f"queueflow{suffix}")["spec"]
+        (ours,) = [
+            p["spec"]
+            for p in rendered_variants["default"].of_kind("NetworkPolicy")
+            if p["metadata"]["name"].endswith(suffix)
+            and (suffix != "-egress" or "-pusher-" not in p["metadata"]["name"])
+        ]
+        assert ours["egress"] == theirs["egress"] and ours["policyTypes"] == theirs["policyTypes"], suffix
 
 
 def test_egress_ports_and_destinations_come_from_the_values(rendered_variants: dict[str, Rendered]) -> None:

@@ -421,8 +421,23 @@ def test_egress_is_dns_the_database_and_otlp_only(overlay: Rendered, secret_exam
     assert {p["metadata"]["name"] for p in overlay.of_kind("NetworkPolicy")} == {
         "queueflow",
         "queueflow-egress",
+        "queueflow-pusher-egress",
     }
     check_egress(overlay, overlay.get("NetworkPolicy", "queueflow-egress"), secret_example)
+
+
+def test_only_the_pusher_reaches_public_http_and_never_the_private_ranges(overlay: Rendered) -> None:
+    """docs/push.md: the pusher's own egress is 80 and 443 to public addresses; the ranges its
+    SSRF defence refuses (private, loopback, link-local with the metadata address) are left out."""
+    policy = overlay.get("NetworkPolicy", "queueflow-pusher-egress")["spec"]
+    assert policy["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "pusher"
+    (rule,) = policy["egress"]
+    assert {(p["port"], p["protocol"]) for p in rule["ports"]} == {(443, "TCP"), (80, "TCP")}
+    blocks = {b["ipBlock"]["cidr"]: set(b["ipBlock"]["except"]) for b in rule["to"]}
+    assert {"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16", "127.0.0.0/8"} <= blocks[
+        "0.0.0.0/0"
+    ]
+    assert {"fc00::/7", "fe80::/10", "::1/128"} <= blocks["::/0"]
 
 
 def test_service_monitor(rendered_overlays: dict[str, Rendered]) -> None:

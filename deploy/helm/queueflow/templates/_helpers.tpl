@@ -4,7 +4,7 @@ Names, labels and the pieces every pod shares. The services are rendered from on
 */}}
 
 {{- define "queueflow.services" -}}
-api janitor workflow worker
+api janitor workflow worker pusher
 {{- end }}
 
 {{/* Each service's pool ceiling when neither its maxDbConnections nor config's is set. */}}
@@ -13,6 +13,7 @@ api: 10
 janitor: 4
 workflow: 9
 worker: 12
+pusher: 6
 {{- end }}
 
 {{- define "queueflow.name" -}}

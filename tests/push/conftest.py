@@ -1,0 +1,3 @@
+from tests.push.receiver import receivers
+
+__all__ = ["receivers"]
