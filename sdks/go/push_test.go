@@ -55,8 +55,27 @@ func headerAsSent(names map[string]string) http.Header {
 	return h
 }
 
+// extraPushVectors are cases in the same format from QF_PUSH_VECTORS_EXTRA=<file>, when set (e.g.
+// real deliveries a server test captured).
+func extraPushVectors(t *testing.T) []pushVector {
+	t.Helper()
+	path := os.Getenv("QF_PUSH_VECTORS_EXTRA")
+	if path == "" {
+		return nil
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var extra pushVectors
+	if err := json.Unmarshal(raw, &extra); err != nil {
+		t.Fatal(err)
+	}
+	return extra.Cases
+}
+
 func TestPushVectors(t *testing.T) {
-	for _, c := range loadPushVectors(t).Cases {
+	for _, c := range append(loadPushVectors(t).Cases, extraPushVectors(t)...) {
 		t.Run(c.Name, func(t *testing.T) {
 			var delivery *PushDelivery
 			v, err := NewPushVerifier(c.Secret)

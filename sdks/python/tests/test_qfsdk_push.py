@@ -8,6 +8,7 @@ import hashlib
 import hmac
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 import time
@@ -23,6 +24,9 @@ SDK = Path(__file__).resolve().parents[1]
 VECTORS_DIR = SDK.parent / "conformance" / "push"
 VECTORS = json.loads((VECTORS_DIR / "vectors.json").read_text(encoding="utf-8"))
 CASES = {case["name"]: case for case in VECTORS["cases"]}
+# Extra cases in the same format (QF_PUSH_VECTORS_EXTRA=<file>), e.g. real deliveries a server test captured.
+EXTRA = os.environ.get("QF_PUSH_VECTORS_EXTRA")
+EXTRA_CASES = json.loads(Path(EXTRA).read_text(encoding="utf-8"))["cases"] if EXTRA else []
 SECRET = CASES["good_signature"]["secret"]
 
 
@@ -57,9 +61,8 @@ def test_the_vectors_cover_every_reason_and_both_outcomes():
     assert VECTORS["tolerance_secs"] == 300
 
 
-@pytest.mark.parametrize("name", list(CASES))
-def test_push_vector(name: str):
-    case: dict[str, Any] = CASES[name]
+@pytest.mark.parametrize("case", [*CASES.values(), *EXTRA_CASES], ids=lambda case: case["name"])
+def test_push_vector(case: dict[str, Any]):
     expect = case["expect"]
     try:
         delivery = PushVerifier(case["secret"]).verify(

@@ -19,6 +19,9 @@ const vectors = JSON.parse(
   readFileSync(new URL("../../conformance/push/vectors.json", import.meta.url), "utf-8"),
 ) as { tolerance_secs: number; cases: Vector[] };
 const byName = new Map(vectors.cases.map((c) => [c.name, c]));
+// Extra cases in the same format (QF_PUSH_VECTORS_EXTRA=<file>), e.g. real deliveries a server test captured.
+const extra = process.env.QF_PUSH_VECTORS_EXTRA;
+const extraCases = extra ? (JSON.parse(readFileSync(extra, "utf-8")) as { cases: Vector[] }).cases : [];
 const good = byName.get("good_signature")!;
 
 function summary(d: PushDelivery): Record<string, unknown> {
@@ -49,7 +52,7 @@ test("the vectors file has cases and the 300 s tolerance", () => {
   assert.ok(vectors.cases.length > 20);
 });
 
-for (const c of vectors.cases) {
+for (const c of [...vectors.cases, ...extraCases]) {
   test(`push vector ${c.name} (a header record)`, async () => {
     assert.deepEqual(await outcome(c), c.expect);
   });
