@@ -11,6 +11,8 @@
 //!   Each lease names the worker; each handler reports progress and log lines through its
 //!   [`JobContext`] and runs inside an OpenTelemetry span (the `opentelemetry` API crate only:
 //!   the application installs the SDK and exporter it wants).
+//! * [`PushVerifier`]: checks a push delivery (QueueFlow calling your endpoint with a job): its
+//!   Standard Webhooks signature and timestamp, and decodes it into a [`PushDelivery`].
 //!
 //! ```no_run
 //! use unofficial_queueflow_client::{Client, Map, Worker, WorkerOptions};
@@ -27,6 +29,7 @@
 pub mod backoff;
 pub mod client;
 pub mod error;
+pub mod push;
 pub mod reports;
 pub mod sse;
 pub mod trace;
@@ -35,6 +38,7 @@ pub mod worker;
 
 pub use client::{Client, ClientBuilder};
 pub use error::{Error, ErrorBody, Result};
+pub use push::{PushDelivery, PushRejection, PushVerifier, PushVerifyError, DEFAULT_PUSH_TOLERANCE};
 pub use serde_json::{json, Map, Value};
 pub use sse::{EventStream, SseEvent, SseParser};
 pub use types::*;

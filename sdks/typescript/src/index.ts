@@ -38,6 +38,8 @@ export {
 } from "./errors.js";
 export type { ErrorBody } from "./errors.js";
 export type { CallOptions, FetchLike } from "./http.js";
+export { PushVerifier, PushVerificationError, DEFAULT_PUSH_TOLERANCE_SECS } from "./push.js";
+export type { PushDelivery, PushHeaders, PushRejection, PushVerifierOptions, PushVerifyOptions } from "./push.js";
 export { backoffDelay, sleep } from "./backoff.js";
 export { SseParser, parseSseStream } from "./sse.js";
 export type { SseEvent } from "./sse.js";

@@ -39,6 +39,7 @@ from unofficial_queueflow_client.models import (
     sleep_until_step,
     wait_for_event_step,
 )
+from unofficial_queueflow_client.push import InvalidPushDelivery, PushDelivery, PushRejection, PushVerifier
 from unofficial_queueflow_client.sse import ServerSentEvent
 from unofficial_queueflow_client.worker import Handler, JobContext, Worker
 
@@ -53,6 +54,7 @@ __all__ = [
     "ErrorBody",
     "Forbidden",
     "Handler",
+    "InvalidPushDelivery",
     "Job",
     "JobConfig",
     "JobConfigRequest",
@@ -61,6 +63,9 @@ __all__ = [
     "NotFound",
     "PayloadTooLarge",
     "PermanentError",
+    "PushDelivery",
+    "PushRejection",
+    "PushVerifier",
     "QueueFlowError",
     "ServerError",
     "ServerSentEvent",

@@ -1,0 +1,47 @@
+//! A push receiver on axum: QueueFlow POSTs each job of a bound queue here.
+//!
+//! ```text
+//! QUEUEFLOW_PUSH_SECRET=whsec_... cargo run --example push_axum    # listens on :8080
+//! ```
+//!
+//! The answer decides the job's outcome: a 2xx JSON body completes it with that body as its
+//! result, a 5xx (or 408, 409, 425, 429) retries it, any other 4xx fails it for good.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::post;
+use axum::{Json, Router};
+use serde_json::{json, Value};
+use unofficial_queueflow_client::PushVerifier;
+
+/// The routes; the body extractor is `Bytes`, the raw body, which the signature covers exactly.
+pub fn router(verifier: PushVerifier) -> Router {
+    Router::new().route("/queueflow", post(receive)).with_state(Arc::new(verifier))
+}
+
+async fn receive(
+    State(verifier): State<Arc<PushVerifier>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> (StatusCode, Json<Value>) {
+    let delivery = match verifier.verify(&headers, &body) {
+        Ok(delivery) => delivery,
+        // Not from QueueFlow (or not for this secret). A 4xx fails a real delivery for good.
+        Err(refused) => return (StatusCode::UNAUTHORIZED, Json(json!({"error": refused.reason.as_str()}))),
+    };
+    match delivery.job.task_name.as_str() {
+        "send-welcome" => (StatusCode::OK, Json(json!({"sent_to": delivery.job.payload.get("to")}))),
+        _ => (StatusCode::UNPROCESSABLE_ENTITY, Json(json!({"error": "no such task"}))),
+    }
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    let secret = std::env::var("QUEUEFLOW_PUSH_SECRET").expect("set QUEUEFLOW_PUSH_SECRET to the endpoint's secret");
+    let verifier = PushVerifier::new(&secret).expect("a whsec_ secret"); // a malformed one fails at start-up
+    let listener = tokio::net::TcpListener::bind("0.0.0.0:8080").await.expect("bind :8080");
+    axum::serve(listener, router(verifier)).await.expect("serve");
+}
