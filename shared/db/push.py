@@ -21,6 +21,7 @@ from shared.domain.push import (
     Delivery,
     EndpointChange,
     NewPushEndpoint,
+    PushedQueue,
     PushEndpoint,
     breaker_of,
     queue_taken,
@@ -139,12 +140,12 @@ async def delete(pool: Pool, tenant: str, endpoint_id: uuid.UUID) -> None:
         await conn.execute(Q.notify_push_change, str(endpoint_id))
 
 
-async def pushed_queues(db: Executor) -> dict[str, frozenset[str]]:
-    """Every bound queue, with the tenants that bound it."""
-    found: dict[str, set[str]] = {}
+async def pushed_queues(db: Executor) -> dict[str, PushedQueue]:
+    """Every bound queue: the tenants that bound it, and whether they are all its tenants."""
+    found: dict[str, tuple[set[str], bool]] = {}
     for r in await db.fetch(Q.pushed_queues):
-        found.setdefault(r["queue_name"], set()).add(r["tenant_key"])
-    return {queue: frozenset(tenants) for queue, tenants in found.items()}
+        found.setdefault(r["queue_name"], (set(), r["all_pushed"]))[0].add(r["tenant_key"])
+    return {queue: PushedQueue(frozenset(tenants), everyone) for queue, (tenants, everyone) in found.items()}
 
 
 async def recent_deliveries(db: Executor, tenant: str, endpoint_id: uuid.UUID, limit: int) -> list[Delivery]:

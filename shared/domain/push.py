@@ -279,6 +279,20 @@ def queue_taken(queue: str, endpoint_name: str) -> Conflict:
     return Conflict(f"queue {queue!r} is already drained by push endpoint {endpoint_name!r}")
 
 
+class PushedQueue(Struct, frozen=True):
+    """A queue some tenants bound to a push endpoint: `tenants`, and whether they are all of the
+    queue's tenants (`everyone`)."""
+
+    tenants: frozenset[str]
+    everyone: bool
+
+    def refuses(self, tenant: str | None) -> bool:
+        """Whether a lease is refused: a worker key's (`tenant`) when its tenant bound the queue;
+        the worker token's (None, every tenant's jobs) only when no tenant is left to lease for,
+        since its claims leave the bound tenants' jobs out."""
+        return self.everyone if tenant is None else tenant in self.tenants
+
+
 def queue_is_pushed(queue: str) -> Conflict:
     """The answer to a lease of a queue drained by push delivery."""
     return Conflict(

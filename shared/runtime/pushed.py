@@ -8,7 +8,7 @@ import asyncio
 
 from shared.db import push as push_db
 from shared.db.database import Database
-from shared.domain.push import queue_is_pushed
+from shared.domain.push import PushedQueue, queue_is_pushed
 
 # How long a read of the bindings is trusted when no change was announced: the longest a lease
 # of a queue just bound elsewhere (a notification lost with the LISTEN connection) may still pass.
@@ -18,9 +18,9 @@ FRESH_SECS = 1.0
 class PushedQueues:
     def __init__(self, db: Database) -> None:
         self._db = db
-        self._bound: dict[str, frozenset[str]] = {}
+        self._bound: dict[str, PushedQueue] = {}
         self._read_at: float | None = None
-        self._reading: asyncio.Future[dict[str, frozenset[str]]] | None = None
+        self._reading: asyncio.Future[dict[str, PushedQueue]] | None = None
         self._reading_changes = 0
         self._changes = 0  # bumped by every change heard of: a read begun before one is not fresh
         self._unwatch = db.hub.watch_push(self.forget)
@@ -35,13 +35,12 @@ class PushedQueues:
 
     async def check(self, queue: str, tenant: str | None) -> None:
         """Raise the 409 when `queue` is bound for `tenant` (a worker key's) or, for the worker
-        token (`tenant` None: every tenant's jobs), when any tenant bound it."""
-        bound = await self._current()
-        tenants = bound.get(queue)
-        if tenants and (tenant is None or tenant in tenants):
+        token (`tenant` None: every tenant's jobs), when every tenant with the queue bound it."""
+        pushed = (await self._current()).get(queue)
+        if pushed is not None and pushed.refuses(tenant):
             raise queue_is_pushed(queue)
 
-    async def _current(self) -> dict[str, frozenset[str]]:
+    async def _current(self) -> dict[str, PushedQueue]:
         loop = asyncio.get_running_loop()
         if self._read_at is not None and loop.time() - self._read_at < FRESH_SECS:
             return self._bound
@@ -50,7 +49,7 @@ class PushedQueues:
             self._reading = asyncio.ensure_future(self._read(loop.time(), self._changes))
         return await asyncio.shield(self._reading)
 
-    async def _read(self, started: float, changes: int) -> dict[str, frozenset[str]]:
+    async def _read(self, started: float, changes: int) -> dict[str, PushedQueue]:
         try:
             bound = await push_db.pushed_queues(self._db.pool)
         finally:

@@ -138,6 +138,35 @@ async def test_a_worker_key_of_another_tenant_still_leases_a_queue_only_acme_bou
     assert resp.status == 409
 
 
+@pytest.mark.parametrize("limits", [None, ["k"]], ids=["plain", "limited"])
+async def test_the_worker_token_leases_the_tenants_that_did_not_bind_a_queue_and_never_a_bound_ones(
+    client, limits
+):
+    # acme pushes `pushed`; beta leases it: one tenant's binding stops no fleet worker, and a
+    # claim for every tenant (plain or limited) leaves acme's jobs to the pushers.
+    await create(client, endpoint())
+    extra = {} if limits is None else {"limits": limits}
+    acme = {await create_job(client, queue="pushed", headers=ACME, **extra) for _ in range(3)}
+    beta = {await create_job(client, queue="pushed", headers=BETA, **extra) for _ in range(2)}
+    resp = await client.post("/api/v1/queues/pushed/lease", json={"max_jobs": 10}, headers=WORKER)
+    assert resp.status == 200, await resp.text()
+    leased = {entry["job"]["id"] for entry in (await resp.json())["jobs"]}
+    assert leased == beta
+    for job_id in acme:
+        resp = await client.get(f"/api/v1/jobs/{job_id}", headers=ACME)
+        assert (await resp.json())["status"] == "pending"
+
+
+async def test_the_worker_token_is_refused_once_every_tenant_of_the_queue_bound_it(client):
+    await create(client, endpoint())
+    await create_job(client, queue="pushed", headers=BETA)
+    resp = await client.post("/api/v1/queues/pushed/lease", json={}, headers=WORKER)
+    assert resp.status == 200  # beta's job
+    await create(client, endpoint(), headers=BETA)
+    resp = await client.post("/api/v1/queues/pushed/lease", json={}, headers=WORKER)
+    assert resp.status == 409
+
+
 async def test_every_route_is_a_tenant_route_read_only_reads_and_another_tenant_gets_404(client):
     _, made = await create(client, endpoint())
     one = f"/api/v1/push-endpoints/{made['id']}"

@@ -225,7 +225,13 @@ WITH flags AS MATERIALIZED (
 ), tenants AS (
     SELECT t.tenant_key, row_number() OVER (ORDER BY t.tenant_key) AS pos
     FROM queueflow.tenant_queues t
-    WHERE t.queue_name = (SELECT $1::text) AND NOT t.paused AND ($7::text IS NULL OR t.tenant_key = $7)
+    WHERE t.queue_name = (SELECT $1::text) AND NOT t.paused
+      -- A named tenant (a pusher's, a worker key's) is claimed whatever drains it; a claim for every
+      -- tenant leaves out the tenants that bound this queue to a push endpoint (migration 41).
+      AND CASE WHEN $7::text IS NULL
+               THEN NOT EXISTS (SELECT 1 FROM queueflow.push_bindings b
+                                WHERE b.tenant_key = t.tenant_key AND b.queue_name = (SELECT $1::text))
+               ELSE t.tenant_key = $7 END
       AND NOT (SELECT limited FROM flags)
       -- One probe per tenant: a scalar subquery, which the planner cannot turn into a hash of every
       -- due job of the queue (as it may an EXISTS when its statistics are stale).

@@ -75,8 +75,15 @@ RETURNING id;
 DELETE FROM queueflow.push_endpoints WHERE id = $1 AND tenant_key = $2 RETURNING id;
 
 -- name: pushed_queues
--- Every bound queue and its tenant (what the api's lease route refuses).
-SELECT queue_name, tenant_key FROM queueflow.push_bindings;
+-- Every bound queue and its tenant (what the api's lease route refuses), and whether every tenant
+-- with the queue bound it (the worker token's lease is refused only then: a claim for every
+-- tenant leaves the bound tenants out and serves the others).
+SELECT b.queue_name, b.tenant_key,
+       NOT EXISTS (SELECT 1 FROM queueflow.tenant_queues t
+                   WHERE t.queue_name = b.queue_name
+                     AND NOT EXISTS (SELECT 1 FROM queueflow.push_bindings o
+                                     WHERE o.tenant_key = t.tenant_key AND o.queue_name = t.queue_name)) AS all_pushed
+FROM queueflow.push_bindings b;
 
 -- name: active_push_endpoints
 -- What the pushers deliver to: every endpoint not paused, with its signing secrets.
