@@ -649,6 +649,40 @@ def _error_or_none(answer: JobStatus | DomainError) -> DomainError | None:
     return answer if isinstance(answer, DomainError) else None
 
 
+async def fail_held(
+    db: Executor,
+    job_id: uuid.UUID,
+    token: uuid.UUID,
+    error: str,
+    retryable: bool,
+    reason: str | None = None,
+    delay_secs: int | None = None,
+    tracer: Tracer | None = None,
+) -> JobStatus | None:
+    """A failure of the job running under `token` through the retry policy, counted: `retrying`
+    (after `delay_secs` when given, e.g. a push receiver's Retry-After, else the job's backoff) or
+    `failed` with its dead letter; None when the job is not running under that lease."""
+    started = tracing.now() if tracer is not None else 0
+    row = await db.fetchrow(Q.fail_job, job_id, token, error, retryable, reason, delay_secs)
+    if row is None:
+        return None
+    if tracer is not None:
+        tracer.settled("fail", [_settled(row, row["status"])], started)
+    status = JobStatus(row["status"])
+    _count_failures([(status, row["task_name"], row["secs"])])
+    return status
+
+
+def _count_failures(failed: list[tuple[JobStatus, str, float]]) -> None:
+    for status, task, secs in failed:
+        if status is JobStatus.RETRYING:
+            metrics.JOBS_RETRIED.inc()
+        else:
+            metrics.JOBS_FAILED.inc()
+            metrics.JOBS_DEAD_LETTERED.inc()
+        metrics.attempts_ended("retry" if status is JobStatus.RETRYING else "failed", [(task, secs)])
+
+
 async def fail(
     db: Executor,
     job_id: uuid.UUID,
@@ -661,22 +695,10 @@ async def fail(
     """A failure through the retry policy: `retrying`, or `failed` with its dead letter written by
     the same statement. A replay by the holder answers the job's status; otherwise it raises. With
     a `tracer`, the failure written now gets its `fail` span."""
-    row = None
     if token is not None:
-        started = tracing.now() if tracer is not None else 0
-        row = await db.fetchrow(Q.fail_job, job_id, token, error, retryable, reason)
-        if tracer is not None and row is not None:
-            tracer.settled("fail", [_settled(row, row["status"])], started)
-    if row is not None:
-        status = JobStatus(row["status"])
-        if status is JobStatus.RETRYING:
-            metrics.JOBS_RETRIED.inc()
-        else:
-            metrics.JOBS_FAILED.inc()
-            metrics.JOBS_DEAD_LETTERED.inc()
-        outcome = "retry" if status is JobStatus.RETRYING else "failed"
-        metrics.attempts_ended(outcome, [(row["task_name"], row["secs"])])
-        return status
+        status = await fail_held(db, job_id, token, error, retryable, reason, tracer=tracer)
+        if status is not None:
+            return status
     [answer] = await _explain(db, [(job_id, token)], LEASE_LOST, terminal_only=False)
     if isinstance(answer, DomainError):
         raise answer
@@ -703,20 +725,11 @@ async def fail_many(
     if held:
         started = tracing.now() if tracer is not None else 0
         async with conn.transaction():
-            rows = await conn.fetchmany(Q.fail_job, [(*item, None) for item in held])
+            rows = await conn.fetchmany(Q.fail_job, [(*item, None, None) for item in held])
         if tracer is not None:
             tracer.settled("fail", [_settled(r, r["status"]) for r in rows], started)
-        for row in rows:
-            status = JobStatus(row["status"])
-            written[row["id"]] = status
-            if status is JobStatus.RETRYING:
-                metrics.JOBS_RETRIED.inc()
-            else:
-                metrics.JOBS_FAILED.inc()
-                metrics.JOBS_DEAD_LETTERED.inc()
-            metrics.attempts_ended(
-                "retry" if status is JobStatus.RETRYING else "failed", [(row["task_name"], row["secs"])]
-            )
+        written = {row["id"]: JobStatus(row["status"]) for row in rows}
+        _count_failures([(written[row["id"]], row["task_name"], row["secs"]) for row in rows])
     once = collections.Counter(item[0] for item in items)
     answers: list[JobStatus | DomainError | None] = [
         written.get(item[0]) if once[item[0]] == 1 else None for item in items

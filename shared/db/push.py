@@ -10,7 +10,6 @@ from datetime import UTC, datetime
 
 import asyncpg
 
-from shared import metrics
 from shared.db import jobs as jobs_db
 from shared.db.batcher import GroupCommit
 from shared.db.pool import Executor, Pool
@@ -265,18 +264,9 @@ async def fail(
     """A delivery's failure through the job's retry policy (`delay_secs`: the receiver's
     Retry-After instead of the backoff): `retrying` or `failed`. A job no longer running under the
     lease (cancelled, reclaimed) raises Conflict or NotFound."""
-    row = await db.fetchrow(Q.fail_pushed_job, job_id, token, error, retryable, reason, delay_secs)
-    if row is None:
+    status = await jobs_db.fail_held(db, job_id, token, error, retryable, reason, delay_secs)
+    if status is None:
         raise await jobs_db.lease_refusal(db, job_id, token)
-    status = JobStatus(row["status"])
-    if status is JobStatus.RETRYING:
-        metrics.JOBS_RETRIED.inc()
-    else:
-        metrics.JOBS_FAILED.inc()
-        metrics.JOBS_DEAD_LETTERED.inc()
-    metrics.attempts_ended(
-        "retry" if status is JobStatus.RETRYING else "failed", [(row["task_name"], row["secs"])]
-    )
     return status
 
 

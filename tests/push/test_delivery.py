@@ -103,7 +103,7 @@ async def test_an_empty_2xx_answer_completes_the_job_with_a_null_result(client, 
     assert job["status"] == "completed" and job.get("result") is None
 
 
-async def test_a_500_is_retried_with_the_jobs_backoff_and_then_completes(client, receivers):
+async def test_a_500_is_retried_with_the_jobs_backoff_and_then_completes(client, receivers, db):
     answers = iter([answering(500, "upstream down"), answering(200, {"second": True})])
 
     async def answer(got: Received) -> web.StreamResponse:
@@ -124,6 +124,12 @@ async def test_a_500_is_retried_with_the_jobs_backoff_and_then_completes(client,
     assert done["outcome"] == "completed"
     # the backoff: the second delivery's job was due a second after the first attempt ended
     assert (at(second.body["job"]["scheduled_at"]) - at(failed["ended_at"])).total_seconds() >= 0.9
+    # the retry counts in the stats rollup as a leased job's does (captured, or already rolled up)
+    retried = await db.fetchval(
+        "SELECT sum(retried) FROM (SELECT retried FROM queueflow.stats_captures WHERE queue_name = 'pushed'"
+        " UNION ALL SELECT retried FROM queueflow.stats_minutes WHERE queue_name = 'pushed' AND source = 1) c"
+    )
+    assert retried == 1
 
 
 async def _status(client, job_id: str, status: str) -> dict[str, Any] | None:

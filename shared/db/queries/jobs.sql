@@ -479,7 +479,8 @@ SELECT id, token, workflow_id, task_name, secs, queue_name, tenant_id, delivery_
 SELECT id, status, lease_token FROM queueflow.jobs WHERE id = ANY($1::uuid[]);
 
 -- name: fail_job
--- One failure through the retry policy. $3 error, $4 retryable, $5 dead-letter reason override.
+-- One failure through the retry policy. $3 error, $4 retryable, $5 dead-letter reason override,
+-- $6 the retry delay in seconds instead of the job's backoff (a push receiver's Retry-After), or null.
 -- A terminal failure and its dead-letter row are written by this one statement, and so is the
 -- attempt's history row (outcome retry or failed).
 WITH target AS (
@@ -489,7 +490,7 @@ WITH target AS (
 ), decision AS (
     SELECT id,
            ($4::bool AND retry_count < COALESCE((config->>'max_retries')::int, 3)) AS retry,
-           queueflow.retry_delay_secs(config, retry_count) AS delay
+           COALESCE($6::int, queueflow.retry_delay_secs(config, retry_count)) AS delay
     FROM target
 ), updated AS (
     UPDATE queueflow.jobs j

@@ -123,46 +123,6 @@ FROM queueflow.push_endpoints e WHERE e.id = $1;
 INSERT INTO queueflow.push_inflight (endpoint_id, job_id, lease_token)
 SELECT $1, u.job_id, u.token FROM unnest($2::uuid[], $3::uuid[]) AS u(job_id, token);
 
--- name: fail_pushed_job
--- fail_job (jobs.sql) for a delivery: $6, when not null, is the retry delay the receiver asked for
--- (its Retry-After) instead of the job's backoff.
-WITH target AS (
-    SELECT id, retry_count, config FROM queueflow.jobs
-    WHERE id = $1 AND status = 'running' AND lease_token = $2
-    FOR UPDATE
-), decision AS (
-    SELECT id,
-           ($4::bool AND retry_count < COALESCE((config->>'max_retries')::int, 3)) AS retry,
-           COALESCE($6::int, queueflow.retry_delay_secs(config, retry_count)) AS delay
-    FROM target
-), updated AS (
-    UPDATE queueflow.jobs j
-    SET status = CASE WHEN d.retry THEN 'retrying' ELSE 'failed' END,
-        error_message = $3,
-        retry_count = j.retry_count + CASE WHEN d.retry THEN 1 ELSE 0 END,
-        scheduled_at = CASE WHEN d.retry THEN now() + make_interval(secs => d.delay) ELSE j.scheduled_at END,
-        next_retry_at = CASE WHEN d.retry THEN now() + make_interval(secs => d.delay) END,
-        completed_at = CASE WHEN d.retry THEN NULL ELSE now() END,
-        locked_until = NULL
-    FROM decision d WHERE j.id = d.id
-    RETURNING j.id, j.status, j.queue_name, j.task_name, j.error_message, j.tenant_id, j.workflow_id,
-              j.delivery_count, j.worker_id, COALESCE(j.attempt_started_at, j.started_at) AS attempt_started_at
-), dead AS (
-    INSERT INTO queueflow.dead_letters (job_id, queue_name, task_name, reason, error_message, tenant_id)
-    SELECT id, queue_name, task_name,
-           COALESCE($5::text, CASE WHEN $4::bool THEN 'max_attempts_exceeded' ELSE 'non_retryable' END),
-           error_message, tenant_id
-    FROM updated WHERE status = 'failed'
-    RETURNING id
-), attempt AS (
-    INSERT INTO queueflow.job_attempts (job_id, attempt, worker_id, started_at, outcome, error_message)
-    SELECT id, delivery_count, worker_id, attempt_started_at,
-           CASE WHEN status = 'retrying' THEN 'retry' ELSE 'failed' END, error_message
-    FROM updated
-)
-SELECT u.id, u.status, u.task_name, EXTRACT(EPOCH FROM now() - u.attempt_started_at)::float8 AS secs
-FROM updated u;
-
 -- name: push_endpoint_failed
 -- A retryable failure of endpoint $1: one more in a row.
 UPDATE queueflow.push_endpoints SET failures = failures + 1 WHERE id = $1 RETURNING failures;
