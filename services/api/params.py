@@ -47,13 +47,18 @@ def job_id(raw: str) -> uuid.UUID:
         raise NotFound("job", raw) from None
 
 
-def worker_key_id_in_path(request: web.Request) -> uuid.UUID:
-    """The {id} of a worker key route; anything that is not a UUID names no key (404)."""
+def id_in_path(request: web.Request, what: str) -> uuid.UUID:
+    """The {id} of a route of `what` (a worker key, a push endpoint); anything that is not a UUID
+    names none (404)."""
     raw = request.match_info["id"]
     try:
         return uuid.UUID(raw)
     except ValueError:
-        raise NotFound("worker key", raw) from None
+        raise NotFound(what, raw) from None
+
+
+def worker_key_id_in_path(request: web.Request) -> uuid.UUID:
+    return id_in_path(request, "worker key")
 
 
 def lease_token(raw: str) -> uuid.UUID | None:

@@ -10,10 +10,9 @@ from datetime import UTC, datetime
 from aiohttp import web
 
 from services.api.context import db_of, pushed_of, settings_of, tenant_of
-from services.api.params import clamped_int
+from services.api.params import clamped_int, id_in_path
 from shared import wire
 from shared.db import push as push_db
-from shared.domain.errors import NotFound
 from shared.domain.push import PushEndpoint, check_rotation_grace, grace_until, new_secret
 from shared.runtime.push_net import judge_at_creation
 from shared.web.body import decode, json_response
@@ -23,11 +22,7 @@ MAX_DELIVERIES = 500
 
 
 def _endpoint_id(request: web.Request) -> uuid.UUID:
-    raw = request.match_info["id"]
-    try:
-        return uuid.UUID(raw)
-    except ValueError:
-        raise NotFound("push endpoint", raw) from None
+    return id_in_path(request, "push endpoint")
 
 
 def _with_secret(endpoint: PushEndpoint, secret: str) -> wire.PushEndpointWithSecret:
