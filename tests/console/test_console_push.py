@@ -323,3 +323,32 @@ async def test_an_endpoint_whose_receiver_keeps_failing_shows_an_open_breaker(cl
         await expect(delivery.locator(".badge")).to_have_text("retry")
         await expect(delivery).to_contain_text("down for maintenance")
         assert await delivery.get_attribute("data-job") in jobs
+
+
+async def test_the_push_pages_fit_a_narrow_screen_and_g_p_opens_them(client, server, open_console, receivers):
+    receiver = await receivers()
+    made = await bind(
+        client, receiver.url, "a-rather-long-endpoint-name", ["thumbnails", "previews", "avatars"]
+    )
+    await wait_for_job_status(client, await create_job(client, "hook", "thumbnails"), "completed")
+    narrow = await open_console(server.base_url, viewport={"width": 390, "height": 844})
+    await narrow.sign_in("rw")
+    await narrow.heading("Overview")
+    await narrow.page.keyboard.press("g")
+    await narrow.page.keyboard.press("p")
+    await narrow.heading("Push endpoints")
+    for link, heading in [
+        ("#/push-endpoints", "Push endpoints"),
+        (f"#/push-endpoints/{made['id']}", f"Push endpoint {made['name']}"),
+    ]:
+        await narrow.go(link)
+        await narrow.heading(heading)
+        await expect(narrow.page.locator("#view table:visible").first).to_be_visible()
+        overflow = await narrow.page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+        assert overflow <= 0, f"{link} is {overflow}px wider than the screen"
+    await narrow.button("Rotate secret").click()
+    await narrow.confirm("Rotate secret")
+    await expect(narrow.page.locator("#new-secret")).to_be_visible()
+    overflow = await narrow.page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+    assert overflow <= 0, f"the shown secret makes the page {overflow}px wider than the screen"
+    await narrow.screenshot("narrow-push-endpoint")
