@@ -23,6 +23,10 @@ import aiohttp
 import pytest
 from playwright.async_api import ConsoleMessage, Page, Request, Response, async_playwright, expect
 
+from tests.push.receiver import receivers
+
+__all__ = ["receivers"]  # push receivers on loopback for the push endpoints' pages
+
 CHROMIUM = os.environ.get("QUEUEFLOW_TEST_CHROMIUM", "/usr/bin/chromium")
 SCREENSHOTS = os.environ.get("QUEUEFLOW_SCREENSHOTS") or None
 CHROMIUM_ARGS = [

@@ -24,6 +24,7 @@ READ_ONLY_BUTTONS = {
     "Copy job id",
     "Copy workflow id",
     "Copy worker id",
+    "Copy push endpoint id",
 }
 
 

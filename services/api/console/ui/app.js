@@ -158,7 +158,9 @@
     }
   }
 
-  function copyButton(noun, id) {
+  // A button that puts `value` on the clipboard: `label` names it (for screen readers), `title`
+  // on hover, and the toasts say what was copied (or how to copy it by hand).
+  function copyValueButton(value, { label, title, copied, failed }) {
     const icon = svg(
       "svg",
       { viewBox: "0 0 16 16", width: "14", height: "14", "aria-hidden": "true", focusable: "false" },
@@ -170,16 +172,25 @@
       {
         type: "button",
         class: "copy quiet small",
-        title: `Copy ${id}`,
-        "data-copy": String(id),
+        title,
+        "data-copy": value,
         onclick: async () => {
-          if (await copyText(String(id))) toast(`Copied ${noun} id ${id}.`);
-          else toast(`Could not copy: select the ${noun} id ${id} and copy it.`, "error");
+          if (await copyText(value)) toast(copied);
+          else toast(failed, "error");
         },
       },
       icon,
-      hidden(`Copy ${noun} id`),
+      hidden(label),
     );
+  }
+
+  function copyButton(noun, id) {
+    return copyValueButton(String(id), {
+      label: `Copy ${noun} id`,
+      title: `Copy ${id}`,
+      copied: `Copied ${noun} id ${id}.`,
+      failed: `Could not copy: select the ${noun} id ${id} and copy it.`,
+    });
   }
 
   // An id as every view shows it: a link to its page (when `href`), in short or (`full`) whole,
@@ -443,6 +454,7 @@
     limits: { title: "Limits", list: limitsView },
     tasks: { title: "Tasks", list: tasksView },
     workers: { title: "Workers", list: workersView },
+    "push-endpoints": { title: "Push endpoints", list: pushEndpointsView, detail: pushEndpointView },
   };
 
   function route() {
@@ -2724,9 +2736,241 @@
     }, REFRESH_MS);
   }
 
+  // --- push endpoints (docs/push.md) ----------------------------------------------------------
+
+  const RECENT_DELIVERIES = 50;
+  // The breaker's state as the endpoint's GET reports it, and a delivery's outcome, drawn with the
+  // status colour each resembles.
+  const BREAKER_STATUS = { closed: "active", open: "failed", half_open: "retrying" };
+  const DELIVERY_STATUS = { completed: "completed", accepted: "running", retry: "retrying", failed: "failed", lost: "cancelled" };
+  const ROTATION_GRACES = [
+    ["86400", "1 day"],
+    ["3600", "1 hour"],
+    ["604800", "7 days"],
+    ["0", "no time: it stops signing at once"],
+  ];
+
+  // The endpoint's health: its breaker's state, its failures in a row, and when an open one lets a
+  // delivery try again.
+  function breakerHealth(breaker) {
+    const n = breaker.consecutive_failures;
+    return h(
+      "span",
+      { class: "health", "data-breaker": breaker.state },
+      badge(BREAKER_STATUS[breaker.state] || breaker.state, breaker.state.replace(/_/g, "-")),
+      " ",
+      h("span", { class: "muted", "data-failures": String(n) }, n ? `${n} failure${n === 1 ? "" : "s"} in a row` : "no failure in a row"),
+      breaker.state === "open" && breaker.open_until ? h("span", { class: "muted" }, " · half-open ", timeEl(breaker.open_until)) : null,
+    );
+  }
+
+  function queueLinks(queues) {
+    return queues.map((q, i) => [i ? ", " : "", h("a", { href: `#/queues/${enc(q)}` }, q)]);
+  }
+
+  async function setEndpointPaused(endpoint, paused) {
+    await api("PATCH", `push-endpoints/${enc(endpoint.id)}`, { body: { paused } });
+    return paused ? `Push endpoint ${endpoint.name} paused.` : `Push endpoint ${endpoint.name} resumed.`;
+  }
+
+  function endpointPauseButton(ctx, endpoint, cls = "") {
+    if (endpoint.paused) {
+      return actionButton("Resume endpoint", () => setEndpointPaused(endpoint, false), {
+        cls,
+        srLabel: endpoint.name,
+        after: () => ctx.refresh(),
+      });
+    }
+    return actionButton("Pause endpoint", () => setEndpointPaused(endpoint, true), {
+      cls: `${cls} danger-outline`,
+      srLabel: endpoint.name,
+      after: () => ctx.refresh(),
+      confirm: {
+        title: `Pause push endpoint ${endpoint.name}?`,
+        text: "No new delivery goes to it until it is resumed: the jobs of its queues wait, spending no retries. Deliveries already sent finish.",
+        confirm: "Pause endpoint",
+      },
+    });
+  }
+
+  async function pushEndpointsView(ctx, root) {
+    const updated = updatedNote();
+    const body = h("div");
+    root.append(
+      pageHead("Push endpoints", { extra: [updated] }),
+      h(
+        "p",
+        { class: "subtitle" },
+        "HTTP endpoints the pusher calls, signed, with each of this tenant's jobs on their queues; a bound queue is drained by push only. Create and remove them with the API or ",
+        h("code", {}, "queueflow push-endpoint"),
+        " (docs/push.md).",
+      ),
+      body,
+    );
+    await ctx.poll(async () => {
+      const endpoints = (await ctx.api("GET", "push-endpoints")).push_endpoints;
+      renderIfChanged(body, endpoints, () =>
+        table(
+          [["Endpoint"], ["URL"], ["Queues"], ["Concurrency", "num"], ["Time-out", "num hide-narrow"], ["State"], ["Health"], state.canWrite ? ["Actions"] : null].filter(Boolean),
+          endpoints.map((e) =>
+            h(
+              "tr",
+              { "data-endpoint": e.id },
+              h("td", {}, h("a", { href: `#/push-endpoints/${enc(e.id)}`, "data-fk": `p:${e.id}` }, e.name)),
+              h("td", { class: "url" }, h("span", { class: "mono", title: e.url }, clip(e.url, 64))),
+              h("td", { "data-col": "queues" }, queueLinks(e.queues)),
+              h("td", { class: "num" }, String(e.concurrency)),
+              h("td", { class: "num hide-narrow" }, `${e.timeout_secs} s`),
+              h("td", { "data-col": "state" }, e.paused ? badge("paused") : badge("active")),
+              h("td", { "data-col": "health" }, breakerHealth(e.breaker)),
+              state.canWrite ? h("td", { class: "actions" }, endpointPauseButton(ctx, e, "small")) : null,
+            ),
+          ),
+          "No push endpoints yet: every queue is drained by workers that lease.",
+        ),
+      );
+      updated.touch();
+    });
+  }
+
+  function deliveriesTable(deliveries) {
+    return table(
+      [["Delivered"], ["Job"], ["Attempt", "num"], ["HTTP status", "num"], ["Outcome"], ["Latency", "num"], ["Answer or error"]],
+      deliveries.map((d) => {
+        const said = d.error || d.body || "";
+        return h(
+          "tr",
+          { "data-job": d.job_id, "data-attempt": String(d.attempt), "data-outcome": d.outcome },
+          h("td", {}, timeEl(d.delivered_at)),
+          h("td", {}, idRef("job", d.job_id, `#/jobs/${enc(d.job_id)}`, { fk: `pd:${d.webhook_id}` })),
+          h("td", { class: "num" }, String(d.attempt)),
+          h("td", { class: "num", "data-col": "status" }, d.status != null ? String(d.status) : h("span", { class: "muted", title: "No answer came: a time-out, or a refused or failed connection." }, "none")),
+          h("td", {}, badge(DELIVERY_STATUS[d.outcome] || d.outcome, d.outcome)),
+          h("td", { class: "num" }, secondsLabel(d.latency_ms / 1000)),
+          h("td", { class: `${d.error ? "error-cell" : ""} answer-cell`, title: said || null }, clip(said, 160)),
+        );
+      }),
+      "No delivery yet: none of its queues' jobs has been sent to it.",
+    );
+  }
+
+  // The secret a rotation answered with: shown once, here, until the operator leaves the page.
+  function secretPanel(made, onHide) {
+    const expires = made.previous_secret_expires_at;
+    return h(
+      "section",
+      { class: "panel secret-panel", "aria-labelledby": "secret-h" },
+      h("h2", { id: "secret-h" }, "New signing secret"),
+      h(
+        "p",
+        { class: "secret-line" },
+        h("code", { class: "secret", id: "new-secret" }, made.secret),
+        copyValueButton(made.secret, {
+          label: "Copy secret",
+          title: "Copy the new secret",
+          copied: "Copied the new secret.",
+          failed: "Could not copy: select the secret and copy it.",
+        }),
+      ),
+      h(
+        "p",
+        { class: "secret-note" },
+        h("strong", {}, "Shown only now: "),
+        "copy it to your receiver. The API shows a secret only in the answer that made it; leaving or reloading this page loses it (rotate again for another). ",
+        expires ? ["The previous secret keeps signing beside it until ", timeEl(expires), "."] : "The previous secret no longer signs.",
+      ),
+      h("button", { type: "button", class: "quiet small", onclick: onHide }, "Hide secret"),
+    );
+  }
+
+  function rotateButton(ctx, endpoint, show) {
+    const grace = h("select", { id: "rotate-grace" }, ROTATION_GRACES.map(([value, label]) => h("option", { value }, label)));
+    return actionButton(
+      "Rotate secret",
+      async () => {
+        const path = `push-endpoints/${enc(endpoint.id)}/rotate-secret`;
+        show(await api("POST", path, { body: { grace_secs: Number(grace.value) } }));
+        return `Push endpoint ${endpoint.name} has a new secret: copy it now.`;
+      },
+      {
+        cls: "danger-outline",
+        after: () => ctx.refresh(),
+        confirm: {
+          title: `Rotate the secret of ${endpoint.name}?`,
+          text: [
+            "A new secret signs every delivery from now on. It is shown once, on this page, right after.",
+            h("div", { class: "field" }, h("label", { for: "rotate-grace" }, "The current secret keeps signing beside it for"), grace),
+            "Give your receiver the new secret before that ends.",
+          ],
+          confirm: "Rotate secret",
+        },
+      },
+    );
+  }
+
+  async function pushEndpointView(ctx, root, id) {
+    const path = `push-endpoints/${enc(id)}`;
+    const updated = updatedNote();
+    const head = h("div");
+    const secretSlot = h("div");
+    const facts = h("div");
+    const deliveries = h("div");
+    const showSecret = (made) => secretSlot.replaceChildren(secretPanel(made, () => secretSlot.replaceChildren()));
+    root.append(
+      head,
+      secretSlot,
+      h("section", { "aria-label": "Endpoint settings" }, facts),
+      h(
+        "section",
+        { class: "block", "aria-labelledby": "deliveries-h" },
+        h("h2", { id: "deliveries-h" }, "Recent deliveries"),
+        h("p", { class: "subtitle" }, `The last ${RECENT_DELIVERIES} HTTP deliveries to it, newest first: each job's attempts carry them too.`),
+        deliveries,
+      ),
+    );
+    await ctx.poll(async () => {
+      const [endpoint, recent] = await Promise.all([
+        ctx.api("GET", path),
+        ctx.api("GET", `${path}/deliveries`, { query: { limit: RECENT_DELIVERIES } }),
+      ]);
+      renderIfChanged(head, endpoint, () => [
+        pageHead(`Push endpoint ${endpoint.name}`, {
+          badges: [endpoint.paused ? badge("paused") : badge("active")],
+          extra: [updated],
+          actions: [
+            h("button", { type: "button", class: "quiet", onclick: () => ctx.refresh() }, "Refresh"),
+            state.canWrite ? [endpointPauseButton(ctx, endpoint), rotateButton(ctx, endpoint, showSecret)] : null,
+          ].flat().filter(Boolean),
+        }),
+        h("p", { class: "subtitle" }, idRef("push endpoint", endpoint.id, null, { full: true })),
+      ]);
+      renderIfChanged(facts, endpoint, () =>
+        h(
+          "dl",
+          { class: "facts" },
+          fact("URL", h("span", { class: "mono", "data-col": "url" }, endpoint.url)),
+          fact("Queues", h("span", { "data-col": "queues" }, queueLinks(endpoint.queues))),
+          fact("Concurrency", `${endpoint.concurrency} at a time`),
+          fact("Time-out", `${endpoint.timeout_secs} s`),
+          fact("State", h("span", { "data-col": "state" }, endpoint.paused ? badge("paused") : badge("active"))),
+          fact("Health", breakerHealth(endpoint.breaker)),
+          fact(
+            "Static headers",
+            endpoint.headers ? h("span", { title: "Their values are not shown here." }, Object.keys(endpoint.headers).map((name, i) => [i ? ", " : "", h("code", {}, name)])) : h("span", { class: "muted" }, "none"),
+          ),
+          endpoint.previous_secret_expires_at ? fact("Previous secret signs until", timeEl(endpoint.previous_secret_expires_at)) : null,
+          fact("Created", timeEl(endpoint.created_at)),
+          fact("Updated", timeEl(endpoint.updated_at)),
+        ),
+      );
+      renderIfChanged(deliveries, recent.deliveries, () => deliveriesTable(recent.deliveries));
+      updated.touch();
+    });
+  }
+
   // --- keyboard -------------------------------------------------------------------------------
 
-  const GO_KEYS = { o: "#/", q: "#/queues", j: "#/jobs", w: "#/workflows", d: "#/dlq", c: "#/cron", t: "#/tasks", k: "#/workers" };
+  const GO_KEYS = { o: "#/", q: "#/queues", j: "#/jobs", w: "#/workflows", d: "#/dlq", c: "#/cron", t: "#/tasks", k: "#/workers", p: "#/push-endpoints" };
 
   function setUpKeyboard() {
     let pendingG = 0;
