@@ -400,7 +400,7 @@ SDK_RUNS = {
         SDKS / "rust",
         ("cargo", "test", "--quiet", "--test", "push", "every_push_vector"),
         passed=None,  # one test for every vector; the control run shows it reads and checks them
-        failed=lambda name: rf"{re.escape(name)}: got ",
+        failed=lambda name: rf"\"{re.escape(name)}\": got ",  # the name as a JSON string
     ),
 }
 
