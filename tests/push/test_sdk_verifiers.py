@@ -36,8 +36,9 @@ from tests.push.receiver import Received, start_receiver
 from tests.sdk.builds import build, locked, run_build_step
 from tests.support.waiting import eventually
 
-# One worker holds the captures (a module fixture) and runs the four SDKs one after another. The
-# time-out covers a cold Rust build of the verifier's test (a warm run takes seconds).
+# The captures are made once per xdist worker that runs one of these (a session fixture); the group
+# asks --dist loadgroup to keep the four on one worker. The time-out covers a cold Rust build of the
+# verifier's test (a warm run takes seconds).
 pytestmark = [pytest.mark.timeout(900), pytest.mark.xdist_group("push-sdk-vectors")]
 
 REPO = Path(__file__).resolve().parents[2]
@@ -315,9 +316,10 @@ class Vectors:
     control_names: list[str]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # not "module": xdist may run other modules' tests between these
 async def vectors(pg_cluster: PgServer, template_database: str, tmp_path_factory) -> Vectors:
-    """Real deliveries captured once for the module, written as the real and the control files."""
+    """Real deliveries captured once (per xdist worker), written as the real and the control files;
+    the server, the receiver and the database are gone before the SDKs run."""
     directory = tmp_path_factory.mktemp("push-vectors")
     name = f"t_{uuid.uuid4().hex}"
     database_url = await pg_cluster.create_database(name, template=template_database)
