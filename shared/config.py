@@ -14,6 +14,7 @@ import argparse
 import dataclasses
 import ipaddress
 import os
+import ssl
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -568,6 +569,20 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
             parser.add_argument(meta["flag"], dest=f.name, default=None, metavar=f.name.upper(), help=text)
 
 
+def check_ca_file(path: str) -> None:
+    """--push-ca-file must be a readable PEM bundle with a certificate in it: loaded here, before
+    the database is opened, as the pusher loads it when it starts."""
+    where = f"--push-ca-file (QUEUEFLOW_PUSH_CA_FILE) {path!r}"
+    try:
+        ssl.create_default_context().load_verify_locations(cafile=path)
+    except OSError as err:
+        if isinstance(err, ssl.SSLError):
+            raise ConfigError(
+                f"{where} holds no PEM certificate the pusher can trust ({err.reason})"
+            ) from None
+        raise ConfigError(f"{where} cannot be read: {err.strerror or err}") from None
+
+
 def settings_from(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> Settings:
     """Settings from parsed flags, then the environment, then the declared defaults."""
     env = os.environ if environ is None else environ
@@ -611,5 +626,7 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str] | None = 
         parse_cidrs(settings.push_allow_cidrs)
     except ValueError as err:
         raise ConfigError(f"--push-allow-cidrs (QUEUEFLOW_PUSH_ALLOW_CIDRS): {err}") from None
+    if settings.push_ca_file and settings.runs("pusher"):
+        check_ca_file(settings.push_ca_file)
     check_dev_mode(settings, env)
     return settings

@@ -5,10 +5,12 @@ Builds are serialised with a lock file, so pytest-xdist workers share one build 
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import subprocess
 import sys
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -55,17 +57,29 @@ def build(language: str) -> None:
     cwd, commands, _, _ = _SPECS[language]
     if not commands or language in _built:
         return
+    with locked(language):  # the second xdist worker waits, then finds nothing to do
+        for command in commands:
+            run_build_step(language, command, cwd)
+    _built.add(language)
+
+
+@contextlib.contextmanager
+def locked(language: str) -> Iterator[None]:
+    """Hold the language's build lock (any test that writes into an SDK's build output, across
+    pytest-xdist workers)."""
     lock_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"queueflow-build-sdk-{language}.lock"
     with open(lock_path, "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # the second xdist worker waits, then finds nothing to do
-        for command in commands:
-            done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=900)
-            if done.returncode != 0:
-                raise AssertionError(
-                    f"{language} build failed: {' '.join(command)}\n{done.stdout[-3000:]}\n"
-                    f"{done.stderr[-3000:]}"
-                )
-    _built.add(language)
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def run_build_step(language: str, command: Sequence[str], cwd: Path) -> None:
+    """Run one build command; raises with the tool's output when it fails."""
+    done = subprocess.run(list(command), cwd=cwd, capture_output=True, text=True, timeout=900)
+    if done.returncode != 0:
+        raise AssertionError(
+            f"{language} build failed: {' '.join(command)}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+        )
 
 
 _built: set[str] = set()
