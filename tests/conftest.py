@@ -19,6 +19,23 @@ from devkit.pg import PgServer, throwaway_cluster
 from devkit.procs import ServiceProcess
 from shared.db.pool import init_connection
 
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under `--dist loadgroup` (make test), refuse a pytest that ignores xdist's groups: the tests
+    of a group (a PostgreSQL stopped under them, a browser, busy processes) would share the
+    machine with each other. pytest 9.2 broke the mechanism (xdist's nodeid suffix no longer takes
+    effect: pytest-dev/pytest-xdist#1386), hence pyproject's pin."""
+    if getattr(config.option, "dist", None) == "loadgroup" and _version(pytest.__version__) >= (9, 2):
+        raise pytest.UsageError(
+            f"pytest {pytest.__version__} ignores xdist_group marks under --dist loadgroup: `make install`"
+            " installs the version pyproject.toml pins"
+        )
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split(".")[:2] if part.isdigit())
+
+
 # Read before the environment is scrubbed: the one QUEUEFLOW_* variable meant for the tests.
 EXTERNAL_DSN = os.environ.get("QUEUEFLOW_TEST_DATABASE_URL") or None
 TEMPLATE = "qf_template"
