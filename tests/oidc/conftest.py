@@ -7,7 +7,13 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from tests.console.conftest import browser, chromium_profile, open_console, screenshot_dir  # noqa: F401
+from tests.console.conftest import (  # noqa: F401 (the console tests' browser fixtures and report hook)
+    browser,
+    chromium_profile,
+    open_console,
+    pytest_runtest_makereport,
+    screenshot_dir,
+)
 from tests.oidc.provider import OidcProvider, provider_binary
 
 

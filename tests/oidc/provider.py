@@ -179,6 +179,9 @@ class OidcProvider:
             "groups",
             "--oidc-role-map",
             ROLE_MAP,
+            # (this provider, like Okta, Entra ID and Dex, gives a refresh token for offline_access only)
+            "--oidc-scopes",
+            "openid profile email offline_access",
             *extra,
         ]
 
