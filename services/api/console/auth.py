@@ -209,9 +209,10 @@ class SignIn:
                 identity = await self.provider.identity(tokens.access_token)
                 if identity.subject != current.subject:
                     raise Unauthorized()
-            except (Unauthorized, Forbidden) as error:
+            except (Unauthorized, Forbidden):
+                # (a user who lost every role is signed out too: the console then says so)
                 await sessions.delete(conn, current.id_digest)
-                refused = error
+                refused = Unauthorized()
             else:
                 renewed = msgspec.structs.replace(
                     current,
