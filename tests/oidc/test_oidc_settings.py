@@ -24,7 +24,7 @@ def test_an_issuer_is_a_tenant_credential_of_its_own():
     ],
 )
 def test_an_incomplete_oidc_configuration_is_a_start_up_error(settings, says):
-    with pytest.raises(ConfigError, match=".*") as raised:
+    with pytest.raises(ConfigError) as raised:
         Settings(**settings).check_credentials()
     assert says in str(raised.value)
 
