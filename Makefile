@@ -39,11 +39,12 @@ test: lint tools
 
 # Tools the tests run that no package manager of the venv provides, each pinned and built from
 # the Go module proxy (a no-op once installed): kustomize and Helm for the deploy tests, Toxiproxy
-# for the network-fault tests (tests/netfault).
+# for the network-fault tests (tests/netfault), and the OpenID provider the sign-in tests use (tests/oidc).
 tools:
 	bash deploy/tools/install-kustomize.sh
 	bash deploy/tools/install-helm.sh
 	bash deploy/tools/install-toxiproxy.sh
+	bash deploy/tools/install-oidc-provider.sh
 
 test-sdks: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider sdks/python/tests

@@ -263,14 +263,17 @@ class ServiceProcess(ChildProcess):
         raise AssertionError("unreachable")
 
     def _pick_ports(self) -> None:
-        """New free ports, written into the argv where __init__ put them."""
+        """New free ports, written into the argv where __init__ put them, and into any argument
+        that names the old base URL (a --public-url added by a caller)."""
         old = {"--api-port": str(self.api_port), "--metrics-port": str(self.metrics_port)}
+        old_url = self.base_url
         self.api_port, self.metrics_port = _two_free_ports()
         new = {"--api-port": str(self.api_port), "--metrics-port": str(self.metrics_port)}
         for flag in old:
             at = self.argv.index(flag)
             assert self.argv[at + 1] == old[flag]
             self.argv[at + 1] = new[flag]
+        self.argv = [arg.replace(old_url, self.base_url) for arg in self.argv]
 
     async def _start_once(self, ready_within: float) -> ServiceProcess:
         self._log_offset = len(self.log_text())  # this launch's own lines start here

@@ -79,6 +79,23 @@ def _api_key_fault(parts: list[str]) -> str:
     return "its token is empty" if not parts[0].strip() else "its tenant is empty"
 
 
+ROLES = ("viewer", "operator", "admin")  # lowest first
+
+
+def parse_role_map(raw: str) -> dict[str, str]:
+    """--oidc-role-map: `claim-value=role,...`, each role one of ROLES; the role names themselves
+    always map to themselves. ValueError names a bad entry."""
+    mapping = {role: role for role in ROLES}
+    for entry in (e.strip() for e in raw.split(",")):
+        if not entry:
+            continue
+        value, sep, role = entry.rpartition("=")
+        if not sep or not value.strip() or role.strip() not in ROLES:
+            raise ValueError(f"entry {entry!r} is not value=viewer|operator|admin")
+        mapping[value.strip()] = role.strip()
+    return mapping
+
+
 def parse_bool(raw: str) -> bool:
     value = raw.strip().lower()
     if value in ("1", "true", "yes", "on"):
@@ -399,6 +416,73 @@ class Settings:
         "how long a breaker first stays open; each further failure doubles it, up to 300",
         at_least=0.1,
     )
+    # Single sign-on (docs/access.md): the console signs in through this OpenID provider, and the
+    # API takes its access tokens as bearer tokens beside the other credentials.
+    oidc_issuer: str | None = option(
+        "--oidc-issuer",
+        "QUEUEFLOW_OIDC_ISSUER",
+        None,
+        "OpenID provider's issuer URL (its /.well-known/openid-configuration is read at start):"
+        " the console signs in through it and the API accepts its access tokens",
+    )
+    oidc_client_id: str | None = option(
+        "--oidc-client-id", "QUEUEFLOW_OIDC_CLIENT_ID", None, "the console's client id at the provider"
+    )
+    oidc_client_secret: str | None = option(
+        "--oidc-client-secret",
+        "QUEUEFLOW_OIDC_CLIENT_SECRET",
+        None,
+        "the client's secret, for a confidential client (without it: a public client, PKCE only)",
+    )
+    oidc_scopes: str = option(
+        "--oidc-scopes",
+        "QUEUEFLOW_OIDC_SCOPES",
+        "openid profile email",
+        "scopes the console asks for (space-separated; openid is added when missing)",
+    )
+    oidc_audience: str | None = option(
+        "--oidc-audience",
+        "QUEUEFLOW_OIDC_AUDIENCE",
+        None,
+        "the aud an access token must name to be taken by the API (default: --oidc-client-id)",
+    )
+    oidc_tenant_claim: str = option(
+        "--oidc-tenant-claim", "QUEUEFLOW_OIDC_TENANT_CLAIM", "tenant", "the claim that names the tenant"
+    )
+    oidc_default_tenant: str | None = option(
+        "--oidc-default-tenant",
+        "QUEUEFLOW_OIDC_DEFAULT_TENANT",
+        None,
+        "the tenant of a token without the tenant claim (one-tenant set-ups; without it, such a"
+        " token is refused)",
+    )
+    oidc_roles_claim: str = option(
+        "--oidc-roles-claim",
+        "QUEUEFLOW_OIDC_ROLES_CLAIM",
+        "roles",
+        "the claim that holds roles or group names (a string or a list)",
+    )
+    oidc_role_map: str = option(
+        "--oidc-role-map",
+        "QUEUEFLOW_OIDC_ROLE_MAP",
+        "",
+        "claim values to roles: name=viewer|operator|admin,... (viewer, operator and admin always"
+        " map to themselves; the highest role found wins; none found: refused)",
+    )
+    public_url: str | None = option(
+        "--public-url",
+        "QUEUEFLOW_PUBLIC_URL",
+        None,
+        "the URL operators open the API at (e.g. https://queueflow.example.com): the sign-in's"
+        " redirect is {public-url}/ui/auth/callback, and an https URL makes the session cookie Secure",
+    )
+    console_token_login: bool = option(
+        "--console-token-login",
+        "QUEUEFLOW_CONSOLE_TOKEN_LOGIN",
+        False,
+        "with --oidc-issuer, keep the console's token-paste sign-in as well",
+        switch=True,
+    )
     shutdown_grace_secs: float = option(
         "--shutdown-grace-secs", "QUEUEFLOW_SHUTDOWN_GRACE_SECS", 30.0, "drain time on SIGTERM"
     )
@@ -455,19 +539,45 @@ class Settings:
         """Fail closed: api and all modes need a worker token and a tenant credential unless --dev;
         no credential may be the example Secret's placeholder, nor the JWT secret too short."""
         self._check_secrets()
+        self.check_oidc()
         if self.dev or not self.runs("api"):
             return
         missing = []
         if not self.worker_token:
             missing.append("--worker-token (QUEUEFLOW_WORKER_TOKEN)")
-        if not self.api_keys and not self.jwt_secret:
-            missing.append("--api-keys (QUEUEFLOW_API_KEYS) or --jwt-secret (QUEUEFLOW_JWT_SECRET)")
+        if not self.api_keys and not self.jwt_secret and not self.oidc_issuer:
+            missing.append(
+                "--api-keys (QUEUEFLOW_API_KEYS), --jwt-secret (QUEUEFLOW_JWT_SECRET)"
+                " or --oidc-issuer (QUEUEFLOW_OIDC_ISSUER)"
+            )
         if missing:
             raise ConfigError(
                 "refusing to start without credentials; missing: "
                 + ", ".join(missing)
                 + " (or pass --dev for a local development server)"
             )
+
+    def check_oidc(self) -> None:
+        """--oidc-issuer needs a client id and the public URL (the sign-in's redirect), and a role
+        map whose entries each name a role."""
+        if not self.oidc_issuer:
+            return
+        missing = [
+            name
+            for name, value in (
+                ("--oidc-client-id (QUEUEFLOW_OIDC_CLIENT_ID)", self.oidc_client_id),
+                ("--public-url (QUEUEFLOW_PUBLIC_URL)", self.public_url),
+            )
+            if not value
+        ]
+        if missing:
+            raise ConfigError(f"--oidc-issuer (QUEUEFLOW_OIDC_ISSUER) needs {' and '.join(missing)}")
+        if not (self.public_url or "").startswith(("http://", "https://")):
+            raise ConfigError("--public-url (QUEUEFLOW_PUBLIC_URL) must be an http:// or https:// URL")
+        try:
+            parse_role_map(self.oidc_role_map)
+        except ValueError as error:
+            raise ConfigError(f"--oidc-role-map (QUEUEFLOW_OIDC_ROLE_MAP): {error}") from None
 
     def _check_secrets(self) -> None:
         given = {
@@ -510,6 +620,7 @@ def check_dev_mode(settings: Settings, environ: Mapping[str, str]) -> None:
             ("--worker-token (QUEUEFLOW_WORKER_TOKEN)", settings.worker_token),
             ("--api-keys (QUEUEFLOW_API_KEYS)", settings.api_keys),
             ("--jwt-secret (QUEUEFLOW_JWT_SECRET)", settings.jwt_secret),
+            ("--oidc-issuer (QUEUEFLOW_OIDC_ISSUER)", settings.oidc_issuer),
         )
         if value
     ]

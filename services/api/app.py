@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from services.api.console import add_console_routes
+from services.api.console.auth import add_sign_in
 from services.api.context import AUTH, LONG_POLLS, PUSHED, SEEN, STREAMS, guard
 from services.api.openapi import openapi_handler, openapi_yaml_handler
 from services.api.routes import ROUTES, router_path
@@ -54,6 +55,7 @@ def setup(app: web.Application) -> None:
     app.router.add_get("/openapi.json", openapi_handler)
     app.router.add_get("/openapi.yaml", openapi_yaml_handler)
     add_console_routes(app)
+    add_sign_in(app)
 
 
 async def _worker_keys(app: web.Application) -> AsyncIterator[None]:

@@ -99,6 +99,14 @@ class Overloaded(RetryLater):
     together (503)."""
 
 
+class ProviderUnavailable(RetryLater):
+    """The OpenID provider (--oidc-issuer) could not be asked: its discovery document, its keys or
+    its token endpoint did not answer (503). Nothing is refused for good."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(f"the OpenID provider could not be reached: {detail}", 5)
+
+
 class TooManyQueues(Conflict):
     """A new queue would take its tenant past --max-queues-per-tenant (409): the tenant's state, not
     the request, is what conflicts, and retrying will not help until the operator raises the cap."""

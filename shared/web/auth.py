@@ -1,5 +1,5 @@
-"""Credentials: tenant API keys and HS256 JWTs, the separate worker token, worker keys, and
-development mode.
+"""Credentials: tenant API keys and HS256 JWTs, the OpenID provider's access tokens
+(--oidc-issuer, shared/web/oidc.py), the separate worker token, worker keys, and development mode.
 
 Tenant routes: no token 401; the worker token or a live worker key 403 (infrastructure gets no
 tenant identity); a valid API key or JWT is that tenant; anything else 401. Worker routes: the
@@ -44,6 +44,7 @@ from shared.domain.scopes import scope_read_only
 from shared.domain.worker_keys import WorkerGrant, may_be_key
 from shared.domain.worker_keys import token_digest as _digest
 from shared.web.body import is_utf8
+from shared.web.oidc import Identity, OpenIdProvider
 
 DEV_TENANT = "tenant1"
 # The longest a process trusts its cached copy of a worker key without asking the database again.
@@ -67,6 +68,12 @@ class Tenant:
     @property
     def access(self) -> Literal["read_write", "read_only"]:
         return "read_only" if self.read_only else "read_write"
+
+
+def tenant_of_identity(identity: Identity) -> Tenant:
+    """The one adapter from a provider identity (shared/web/oidc.py) to today's access levels:
+    viewer reads only; operator and admin read and write."""
+    return Tenant(identity.tenant, read_only=identity.role == "viewer")
 
 
 def bearer_token(header: str | None) -> str | None:
@@ -166,7 +173,11 @@ class Authenticator:
         self._jwt_required = ["exp", "sub"] + [
             claim for claim, want in (("aud", settings.jwt_audience), ("iss", settings.jwt_issuer)) if want
         ]
-        self._dev_tenants = settings.dev and not settings.api_keys and not settings.jwt_secret
+        self._dev_tenants = (
+            settings.dev and not settings.api_keys and not settings.jwt_secret and not settings.oidc_issuer
+        )
+        # The OpenID provider whose access tokens are tenant credentials too (--oidc-issuer).
+        self.oidc = OpenIdProvider(settings) if settings.oidc_issuer else None
         self._dev_workers = settings.dev and self._worker is None
         self.worker_keys: WorkerKeyCache | None = None  # set once the database is open
 
@@ -210,6 +221,13 @@ class Authenticator:
                 return Tenant(sub, read_only=read_only)
         return None
 
+    async def _provider_tenant(self, token: str) -> Tenant | None:
+        """The tenant of an access token of the OpenID provider; None for a token that does not
+        claim to come from it. A token that does but fails its checks is Unauthorized."""
+        if self.oidc is None or token.count(".") != 2 or not self.oidc.issued_by_us(token):
+            return None
+        return tenant_of_identity(await self.oidc.identity(token))
+
     async def tenant(self, header: str | None, address: str | None = "") -> Tenant:
         token = bearer_token(header)
         if token is None:
@@ -217,7 +235,7 @@ class Authenticator:
         digest = _digest(token)
         if self._is_worker_token(digest):
             raise Forbidden()
-        tenant = self._tenant_credential(token, digest)
+        tenant = self._tenant_credential(token, digest) or await self._provider_tenant(token)
         if tenant is not None:
             return tenant
         if may_be_key(token):
@@ -237,7 +255,7 @@ class Authenticator:
         digest = _digest(token)
         if self._is_worker_token(digest):
             return None
-        tenant = self._tenant_credential(token, digest)
+        tenant = self._tenant_credential(token, digest) or await self._provider_tenant(token)
         if tenant is None and may_be_key(token):
             grant = await self._worker_key(digest, address)
             if grant is None:

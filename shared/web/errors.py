@@ -28,6 +28,7 @@ from shared.domain.errors import (
     Gone,
     NotFound,
     Overloaded,
+    ProviderUnavailable,
     QuotaExceeded,
     TooManyRequests,
     Unauthorized,
@@ -52,6 +53,7 @@ STATUS_OF: dict[type[DomainError], int] = {
     TooManyRequests: 429,
     QuotaExceeded: 429,
     Overloaded: 503,
+    ProviderUnavailable: 503,
 }
 REQUEST_ID = "X-Request-ID"
 # Seconds a client should wait before retrying after a 503 for an unreachable database.

@@ -8,6 +8,12 @@
 // stay fast on tenants with millions of jobs. Live views poll, or read the server's SSE streams
 // with fetch() (EventSource cannot send an Authorization header). Actions that change something
 // exist only for a read-write credential: with a read-only one they are not built at all.
+//
+// With single sign-on (--oidc-issuer; docs/access.md) the console signs in through the identity
+// provider instead: the server keeps the session and the browser holds only its HttpOnly cookie,
+// which the API calls carry (no Authorization header); each call that changes something sends the
+// session's CSRF token (from auth/session, kept in memory only) as X-CSRF-Token. The token-paste
+// sign-in is offered beside it only when the server says so (--console-token-login).
 "use strict";
 
 (() => {
@@ -33,7 +39,9 @@
   const TERMINAL_WORKFLOW = new Set(["completed", "failed", "partially_failed", "cancelled"]);
   const RETRYABLE_WORKFLOW = new Set(["failed", "partially_failed", "cancelled"]);
 
-  const state = { token: null, tenant: null, canWrite: false, view: null, routed: false };
+  const AUTH = new URL("auth/", document.baseURI); // the sign-in routes, "/ui/auth/"
+  const state = { token: null, session: null, sso: false, tokenLogin: true, tenant: null, canWrite: false, view: null, routed: false };
+  const signedIn = () => Boolean(state.token || state.session);
   const $ = (id) => document.getElementById(id);
 
   // --- errors and the API ---------------------------------------------------------------------
@@ -68,8 +76,15 @@
 
   async function apiFetch(path, { method = "GET", query, body, signal, accept = "application/json" } = {}) {
     const token = state.token;
-    const headers = { Authorization: `Bearer ${token}`, Accept: accept };
-    const init = { method, headers, signal, cache: "no-store" };
+    const session = state.session;
+    const headers = { Accept: accept };
+    if (session) {
+      // The session cookie goes along (same origin); a change also carries the CSRF token.
+      if (method !== "GET") headers["X-CSRF-Token"] = session.csrf_token;
+    } else {
+      headers.Authorization = `Bearer ${token}`;
+    }
+    const init = { method, headers, signal, cache: "no-store", credentials: "same-origin" };
     if (body !== undefined) {
       headers["Content-Type"] = "application/json";
       init.body = JSON.stringify(body);
@@ -84,7 +99,8 @@
     if (response.status === 401) {
       const reason = await errorMessage(response);
       // Several requests can be refused at once: the first one signs out and says why.
-      if (state.token === token) signOut(`The server did not accept the token: ${reason}. Sign in again.`);
+      if (session && state.session === session) signOut("Your single sign-on session has ended. Sign in again.");
+      else if (!session && state.token === token) signOut(`The server did not accept the token: ${reason}. Sign in again.`);
       throw new SignedOut("signed out");
     }
     if (!response.ok) throw new ApiError(response.status, await errorMessage(response));
@@ -458,7 +474,7 @@
   };
 
   function route() {
-    if (!state.token) return;
+    if (!signedIn()) return;
     const { parts, params } = parseHash();
     const [name = "", id] = parts;
     const entry = VIEWS[name];
@@ -521,6 +537,11 @@
 
   function signOut(message = "", kind = "error") {
     state.token = null;
+    state.session = null;
+    $("identity-name").hidden = true;
+    $("signin-sso").hidden = !state.sso;
+    $("signin-token-help").hidden = !state.tokenLogin;
+    $("signin-form").hidden = !state.tokenLogin;
     state.view?.dispose();
     state.view = null;
     sessionStorage.removeItem(TOKEN_KEY);
@@ -534,7 +555,58 @@
     $("signin").hidden = false;
     $("signin-token").value = "";
     document.title = "Sign in · QueueFlow";
-    $("signin-token").focus();
+    if (state.tokenLogin) $("signin-token").focus();
+    else $("signin-sso-button").focus();
+  }
+
+  // With single sign-on: the server's session, then the whoami every sign-in ends with.
+  async function signInWithSession(session) {
+    state.session = session;
+    const who = await api("GET", "whoami"); // a 401 signs out again, with the message
+    showSignedIn(who);
+    $("identity-name").textContent = session.name;
+    $("identity-name").hidden = false;
+    route();
+  }
+
+  async function endSession() {
+    const session = state.session;
+    let location = "./?signed_out=1";
+    try {
+      const response = await fetch(new URL("logout", AUTH), {
+        method: "POST",
+        headers: { "X-CSRF-Token": session.csrf_token, Accept: "application/json" },
+        credentials: "same-origin",
+        cache: "no-store",
+      });
+      if (response.ok) location = (await response.json()).location;
+    } catch {
+      // the server could not be reached: forget the session here all the same
+    }
+    signOut("Signing out…", "info");
+    window.location.assign(location);
+  }
+
+  // What the server offers: single sign-on (and whether the token form stays), and a session.
+  async function authState() {
+    try {
+      const response = await fetch(new URL("session", AUTH), { credentials: "same-origin", cache: "no-store" });
+      if (response.ok) return await response.json();
+    } catch {
+      // an older server or none reachable: the token sign-in, as before
+    }
+    return { sso: false, token_login: true, session: null };
+  }
+
+  // A message the sign-in's redirect left in the query (?signin_error=..., ?signed_out=1), shown
+  // once and taken out of the address.
+  function takeSignInNotice() {
+    const params = new URLSearchParams(window.location.search);
+    const error = params.get("signin_error");
+    const out = params.has("signed_out");
+    if (error === null && !out) return null;
+    history.replaceState(null, "", window.location.pathname + window.location.hash);
+    return error !== null ? { text: `Could not sign in: ${error}.`, kind: "error" } : { text: "Signed out.", kind: "info" };
   }
 
   async function signIn(token) {
@@ -564,7 +636,15 @@
         button.disabled = false;
       }
     });
-    $("sign-out").addEventListener("click", () => signOut("Signed out: the token is forgotten.", "info"));
+    $("sign-out").addEventListener("click", () => {
+      if (state.session) endSession();
+      else signOut("Signed out: the token is forgotten.", "info");
+    });
+    $("signin-sso-button").addEventListener("click", () => {
+      const url = new URL("login", AUTH);
+      if (window.location.hash.startsWith("#/")) url.searchParams.set("next", window.location.hash);
+      window.location.assign(url);
+    });
   }
 
   // --- overview -------------------------------------------------------------------------------
@@ -2975,7 +3055,7 @@
   function setUpKeyboard() {
     let pendingG = 0;
     document.addEventListener("keydown", (event) => {
-      if (event.ctrlKey || event.metaKey || event.altKey || !state.token) return;
+      if (event.ctrlKey || event.metaKey || event.altKey || !signedIn()) return;
       const target = event.target;
       if (target.closest && target.closest("input, textarea, select, [contenteditable]")) return;
       if (document.querySelector("dialog[open]")) return; // a dialog has the keyboard
@@ -3009,9 +3089,22 @@
       if (!document.hidden) state.view?.refresh?.();
     });
     setInterval(refreshTimes, 10000);
-    const token = sessionStorage.getItem(TOKEN_KEY);
+    const notice = takeSignInNotice();
+    const auth = await authState();
+    state.sso = Boolean(auth.sso);
+    state.tokenLogin = !state.sso || Boolean(auth.token_login);
+    if (auth.session) {
+      try {
+        await signInWithSession(auth.session);
+      } catch (error) {
+        if (error instanceof SignedOut) return;
+        signOut(`Could not reach the server: ${error.message}`);
+      }
+      return;
+    }
+    const token = state.tokenLogin ? sessionStorage.getItem(TOKEN_KEY) : null;
     if (!token) {
-      signOut("");
+      signOut(notice ? notice.text : "", notice ? notice.kind : "error");
       return;
     }
     try {
