@@ -33,6 +33,9 @@ UNDOCUMENTED = {
     ("GET", "/openapi.json"),
     ("GET", "/openapi.yaml"),
     *(("GET", page) for page in ("/ui", "/ui/", "/ui/{path}", "/docs", "/docs/", "/docs/{path}")),
+    # The console's sign-in (services/api/console/auth.py): the browser's, not the API's.
+    *(("GET", page) for page in ("/ui/auth/session", "/ui/auth/login", "/ui/auth/callback")),
+    ("POST", "/ui/auth/logout"),
 }
 
 
