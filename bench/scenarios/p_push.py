@@ -31,7 +31,15 @@ from dataclasses import dataclass
 import aiohttp
 
 from bench import client, harness
-from bench.context import PROBE_FIGURES, Context, Scenario, Unsupported, cpu_figures, cpu_values, probe_commits
+from bench.context import (
+    PROBE_FIGURES,
+    Context,
+    Scenario,
+    Unsupported,
+    cpu_figures,
+    cpu_values,
+    probe_commits,
+)
 from bench.harness import connect, servers, wait_for_count
 from bench.probes import CpuMeter, cpu_seconds
 from bench.report import Figure
@@ -64,9 +72,13 @@ def figures(ctx: Context) -> list[Figure]:
             ),
             Figure(f"{p}claims_per_1k", f"claim statements per 1,000 jobs ({label})", "claims"),
             Figure(f"{p}completions_per_1k", f"completion statements per 1,000 jobs ({label})", "stmts"),
-            Figure(f"{p}deliveries_per_1k", f"requests the receiver answered per 1,000 jobs ({label})", "reqs"),
+            Figure(
+                f"{p}deliveries_per_1k", f"requests the receiver answered per 1,000 jobs ({label})", "reqs"
+            ),
             *cpu_figures(p, f"during drain ({label})", "server (--mode all)", client=False),
-            Figure(f"{p}cpu_receiver", f"CPU during drain ({label}): the receiver (not the server's)", "% core"),
+            Figure(
+                f"{p}cpu_receiver", f"CPU during drain ({label}): the receiver (not the server's)", "% core"
+            ),
             *(Figure(f"{p}{f.key}", f"{f.label} ({label})", f.unit) for f in PROBE_FIGURES),
         ]
     return figs
@@ -162,4 +174,6 @@ async def run(ctx: Context, run_no: int) -> dict[str, float]:
     return out
 
 
-SCENARIO = Scenario("P", "Drain 20k no-op jobs by push delivery to a local receiver (--mode all)", figures, run)
+SCENARIO = Scenario(
+    "P", "Drain 20k no-op jobs by push delivery to a local receiver (--mode all)", figures, run
+)
