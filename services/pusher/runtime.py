@@ -2,7 +2,8 @@
 POST each to the endpoint's URL, signed; the answer decides the job's outcome (docs/push.md).
 
 - Endpoints are read from the database at start, on every change announced on the LISTEN
-  connection, and every --worker-poll-secs (so a breaker another replica opened is seen).
+  connection, and every --worker-poll-secs while there are any (so a breaker another replica
+  opened is seen); with none, only when one is announced (or the LISTEN connection is down).
 - Each (endpoint, queue) has a loop that claims at most the endpoint's free slots
   (shared/db/push.py: the database holds the concurrency across every replica), parks on the
   queue's wake-ups while it has nothing due, and waits for a slot while the endpoint is full.
@@ -187,8 +188,14 @@ class Pusher:
                 await asyncio.sleep(1.0)
                 continue
             self._apply(targets)
+            # With no endpoint to deliver to there is no breaker to watch either: a new or resumed
+            # endpoint is announced, and so is a lost LISTEN connection, so wait for that alone
+            # (what a deployment that never pushes pays: nothing). Without the connection, poll.
+            poll: float | None = self.settings.worker_poll_secs
+            if not targets and self.db.hub.connected:
+                poll = None
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.settings.worker_poll_secs):
+                async with asyncio.timeout(poll):
                     await self._reload.wait()
 
     def _apply(self, targets: list[push_db.Target]) -> None:
