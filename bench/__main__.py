@@ -74,7 +74,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument(
         "--push-concurrency",
-        default="100,10",
+        default="300,10",
         help="P: comma-separated endpoint concurrency values, one push drain each",
     )
     p.add_argument("--latency-loops", type=int, default=4, help="W2: remote loops parked in long-poll")
@@ -243,7 +243,9 @@ def measure(
             remote_processes=args.remote_processes,
             remote_ack=args.remote_ack,
             remote_client=args.remote_client,
-            push_concurrency=tuple(int(x) for x in args.push_concurrency.split(",") if x.strip()),
+            push_concurrency=tuple(
+                dict.fromkeys(int(x) for x in args.push_concurrency.split(",") if x.strip())
+            ),
             latency_loops=args.latency_loops,
             latency_max_jobs=args.latency_max_jobs,
             upstream=args.upstream,

@@ -1,6 +1,6 @@
 """P: drain a backlog of no-op jobs by push delivery to a local HTTP receiver (issue 39, "Speed").
 
-Method, for each endpoint concurrency of `push_concurrency` (default 100, then the API's default
+Method, for each endpoint concurrency of `push_concurrency` (default 300, then the API's default
 10): a fresh database; the receiver (`bench.push_receiver`: aiohttp on 127.0.0.1 in a process of
 its own, answering every POST 200 `{}` on keep-alive connections) is started; a `--mode api`
 process creates a push endpoint bound to the queue `pushed` with that concurrency and the

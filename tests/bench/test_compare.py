@@ -153,7 +153,7 @@ def test_queueflow_fills_every_row_the_rust_server_all_but_the_sdk_loops_and_eac
         "p50_ms": 6.0,
         "p99_ms": 7.0,
         "commit_p50_ms": 0.4,
-        "c100_jobs_per_s": 2.5,
+        f"c{compare.PUSH_CONCURRENCY}_jobs_per_s": 2.5,
     }
     keys = {r.key for r in compare.rows(quick=False)} - {compare.PUSH_RATIO}  # derived, not measured
     qf = {k for step in compare.queueflow_steps(ctx, 1, 16) for k in step.extract(canned)}
