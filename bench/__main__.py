@@ -1,6 +1,6 @@
 """`python -m bench [SCENARIO ...] [--quick]`: run the benchmarks against real server processes.
 
-Scenarios: W1 (= W1a + W1b), W1a, W1b, W2, W3, E, M, F, L, H, K; default: all of them but H. Each figure is the
+Scenarios: W1 (= W1a + W1b), W1a, W1b, P, W2, W3, E, M, F, L, H, K; default: all of them but H. Each figure is the
 median of --runs runs (default 3; --quick: smaller N and 1 run), with min and max beside it.
 Results go to stdout as a table and to bench/out/results.json (merged per scenario).
 See docs/benchmarks.md.
@@ -71,6 +71,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         choices=("raw", "sdk", "go-sdk", "rust-sdk", "ts-sdk"),
         default="raw",
         help="W1a: raw HTTP calls, or an SDK's worker loop: Python, Go, Rust, TypeScript (needs --remote-processes)",
+    )
+    p.add_argument(
+        "--push-concurrency",
+        default="300,10",
+        help="P: comma-separated endpoint concurrency values, one push drain each",
     )
     p.add_argument("--latency-loops", type=int, default=4, help="W2: remote loops parked in long-poll")
     p.add_argument("--latency-max-jobs", type=int, default=1, help="W2: max_jobs of their lease calls")
@@ -238,6 +243,9 @@ def measure(
             remote_processes=args.remote_processes,
             remote_ack=args.remote_ack,
             remote_client=args.remote_client,
+            push_concurrency=tuple(
+                dict.fromkeys(int(x) for x in args.push_concurrency.split(",") if x.strip())
+            ),
             latency_loops=args.latency_loops,
             latency_max_jobs=args.latency_max_jobs,
             upstream=args.upstream,

@@ -16,6 +16,9 @@ QueueFlow's figures come from its own scenarios (bench/scenarios), run with thes
   complete call per job, each loop awaiting each answer before the next call (issue 38's
   configuration); per-job calls of a lease sent together; one batch acknowledgement per lease;
   the Python, Go and Rust SDKs' worker loops;
+- drain by push: P, `--mode all` pushing to a local receiver process with an endpoint of
+  concurrency 300 (PUSH_CONCURRENCY), QueueFlow only; beside it, its ratio to the remote drain with
+  one complete per job in order of the same run;
 - batch enqueue: E's batch figure (sequential 1,000-job POST /jobs/batch; E's single-POST phase
   runs first, as in `python -m bench E`);
 - latency at 200 jobs/s: W2's 5 ms phase, client clock (POST start -> lease received), once with
@@ -83,6 +86,10 @@ REMOTE_SHAPES: tuple[tuple[str, str, dict[str, str]], ...] = (
     ("remote_gosdk_drain_jobs_per_s", "Go SDK workers", {"remote_client": "go-sdk"}),
     ("remote_rustsdk_drain_jobs_per_s", "Rust SDK workers", {"remote_client": "rust-sdk"}),
 )
+# P's endpoint concurrency in the comparison: high enough not to be the bound (100 was: a busy run read
+# 681 jobs/s at 100, 1,041 at 300; 1,464 at 300 and 1,479 at 1,000 in another)
+PUSH_CONCURRENCY = 300
+PUSH_RATIO = "push_over_remote_serial"  # derived per run: push drain / remote one-complete-per-job drain
 LATENCY_SHAPES = {"latency": (16, 50), "latency_200": (200, 50)}  # parked loops, max_jobs
 LATENCY_INTERVAL_MS = 5.0  # W2's first phase: 200 jobs/s
 
@@ -138,6 +145,25 @@ def rows(quick: bool) -> list[Row]:
             "before the next job's call (issue 38's configuration; W1a --remote-ack sequential); "
             "peers: their in-process drain, the figure issue 38's goal compares with",
             "jobs/s",
+        ),
+        Row(
+            "push_drain_jobs_per_s",
+            f"drain, push to a local receiver (concurrency {PUSH_CONCURRENCY})",
+            f"drain {drain_n} no-op jobs by push delivery: serve --mode all --push-allow-cidrs "
+            f"127.0.0.0/8, an endpoint of concurrency {PUSH_CONCURRENCY} bound to the queue, whose URL is "
+            "an aiohttp receiver in its own process answering 200 {} on keep-alive connections (P; "
+            "its CPU is not counted as the server's). QueueFlow only: the Rust server and the peers "
+            "have no push delivery, so no figure and no ratio",
+            "jobs/s",
+            ratio=False,
+        ),
+        Row(
+            PUSH_RATIO,
+            "push drain / remote one complete per job (QF)",
+            "the row above over the remote drain with one complete per job in order, QueueFlow's, "
+            "each run's two figures taken in the same run (issue 39's speed goal: at least 1)",
+            "x",
+            ratio=False,
         ),
         Row(
             "remote_drain_jobs_per_s",
@@ -391,6 +417,17 @@ def queueflow_steps(ctx: Context, run_no: int, workers: int, upstream: Path | No
             )
             for key, shape, params in shapes
         ),
+        *(
+            []
+            if upstream is not None  # it has no push delivery
+            else [
+                Step(
+                    f"P concurrency {PUSH_CONCURRENCY}",
+                    scenario("P", push_concurrency=(PUSH_CONCURRENCY,)),
+                    lambda r: {"push_drain_jobs_per_s": r[f"c{PUSH_CONCURRENCY}_jobs_per_s"]},
+                )
+            ]
+        ),
         Step(
             "E",
             scenario("E"),
@@ -478,6 +515,15 @@ def peer_steps(ctx: Context, system: str, run_no: int) -> list[Step]:
     ]
 
 
+def derived(values: dict[str, float]) -> dict[str, float]:
+    """Figures computed from one run's others: the push drain over the remote drain with one
+    complete per job (both of the same run), where there are both."""
+    push, serial = values.get("push_drain_jobs_per_s"), values.get("remote_serial_drain_jobs_per_s")
+    if push is None or not serial:
+        return {}
+    return {PUSH_RATIO: push / serial}
+
+
 def system_steps(
     ctx: Context, system: str, run_no: int, qf_workers: int, upstream: Path | None
 ) -> list[Step]:
@@ -527,6 +573,7 @@ async def measure(
                     file=sys.stderr,
                     flush=True,
                 )
+            values.update(derived(values))
             per_run[system].append(values)
             entry["systems"][system] = {"values": values, "raw": raw, "errors": errors, "skipped": skipped}
         record.append(entry)
@@ -541,6 +588,14 @@ def server_config(system: str, qf_workers: int) -> dict[str, Any]:
             "drain": f"--mode all --workers {qf_workers}; --mode all; --mode all on a removing queue (W1b)",
             "remote_drain": f"{api_side}; {REMOTE_PROCESSES} client processes x {REMOTE_LOOPS} loops, "
             f"max_jobs {REMOTE_BATCH}; per-job completes in order, per-job completes together, batch ack (W1a)",
+            **(
+                {
+                    "push_drain": f"--mode all --push-allow-cidrs 127.0.0.0/8, endpoint concurrency "
+                    f"{PUSH_CONCURRENCY}, a local aiohttp receiver answering 200 {{}} (P)"
+                }
+                if system == QF
+                else {}
+            ),
             "enqueue": "--mode api; POST /jobs/batch with 1,000 jobs (E)",
             "latency": f"{api_side}; "
             + "; ".join(f"{n} loops parked, max_jobs {m}" for n, m in LATENCY_SHAPES.values())
@@ -549,6 +604,7 @@ def server_config(system: str, qf_workers: int) -> dict[str, Any]:
         "clocks": {
             "drain": "db (a removing queue: a statement trigger's)",
             "remote_drain": "db",
+            **({"push_drain": "db"} if system == QF else {}),
             "enqueue": "process (client)",
             "latency": "process (client)",
         },

@@ -39,6 +39,7 @@ class Context:
     latency_loops: int = 4  # W2: remote loops parked in long-poll
     latency_max_jobs: int = 1  # W2: max_jobs of their lease calls
     latency_slow_phase: bool = True  # W2: also the light phase (one job per 50 ms)
+    push_concurrency: tuple[int, ...] = (300, 10)  # P: endpoint concurrency values, one drain each
     # Upstream's Rust server's binary: W1a, W1b, W2 and E run it in place of QueueFlow's servers
     # (bench.compare's row for it); None is QueueFlow.
     upstream: Path | None = None

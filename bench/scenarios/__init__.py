@@ -10,6 +10,7 @@ from bench.scenarios import (
     k_limits,
     l_pgbench,
     m_idle,
+    p_push,
     t_time,
     v_visibility,
     w1_drain,
@@ -22,6 +23,7 @@ SCENARIOS: dict[str, Scenario] = {
     for s in (
         w1_drain.REMOTE,
         w1_drain.IN_PROCESS,
+        p_push.SCENARIO,
         w2_latency.SCENARIO,
         w3_workflows.SCENARIO,
         e_enqueue.SCENARIO,

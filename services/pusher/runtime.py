@@ -2,7 +2,8 @@
 POST each to the endpoint's URL, signed; the answer decides the job's outcome (docs/push.md).
 
 - Endpoints are read from the database at start, on every change announced on the LISTEN
-  connection, and every --worker-poll-secs (so a breaker another replica opened is seen).
+  connection, and every --worker-poll-secs while there are any (so a breaker another replica
+  opened is seen); with none, only when one is announced (or the LISTEN connection is down).
 - Each (endpoint, queue) has a loop that claims at most the endpoint's free slots
   (shared/db/push.py: the database holds the concurrency across every replica), parks on the
   queue's wake-ups while it has nothing due, and waits for a slot while the endpoint is full.
@@ -107,6 +108,7 @@ class Pusher:
         self._background: list[asyncio.Task[None]] = []
         self._session: aiohttp.ClientSession | None = None
         self._history: push_db.DeliveryWriter | None = None
+        self._completions: push_db.CompletedDeliveries | None = None
         self._unwatch: list[object] = []
         self._stopping = False
         self._read_limit = max(settings.max_result_bytes + 1, KEPT_BODY_BYTES)
@@ -138,6 +140,7 @@ class Pusher:
             headers={"User-Agent": f"QueueFlow-Pusher/{shared.__version__}"},
         )
         self._history = push_db.DeliveryWriter(self.db.pool)
+        self._completions = push_db.CompletedDeliveries(self.db.pool, self.db.tracer)
         unwatch = self.db.hub.watch_push(lambda _: self._reload.set())
         self._unwatch.append(unwatch)
         self._background = [
@@ -166,6 +169,8 @@ class Pusher:
                 log.warning("pusher_released_jobs", jobs=len(given), released=released)
         for unwatch in self._unwatch:
             unwatch()  # type: ignore[operator]
+        if self._completions is not None:
+            await self._completions.close()
         if self._history is not None:
             await self._history.close()
         if self._session is not None:
@@ -183,8 +188,14 @@ class Pusher:
                 await asyncio.sleep(1.0)
                 continue
             self._apply(targets)
+            # With no endpoint to deliver to there is no breaker to watch either: a new or resumed
+            # endpoint is announced, and so is a lost LISTEN connection, so wait for that alone
+            # (what a deployment that never pushes pays: nothing). Without the connection, poll.
+            poll: float | None = self.settings.worker_poll_secs
+            if not targets and self.db.hub.connected:
+                poll = None
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.settings.worker_poll_secs):
+                async with asyncio.timeout(poll):
                     await self._reload.wait()
 
     def _apply(self, targets: list[push_db.Target]) -> None:
@@ -305,28 +316,22 @@ class Pusher:
         latency = loop.time() - started
         metrics.PUSH_DURATION.labels(*endpoint.labels).observe(latency)
         verdict = self._judge(answer)
-        # The history row first: whoever reads the job's outcome finds the delivery beside it.
-        assert self._history is not None
-        try:
-            await self._history.submit(
-                (
-                    target.id,
-                    job.id,
-                    attempt,
-                    message_id,
-                    answer.status,
-                    latency * 1000,
-                    kept_body(answer.body),
-                    verdict.outcome,
-                    verdict.error,
-                )
-            )
-        except Exception as err:  # the outcome matters more than its history
-            log.warning("push_history_write_failed", error=str(err), exc_info=not is_database_error(err))
+        history: push_db.DeliveryRow = (
+            target.id,
+            job.id,
+            attempt,
+            message_id,
+            answer.status,
+            latency * 1000,
+            kept_body(answer.body),
+            verdict.outcome,
+            verdict.error,
+        )
         await self._feed_breaker(endpoint, verdict)
-        outcome = await self._write(lease, verdict)
+        outcome = await self._write(lease, verdict, history)
         metrics.PUSH_DELIVERIES.labels(*endpoint.labels, outcome).inc()
-        log.info(
+        # A completed delivery logs at debug: a drain of many jobs is not as many log lines.
+        (log.debug if outcome == Outcome.COMPLETED else log.info)(
             "job_pushed",
             job_id=str(job.id),
             endpoint_id=str(target.id),
@@ -386,16 +391,25 @@ class Pusher:
             return _Verdict(Outcome.FAILED, failure_message(answer.status, body, problem))
         return _Verdict(Outcome.COMPLETED, result=result)
 
-    async def _write(self, lease: Lease, verdict: _Verdict) -> str:
-        """The job's outcome: what the delivery's answer decided, or `lost` when the job was no
-        longer the delivery's."""
-        if verdict.outcome is Outcome.ACCEPTED:
-            return Outcome.ACCEPTED
+    async def _write(self, lease: Lease, verdict: _Verdict, history: push_db.DeliveryRow) -> str:
+        """The delivery's history row, then the job's outcome: what the answer decided, or `lost`
+        when the job was no longer the delivery's. (The history first: whoever reads the job's
+        outcome finds the delivery beside it. A completion writes both in one commit.)"""
         if verdict.outcome is Outcome.COMPLETED:
             assert verdict.result is not None
-            return await self._complete(lease, verdict.result)
+            return await self._complete(lease, verdict.result, history)
+        await self._record(history)
+        if verdict.outcome is Outcome.ACCEPTED:
+            return Outcome.ACCEPTED
         assert verdict.error is not None
         return await self._fail(lease, verdict.error, verdict.outcome is Outcome.RETRY, verdict.delay)
+
+    async def _record(self, history: push_db.DeliveryRow) -> None:
+        assert self._history is not None
+        try:
+            await self._history.submit(history)
+        except Exception as err:  # the outcome matters more than its history
+            log.warning("push_history_write_failed", error=str(err), exc_info=not is_database_error(err))
 
     def _result_of(self, raw: bytes) -> tuple[msgspec.Raw | None, str]:
         """A 2xx body as the job's result (empty: null), or None and what is wrong with it."""
@@ -411,15 +425,31 @@ class Pusher:
             return None, "its body is not a JSON object"
         return msgspec.Raw(raw), ""
 
-    async def _complete(self, lease: Lease, result: msgspec.Raw) -> str:
+    async def _complete(self, lease: Lease, result: msgspec.Raw, history: push_db.DeliveryRow) -> str:
+        assert self._completions is not None
+        completions = self._completions
+        completion = (lease.job.id, lease.token, result)
+        pending: list[push_db.DeliveryRow] = [history]
+
+        async def write() -> None:
+            # The history row goes with the first try only: a try the database may have committed
+            # before it became unreachable is repeated as a plain completion (a replay by the
+            # lease's token is a success), so the row is never written twice.
+            if pending:
+                await completions.submit((pending.pop(), completion))
+            else:
+                await self.db.completer.submit(completion)
+
         try:
-            await until_answered(lambda: self.db.completer.submit((lease.job.id, lease.token, result)))
+            await until_answered(write)
         except DomainError:  # cancelled or reclaimed meanwhile: the server owns it
             return Outcome.LOST
         except Exception as err:
             if is_unavailable(err):
                 raise
-            # A body the database will not store (a NUL character in a string): not retryable.
+            # A body the database will not store (a NUL character in a string): not retryable. Its
+            # transaction took the history row with it: write that on its own first.
+            await self._record(history)
             return await self._fail(lease, f"push delivery's result could not be stored: {err}", False, None)
         return Outcome.COMPLETED
 

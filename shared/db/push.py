@@ -25,6 +25,7 @@ from shared.domain.push import (
     breaker_of,
     queue_taken,
 )
+from shared.tracing import Tracer
 
 
 def _endpoint(r: asyncpg.Record) -> PushEndpoint:
@@ -294,15 +295,39 @@ async def prune_deliveries(db: Executor, batch: int) -> int:
 DeliveryRow = tuple[uuid.UUID, uuid.UUID, int, str, int | None, float, str | None, str, str | None]
 
 
+async def _insert_deliveries(db: Executor, rows: list[DeliveryRow]) -> None:
+    columns = list(zip(*rows, strict=True))
+    await db.execute(Q.insert_push_deliveries, *[list(c) for c in columns])
+
+
 class DeliveryWriter(GroupCommit[DeliveryRow, None]):
     """The delivery history: one INSERT ... unnest for every delivery recorded meanwhile."""
 
     name = "push-deliveries"
 
     async def _write_many(self, items: list[DeliveryRow]) -> list[BaseException | None]:
-        columns = list(zip(*items, strict=True))
-        await self.pool.execute(Q.insert_push_deliveries, *[list(c) for c in columns])
+        await _insert_deliveries(self.pool, items)
         return [None] * len(items)
+
+
+class CompletedDeliveries(GroupCommit[tuple[DeliveryRow, jobs_db.Completion], None]):
+    """Deliveries whose answer completes their job: every one in flight written in one transaction
+    (one commit), their history rows first, then their completions in one statement (the
+    completer's, jobs.complete_many). Each caller gets its completion's answer: None, or the
+    domain error of a job no longer its lease's (its history row is written all the same)."""
+
+    name = "push-completions"
+
+    def __init__(self, pool: Pool, tracer: Tracer | None = None, max_batch: int = 500) -> None:
+        super().__init__(pool, max_batch)
+        self.tracer = tracer
+
+    async def _write_many(
+        self, items: list[tuple[DeliveryRow, jobs_db.Completion]]
+    ) -> list[BaseException | None]:
+        async with self.pool.acquire() as conn, conn.transaction():
+            await _insert_deliveries(conn, [row for row, _ in items])
+            return list(await jobs_db.complete_many(conn, [done for _, done in items], self.tracer))
 
 
 def is_lost(err: BaseException) -> bool:

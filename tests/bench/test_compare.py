@@ -153,8 +153,9 @@ def test_queueflow_fills_every_row_the_rust_server_all_but_the_sdk_loops_and_eac
         "p50_ms": 6.0,
         "p99_ms": 7.0,
         "commit_p50_ms": 0.4,
+        f"c{compare.PUSH_CONCURRENCY}_jobs_per_s": 2.5,
     }
-    keys = {r.key for r in compare.rows(quick=False)}
+    keys = {r.key for r in compare.rows(quick=False)} - {compare.PUSH_RATIO}  # derived, not measured
     qf = {k for step in compare.queueflow_steps(ctx, 1, 16) for k in step.extract(canned)}
     rust = {
         k for step in compare.queueflow_steps(ctx, 1, 16, Path("queueflow")) for k in step.extract(canned)
@@ -166,8 +167,20 @@ def test_queueflow_fills_every_row_the_rust_server_all_but_the_sdk_loops_and_eac
         "remote_rustsdk_drain_jobs_per_s",
     }
     assert qf == keys
-    assert rust == keys - sdk_rows
-    assert peer == keys - {"remote_drain_jobs_per_s", "single_enqueue_jobs_per_s"}
+    assert rust == keys - sdk_rows - {"push_drain_jobs_per_s"}
+    assert peer == keys - {"remote_drain_jobs_per_s", "single_enqueue_jobs_per_s", "push_drain_jobs_per_s"}
+
+
+def test_the_push_drain_is_set_beside_the_remote_one_complete_per_job_drain_of_the_same_run():
+    assert compare.derived({"push_drain_jobs_per_s": 3000.0, "remote_serial_drain_jobs_per_s": 2000.0}) == {
+        compare.PUSH_RATIO: pytest.approx(1.5)
+    }
+    # a peer's (or the Rust server's) run has no push figure; a failed remote drain has none either
+    assert compare.derived({"remote_serial_drain_jobs_per_s": 2000.0}) == {}
+    assert compare.derived({"push_drain_jobs_per_s": 3000.0}) == {}
+    order = [r.key for r in compare.rows(quick=False)]
+    serial = order.index("remote_serial_drain_jobs_per_s")
+    assert order[serial + 1 : serial + 3] == ["push_drain_jobs_per_s", compare.PUSH_RATIO]
 
 
 def test_the_rust_server_runs_queueflows_scenarios_with_its_binary_in_place_of_queueflows_servers():

@@ -66,6 +66,15 @@ def answering(status: int, body: Any = None, **headers: str):
     return answer
 
 
+async def test_a_pusher_with_no_endpoint_starts_delivering_when_one_is_announced(api, receivers):
+    # A safety poll far longer than the test: only the endpoint's announcement can start it.
+    client = await api(mode="all", push_allow_cidrs=("127.0.0.0/8",), worker_poll_secs=3600.0)
+    receiver = await receivers()
+    await bind(client, receiver.url)
+    job = await finished(client, await enqueue(client))
+    assert job["status"] == "completed" and len(receiver.received) == 1
+
+
 async def test_a_2xx_json_answer_completes_the_job_with_it_as_the_result(client, receivers):
     receiver = await receivers(answering(200, {"resized": True}))
     made = await bind(client, receiver.url, headers={"X-Api-Key": "static"})
