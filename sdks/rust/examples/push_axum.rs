@@ -16,7 +16,7 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
-use serde_json::{json, Value};
+use serde_json::json;
 use unofficial_queueflow_client::PushVerifier;
 
 /// The routes; the body extractor is `Bytes`, the raw body, which the signature covers exactly.
@@ -24,11 +24,7 @@ pub fn router(verifier: PushVerifier) -> Router {
     Router::new().route("/queueflow", post(receive)).with_state(Arc::new(verifier))
 }
 
-async fn receive(
-    State(verifier): State<Arc<PushVerifier>>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
+async fn receive(State(verifier): State<Arc<PushVerifier>>, headers: HeaderMap, body: Bytes) -> Response {
     let delivery = match verifier.verify(&headers, &body) {
         Ok(delivery) => delivery,
         // 503, not 401: a wrong or undeployed secret must not dead-letter real jobs (docs/push.md).
