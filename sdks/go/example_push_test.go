@@ -21,7 +21,8 @@ import (
 
 // pushHandler is a push receiver on net/http: QueueFlow POSTs each job of a bound queue to it.
 // The answer decides the job's outcome: a 2xx JSON body completes it with that body as its result,
-// a 5xx (or 408, 409, 425, 429) retries it, any other 4xx fails it for good.
+// a 5xx (or 408, 409, 425, 429) retries it, any other 4xx fails it for good. A delivery that
+// fails verification gets a 503 with a Retry-After.
 func pushHandler(verifier *queueflow.PushVerifier) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 10<<20)) // the raw bytes: the signature covers them
@@ -32,9 +33,10 @@ func pushHandler(verifier *queueflow.PushVerifier) http.Handler {
 		delivery, err := verifier.Verify(r.Header, body)
 		var refused *queueflow.PushVerifyError
 		if errors.As(err, &refused) {
-			// Not from QueueFlow (or not for this secret). A 4xx fails a real delivery for good.
+			// 503, not 401: a wrong or undeployed secret must not dead-letter real jobs (docs/push.md).
 			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusUnauthorized)
+			w.Header().Set("Retry-After", "60")
+			w.WriteHeader(http.StatusServiceUnavailable)
 			_ = json.NewEncoder(w).Encode(map[string]string{"error": string(refused.Reason)})
 			return
 		}
@@ -94,14 +96,15 @@ func TestThePushHandlerExample(t *testing.T) {
 	other := "whsec_" + base64.StdEncoding.EncodeToString([]byte("another endpoint"))
 
 	for _, c := range []struct {
-		name   string
-		req    *http.Request
-		status int
-		answer string
+		name       string
+		req        *http.Request
+		status     int
+		retryAfter string
+		answer     string
 	}{
-		{"signed now", signedDelivery(t, srv.URL, secret, body, now), 200, `{"sent_to":"zoë@example.com"}`},
-		{"an hour old", signedDelivery(t, srv.URL, secret, body, now-3600), 401, `{"error":"timestamp_too_old"}`},
-		{"another secret", signedDelivery(t, srv.URL, other, body, now), 401, `{"error":"signature_mismatch"}`},
+		{"signed now", signedDelivery(t, srv.URL, secret, body, now), 200, "", `{"sent_to":"zoë@example.com"}`},
+		{"an hour old", signedDelivery(t, srv.URL, secret, body, now-3600), 503, "60", `{"error":"timestamp_too_old"}`},
+		{"another secret", signedDelivery(t, srv.URL, other, body, now), 503, "60", `{"error":"signature_mismatch"}`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			resp, err := http.DefaultClient.Do(c.req)
@@ -110,8 +113,10 @@ func TestThePushHandlerExample(t *testing.T) {
 			}
 			defer resp.Body.Close()
 			answer, _ := io.ReadAll(resp.Body)
-			if resp.StatusCode != c.status || strings.TrimSpace(string(answer)) != c.answer {
-				t.Fatalf("got %d %s, want %d %s", resp.StatusCode, answer, c.status, c.answer)
+			got := resp.Header.Get("Retry-After")
+			if resp.StatusCode != c.status || got != c.retryAfter || strings.TrimSpace(string(answer)) != c.answer {
+				t.Fatalf("got %d (Retry-After %q) %s, want %d (%q) %s",
+					resp.StatusCode, got, answer, c.status, c.retryAfter, c.answer)
 			}
 		})
 	}
@@ -124,7 +129,7 @@ func TestThePushHandlerExample(t *testing.T) {
 	}
 	defer resp.Body.Close()
 	answer, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != 401 || !strings.Contains(string(answer), "signature_mismatch") {
-		t.Fatalf("a tampered body got %d %s", resp.StatusCode, answer)
+	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") != "60" || !strings.Contains(string(answer), "signature_mismatch") {
+		t.Fatalf("a tampered body got %d (Retry-After %q) %s", resp.StatusCode, resp.Header.Get("Retry-After"), answer)
 	}
 }

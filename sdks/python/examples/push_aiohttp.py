@@ -5,7 +5,7 @@
 Register ``http://<host>:8080/queueflow`` as a push endpoint (``POST /api/v1/push-endpoints``)
 and keep the ``secret`` it answers with. The answer decides the job's outcome: a 2xx JSON body
 completes it with that body as its result, a 5xx (or 408, 409, 425, 429) retries it, any other
-4xx fails it for good.
+4xx fails it for good. A delivery that fails verification gets a 503 with a ``Retry-After``.
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ def make_app(secret: str) -> web.Application:
         try:
             delivery = verifier.verify(request.headers, body)
         except InvalidPushDelivery as err:
-            # Not from QueueFlow (or not for this secret). A 4xx fails a real delivery for good.
-            return web.json_response({"error": err.reason}, status=401)
+            # 503, not 401: a wrong or undeployed secret must not dead-letter real jobs (docs/push.md).
+            return web.json_response({"error": err.reason}, status=503, headers={"Retry-After": "60"})
         task = TASKS.get(delivery.job.task_name)
         if task is None:
             return web.json_response({"error": f"no task {delivery.job.task_name}"}, status=422)

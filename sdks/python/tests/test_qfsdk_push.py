@@ -139,19 +139,27 @@ async def test_the_aiohttp_example_answers_a_signed_delivery_with_the_tasks_resu
     assert await resp.json() == {"sent_to": "zoë@example.com"}
 
 
-async def test_the_aiohttp_example_refuses_a_tampered_body_with_401(example_client):
+async def test_the_aiohttp_example_refuses_a_tampered_body_with_a_retryable_503(example_client):
     body = CASES["good_signature"]["body"].encode()
     tampered = body.replace(b'"attempt":1', b'"attempt":2')
     resp = await example_client.post("/queueflow", data=tampered, headers=signed(body))
-    assert resp.status == 401
+    assert (resp.status, resp.headers.get("Retry-After")) == (503, "60")
     assert await resp.json() == {"error": "signature_mismatch"}
 
 
-async def test_the_aiohttp_example_refuses_an_old_delivery_and_another_secret(example_client):
+async def test_the_aiohttp_example_refuses_an_old_delivery_and_another_secret_with_503(example_client):
     body = CASES["good_signature"]["body"].encode()
     old = signed(body, stamp=int(time.time()) - 3600)
     resp = await example_client.post("/queueflow", data=body, headers=old)
-    assert (resp.status, (await resp.json())["error"]) == (401, "timestamp_too_old")
+    assert (resp.status, resp.headers.get("Retry-After"), (await resp.json())["error"]) == (
+        503,
+        "60",
+        "timestamp_too_old",
+    )
     other = signed(body, secret="whsec_" + base64.b64encode(b"another endpoint").decode())
     resp = await example_client.post("/queueflow", data=body, headers=other)
-    assert (resp.status, (await resp.json())["error"]) == (401, "signature_mismatch")
+    assert (resp.status, resp.headers.get("Retry-After"), (await resp.json())["error"]) == (
+        503,
+        "60",
+        "signature_mismatch",
+    )

@@ -5,16 +5,18 @@
 //! ```
 //!
 //! The answer decides the job's outcome: a 2xx JSON body completes it with that body as its
-//! result, a 5xx (or 408, 409, 425, 429) retries it, any other 4xx fails it for good.
+//! result, a 5xx (or 408, 409, 425, 429) retries it, any other 4xx fails it for good. A delivery
+//! that fails verification gets a 503 with a `Retry-After`.
 
 use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
-use serde_json::{json, Value};
+use serde_json::json;
 use unofficial_queueflow_client::PushVerifier;
 
 /// The routes; the body extractor is `Bytes`, the raw body, which the signature covers exactly.
@@ -22,19 +24,18 @@ pub fn router(verifier: PushVerifier) -> Router {
     Router::new().route("/queueflow", post(receive)).with_state(Arc::new(verifier))
 }
 
-async fn receive(
-    State(verifier): State<Arc<PushVerifier>>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> (StatusCode, Json<Value>) {
+async fn receive(State(verifier): State<Arc<PushVerifier>>, headers: HeaderMap, body: Bytes) -> Response {
     let delivery = match verifier.verify(&headers, &body) {
         Ok(delivery) => delivery,
-        // Not from QueueFlow (or not for this secret). A 4xx fails a real delivery for good.
-        Err(refused) => return (StatusCode::UNAUTHORIZED, Json(json!({"error": refused.reason.as_str()}))),
+        // 503, not 401: a wrong or undeployed secret must not dead-letter real jobs (docs/push.md).
+        Err(refused) => {
+            let reason = Json(json!({"error": refused.reason.as_str()}));
+            return (StatusCode::SERVICE_UNAVAILABLE, [(header::RETRY_AFTER, "60")], reason).into_response();
+        }
     };
     match delivery.job.task_name.as_str() {
-        "send-welcome" => (StatusCode::OK, Json(json!({"sent_to": delivery.job.payload.get("to")}))),
-        _ => (StatusCode::UNPROCESSABLE_ENTITY, Json(json!({"error": "no such task"}))),
+        "send-welcome" => Json(json!({"sent_to": delivery.job.payload.get("to")})).into_response(),
+        _ => (StatusCode::UNPROCESSABLE_ENTITY, Json(json!({"error": "no such task"}))).into_response(),
     }
 }
 

@@ -123,7 +123,7 @@ fn signed(body: &str, secret: &str, stamp: u64) -> Vec<(&'static str, String)> {
 }
 
 #[tokio::test]
-async fn the_axum_example_answers_good_deliveries_and_refuses_bad_ones() {
+async fn the_axum_example_answers_good_deliveries_and_refuses_bad_ones_with_a_retryable_503() {
     let c = case("good_signature");
     let secret = c["secret"].as_str().unwrap();
     let body = c["body"].as_str().unwrap();
@@ -148,16 +148,17 @@ async fn the_axum_example_answers_good_deliveries_and_refuses_bad_ones() {
             req = req.header(name, value);
         }
         let resp = req.send().await.unwrap();
-        answers.push((resp.status().as_u16(), resp.json::<Value>().await.unwrap()));
+        let retry_after = resp.headers().get("retry-after").map(|v| v.to_str().unwrap().to_owned());
+        answers.push((resp.status().as_u16(), retry_after, resp.json::<Value>().await.unwrap()));
     }
     server.abort();
     assert_eq!(
         answers,
         vec![
-            (200, json!({"sent_to": "zoë@example.com"})),
-            (401, json!({"error": "signature_mismatch"})),
-            (401, json!({"error": "timestamp_too_old"})),
-            (401, json!({"error": "signature_mismatch"})),
+            (200, None, json!({"sent_to": "zoë@example.com"})),
+            (503, Some("60".to_owned()), json!({"error": "signature_mismatch"})),
+            (503, Some("60".to_owned()), json!({"error": "timestamp_too_old"})),
+            (503, Some("60".to_owned()), json!({"error": "signature_mismatch"})),
         ]
     );
 }

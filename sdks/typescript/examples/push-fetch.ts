@@ -3,6 +3,7 @@
  * Workers, Deno.serve, Bun.serve, Vercel functions and Hono take. QueueFlow POSTs each job of a
  * bound queue here. The answer decides the job's outcome: a 2xx JSON body completes it with that
  * body as its result, a 5xx (or 408, 409, 425, 429) retries it, any other 4xx fails it for good.
+ * A delivery that fails verification gets a 503 with a `Retry-After`.
  *
  *   export default { fetch: pushHandler(new PushVerifier(env.QUEUEFLOW_PUSH_SECRET)) };
  */
@@ -23,8 +24,8 @@ export function pushHandler(verifier: PushVerifier): (request: Request) => Promi
       delivery = await verifier.verify(request.headers, body);
     } catch (err) {
       if (err instanceof PushVerificationError) {
-        // Not from QueueFlow (or not for this secret). A 4xx fails a real delivery for good.
-        return Response.json({ error: err.reason }, { status: 401 });
+        // 503, not 401: a wrong or undeployed secret must not dead-letter real jobs (docs/push.md).
+        return Response.json({ error: err.reason }, { status: 503, headers: { "Retry-After": "60" } });
       }
       throw err;
     }

@@ -119,7 +119,7 @@ test("the fetch example answers a signed delivery with the task's result", async
   assert.deepEqual(await resp.json(), { sent_to: "zoë@example.com" });
 });
 
-test("the fetch example refuses a tampered body, an old delivery and another secret with 401", async () => {
+test("the fetch example refuses a tampered body, an old delivery and another secret with a retryable 503", async () => {
   const handler = pushHandler(new PushVerifier(good.secret));
   const sig = signed(good.body, good.secret).headers;
   const tampered = new Request("http://receiver.test/queueflow", {
@@ -134,11 +134,11 @@ test("the fetch example refuses a tampered body, an old delivery and another sec
     await handler(signed(good.body, other)),
   ];
   assert.deepEqual(
-    await Promise.all(answers.map(async (r) => [r.status, await r.json()])),
+    await Promise.all(answers.map(async (r) => [r.status, r.headers.get("retry-after"), await r.json()])),
     [
-      [401, { error: "signature_mismatch" }],
-      [401, { error: "timestamp_too_old" }],
-      [401, { error: "signature_mismatch" }],
+      [503, "60", { error: "signature_mismatch" }],
+      [503, "60", { error: "timestamp_too_old" }],
+      [503, "60", { error: "signature_mismatch" }],
     ],
   );
 });
