@@ -528,8 +528,15 @@ class TasksResponse(Response):
 
 
 class WhoAmIResponse(Response):
+    """`access` is upstream's (a viewer is read_only, the other roles read_write); `role` and
+    `actor` (the id the audit log records) are extensions, `name` the display name a credential
+    carries (docs/access.md)."""
+
     tenant: str
     access: Literal["read_write", "read_only"]
+    role: Literal["viewer", "operator", "admin"] | None = None
+    actor: str | None = None
+    name: str | None = None
 
 
 class HealthStatus(Response):

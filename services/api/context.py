@@ -12,27 +12,28 @@ from shared import logs
 from shared.config import Settings
 from shared.db.database import Database
 from shared.db.pool import Pool
+from shared.domain.access import Principal, Role
 from shared.domain.admission import Occupancy
-from shared.domain.errors import Forbidden
 from shared.domain.visibility import SeenRecently
 from shared.domain.worker_keys import WorkerGrant
 from shared.runtime.keys import DATABASE, LIFECYCLE, SETTINGS, Lifecycle
 from shared.runtime.pushed import PushedQueues
-from shared.web.auth import Authenticator, Tenant
+from shared.web.auth import Authenticator
 
 AUTH = web.AppKey("authenticator", Authenticator)
 SEEN = web.AppKey("workers_seen", SeenRecently)
 STREAMS = web.AppKey("streams", Occupancy)  # open SSE streams, by tenant
 LONG_POLLS = web.AppKey("long_polls", Occupancy)  # parked lease long-polls, by worker key's tenant
 PUSHED = web.AppKey("pushed_queues", PushedQueues)  # the queues drained by push (a lease is a 409)
-_TENANT = web.RequestKey("tenant", Tenant)
+_TENANT = web.RequestKey("tenant", Principal)
 # Set on every worker route, None for the worker token (so reading it never takes a KeyError).
 _WORKER_KEY: web.RequestKey[WorkerGrant | None] = web.RequestKey("worker_key")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def tenant_of(request: web.Request) -> Tenant:
+def tenant_of(request: web.Request) -> Principal:
+    """The caller of a tenant route: its tenant (`.id`), role and actor."""
     return request[_TENANT]
 
 
@@ -89,11 +90,13 @@ def act_on(
 
 
 def guard(handler: Handler, auth: str) -> Handler:
-    """Wrap `handler` with its route's credential check: 'read' and 'write' need a tenant
-    credential (a read-only one may not write), 'worker' the worker token or a worker key, 'public'
-    nothing. The tenant (a worker key's too) joins the request's log context."""
+    """Wrap `handler` with its route's credential check: a role (viewer, operator, admin) needs a
+    tenant credential of at least that role (RoleRequired, 403, below it), 'worker' the worker
+    token or a worker key, 'public' nothing. The tenant (a worker key's too) joins the request's
+    log context."""
     if auth == "public":
         return handler
+    needed = None if auth == "worker" else Role(auth)
 
     async def guarded(request: web.Request) -> web.StreamResponse:
         authenticator = request.app[AUTH]
@@ -106,10 +109,10 @@ def guard(handler: Handler, auth: str) -> Handler:
                 logs.bind(tenant=grant.tenant, worker_key=str(grant.key_id))
         else:
             tenant = await authenticator.tenant(header, request.remote)
-            if auth == "write" and tenant.read_only:
-                raise Forbidden("access denied: read-only credential")
             request[_TENANT] = tenant
             logs.bind(tenant=tenant.id)
+            if needed is not None:
+                tenant.require(needed)
         return await handler(request)
 
     guarded.__name__ = getattr(handler, "__name__", "guarded")

@@ -681,6 +681,11 @@ def build_spec(caps: _Caps = DEFAULT_CAPS) -> dict[str, Any]:
             ],
             "responses": {},
         }
+        if route.role is not None:
+            op["x-required-role"] = route.role.value
+            op["description"] = (
+                f"Needs the `{route.role}` role or above (docs/access.md); a lower one is 403."
+            )
         if route.operation_id in _LISTINGS:
             op["parameters"] += _list_params(route.operation_id)
         if route.operation_id == "listEvents":

@@ -20,6 +20,7 @@ import structlog
 from aiohttp import web
 
 from shared import metrics, wire
+from shared.domain.access import RoleRequired
 from shared.domain.errors import (
     Conflict,
     ContentTooLarge,
@@ -44,6 +45,7 @@ STATUS_OF: dict[type[DomainError], int] = {
     ValidationFailed: 400,
     Unauthorized: 401,
     Forbidden: 403,
+    RoleRequired: 403,
     NotFound: 404,
     Gone: 404,
     Conflict: 409,
