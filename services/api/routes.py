@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from services.api import (
+    audit,
     cron,
     dlq,
     events,
@@ -740,6 +741,17 @@ ROUTES: list[Route] = [
         "The workers that leased this tenant's jobs: queues, jobs held, last seen, live (an extension)",
         None,
         wire.WorkersResponse,
+    ),
+    Route(
+        "GET",
+        "/api/v1/audit",
+        audit.list_audit,
+        "admin",
+        "access",
+        "listAudit",
+        "The tenant's audit log, newest first: one entry per mutating request (?actor=, ?action=, ?target=, ?since=, ?until=; an extension)",
+        None,
+        wire.ListAuditResponse,
     ),
     Route(
         "GET",

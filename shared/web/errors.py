@@ -56,6 +56,7 @@ STATUS_OF: dict[type[DomainError], int] = {
     Overloaded: 503,
 }
 REQUEST_ID = "X-Request-ID"
+_REQUEST_ID_KEY = web.RequestKey("request_id", str)
 # Seconds a client should wait before retrying after a 503 for an unreachable database.
 RETRY_AFTER_SECS = 1
 Unavailable = Callable[[BaseException], bool]
@@ -88,6 +89,11 @@ def _request_id(request: web.Request) -> str:
     if 0 < len(given) <= 128 and given.isascii() and given.isprintable():
         return given
     return f"{_ID_PREFIX}{next(_ids):08x}"
+
+
+def request_id_of(request: web.Request) -> str | None:
+    """The id this middleware gave the request (the caller's X-Request-ID when sane)."""
+    return request.get(_REQUEST_ID_KEY)
 
 
 def _has_nul(request: web.Request) -> bool:
@@ -128,6 +134,7 @@ async def _handle(request: web.Request, handler: Handler, unavailable: Unavailab
     started = time.perf_counter()
     route = _route_label(request)
     request_id = _request_id(request)
+    request[_REQUEST_ID_KEY] = request_id
     status = 500
     with log_context(request_id=request_id, route=route, method=request.method):
         try:
