@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shared.domain.access import Role
+from shared.domain.audit import DEFAULT_AUDIT_RETENTION_DAYS
 from shared.domain.caps import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_MAX_RESULT_BYTES
 from shared.domain.errors import ValidationFailed
 from shared.domain.jobs import Retention, check_queue_name, parse_queue_retention
@@ -271,6 +272,14 @@ class Settings:
         "how long the janitor keeps the per-minute stats rollup that the console's charts and"
         " GET /api/v1/stats/series read (at least the longest window, 24 h)",
         at_least=24,
+    )
+    audit_retention_days: float = option(
+        "--audit-retention-days",
+        "QUEUEFLOW_AUDIT_RETENTION_DAYS",
+        DEFAULT_AUDIT_RETENTION_DAYS,
+        "how long the janitor keeps audit log entries (docs/access.md), whatever the jobs'"
+        " retention; 0 keeps them for ever",
+        at_least=0,
     )
     job_log_max_bytes: int = option(
         "--job-log-max-bytes",

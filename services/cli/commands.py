@@ -431,5 +431,18 @@ COMMANDS: dict[str, Call | Group] = {
     "workers": Call("GET", "/api/v1/workers", "the workers that leased your jobs, live or not"),
     "stats": Call("GET", "/api/v1/stats", "durable counts for your tenant"),
     "tasks": Call("GET", "/api/v1/tasks", "tasks the in-process workers handle"),
-    "whoami": Call("GET", "/api/v1/whoami", "your tenant and access"),
+    "whoami": Call("GET", "/api/v1/whoami", "your tenant, access, role and actor id"),
+    "audit": Call(
+        "GET",
+        "/api/v1/audit",
+        "your tenant's audit log, newest first (admin role)",
+        (
+            opt("--actor", help="only this actor (key:<id>, jwt:<sub>, oidc:<sub>)"),
+            opt("--action", help="only this action (an operation id, e.g. cancelJob)"),
+            opt("--target", help="only entries naming this id"),
+            opt("--since", help="entries at or after this RFC 3339 instant"),
+            opt("--until", help="entries before this RFC 3339 instant"),
+            *PAGE,
+        ),
+    ),
 }

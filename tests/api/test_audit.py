@@ -4,6 +4,7 @@ secret; GET /api/v1/audit's filters, paging and tenant isolation."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from services.api.routes import ROUTES, Route
 from shared.domain.access import key_id
 from tests.api.helpers import JWT_SECRET, bearer, create_job, expect_error, list_json, make_jwt
-from tests.support.api import database_of
+from tests.support.api import database_of, janitor_of
 
 KEYS = {
     "dev": False,
@@ -232,3 +233,18 @@ async def test_the_audit_listing_filters_and_pages_with_a_cursor(api):
     assert first["has_more"] and len(first["entries"]) == 3
     rest = await list_json(client, "/api/v1/audit", ADMIN, limit=3, cursor=first["next_cursor"])
     assert [e["id"] for e in first["entries"] + rest["entries"]] == [e["id"] for e in everything]
+
+
+@pytest.mark.parametrize(("days", "kept"), [(90.0, ["recent"]), (0.0, ["old", "recent"])], ids=["90 days", "0 keeps all"])
+async def test_the_janitor_prunes_entries_past_the_audit_retention(api, days, kept):
+    client = await api(**KEYS, audit_retention_days=days, retention_hours=1.0)
+    pool = database_of(client).pool
+    for action, age in (("old", timedelta(days=91)), ("recent", timedelta(days=89))):
+        await pool.execute(
+            "INSERT INTO queueflow.audit_log (created_at, tenant_id, actor, role, action, outcome, status)"
+            " VALUES (now() - $1::interval, 'acme', 'key:x', 'admin', $2, 'success', 200)",
+            age,
+            action,
+        )
+    await janitor_of(client).prune_audit_log()
+    assert [e["action"] for e in await _rows(client)] == kept
