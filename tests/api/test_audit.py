@@ -235,7 +235,9 @@ async def test_the_audit_listing_filters_and_pages_with_a_cursor(api):
     assert [e["id"] for e in first["entries"] + rest["entries"]] == [e["id"] for e in everything]
 
 
-@pytest.mark.parametrize(("days", "kept"), [(90.0, ["recent"]), (0.0, ["old", "recent"])], ids=["90 days", "0 keeps all"])
+@pytest.mark.parametrize(
+    ("days", "kept"), [(90.0, ["recent"]), (0.0, ["old", "recent"])], ids=["90 days", "0 keeps all"]
+)
 async def test_the_janitor_prunes_entries_past_the_audit_retention(api, days, kept):
     client = await api(**KEYS, audit_retention_days=days, retention_hours=1.0)
     pool = database_of(client).pool
