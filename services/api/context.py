@@ -159,6 +159,8 @@ async def _audited(
             raise
         if not scope.written:
             entry.status = response.status
+            if response.status >= 400:
+                entry.outcome = Outcome.FAILED
             await audit.write(pool, scope)
         return response
 
