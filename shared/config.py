@@ -21,6 +21,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from shared.domain.access import Role
+from shared.domain.audit import DEFAULT_AUDIT_RETENTION_DAYS
 from shared.domain.caps import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_MAX_RESULT_BYTES
 from shared.domain.errors import ValidationFailed
 from shared.domain.jobs import Retention, check_queue_name, parse_queue_retention
@@ -46,11 +48,20 @@ class ConfigError(Exception):
 class ApiKey:
     token: str
     tenant: str
-    read_only: bool = False
+    role: Role = Role.ADMIN  # no suffix: read-write, as before roles (docs/access.md)
+
+    @property
+    def read_only(self) -> bool:
+        return self.role is Role.VIEWER
+
+
+# The third field of an --api-keys entry: a role, or upstream's `ro` (viewer).
+_KEY_SUFFIXES = {"ro": Role.VIEWER, **{role.value: role for role in Role}}
 
 
 def parse_api_keys(raw: str | None) -> tuple[ApiKey, ...]:
-    """`token:tenant[,token:tenant:ro ...]`; a malformed entry is a start-up error, which names
+    """`token:tenant[:role],...`, the role `viewer`, `operator` or `admin` (or `ro`, upstream's
+    read-only, which is viewer; none is admin); a malformed entry is a start-up error, which names
     the entry by its position and what is wrong with it, never by its text (it holds a token)."""
     if not raw:
         return ()
@@ -58,16 +69,17 @@ def parse_api_keys(raw: str | None) -> tuple[ApiKey, ...]:
     entries = [e.strip() for e in raw.split(",") if e.strip()]
     for number, entry in enumerate(entries, 1):
         parts = entry.split(":")
-        read_only = False
-        if len(parts) == 3 and parts[2] == "ro":
-            read_only = True
+        role = Role.ADMIN
+        if len(parts) == 3 and parts[2].strip() in _KEY_SUFFIXES:
+            role = _KEY_SUFFIXES[parts[2].strip()]
             parts = parts[:2]
         if len(parts) != 2 or not parts[0].strip() or not parts[1].strip():
             raise ConfigError(
                 f"invalid --api-keys entry {number} of {len(entries)}: {_api_key_fault(parts)}"
-                " (want token:tenant or token:tenant:ro; the entry is not shown, it holds a token)"
+                " (want token:tenant or token:tenant:ROLE, ROLE one of ro, viewer, operator, admin;"
+                " the entry is not shown, it holds a token)"
             )
-        keys.append(ApiKey(parts[0].strip(), parts[1].strip(), read_only))
+        keys.append(ApiKey(parts[0].strip(), parts[1].strip(), role))
     return tuple(keys)
 
 
@@ -75,11 +87,14 @@ def _api_key_fault(parts: list[str]) -> str:
     if len(parts) == 1:
         return "it has no ':'"
     if len(parts) > 2:
-        return f"it has {len(parts)} ':'-separated fields and only a third field 'ro' is allowed"
+        why = "its third is not a role" if len(parts) == 3 else "at most three are allowed"
+        return f"it has {len(parts)} ':'-separated fields and {why}"
     return "its token is empty" if not parts[0].strip() else "its tenant is empty"
 
 
-ROLES = ("viewer", "operator", "admin")  # lowest first
+
+
+ROLES = tuple(role.value for role in Role)  # the role names as text, lowest first
 
 
 def parse_role_map(raw: str) -> dict[str, str]:
@@ -192,7 +207,10 @@ class Settings:
         "--jwt-issuer", "QUEUEFLOW_JWT_ISSUER", None, "when set, a tenant JWT needs this iss claim"
     )
     api_keys: tuple[ApiKey, ...] = option(
-        "--api-keys", "QUEUEFLOW_API_KEYS", (), "tenant API keys: token:tenant[:ro],..."
+        "--api-keys",
+        "QUEUEFLOW_API_KEYS",
+        (),
+        "tenant API keys: token:tenant[:role],... (role: viewer, operator or admin; ro is viewer; none is admin)",
     )
     cors_origins: tuple[str, ...] = option(
         "--cors-origins", "QUEUEFLOW_CORS_ORIGINS", (), "allowed CORS origins (comma-separated)"
@@ -274,6 +292,14 @@ class Settings:
         "how long the janitor keeps the per-minute stats rollup that the console's charts and"
         " GET /api/v1/stats/series read (at least the longest window, 24 h)",
         at_least=24,
+    )
+    audit_retention_days: float = option(
+        "--audit-retention-days",
+        "QUEUEFLOW_AUDIT_RETENTION_DAYS",
+        DEFAULT_AUDIT_RETENTION_DAYS,
+        "how long the janitor keeps audit log entries (docs/access.md), whatever the jobs'"
+        " retention; 0 keeps them for ever",
+        at_least=0,
     )
     job_log_max_bytes: int = option(
         "--job-log-max-bytes",

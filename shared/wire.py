@@ -18,6 +18,7 @@ from typing import Annotated, Any, ClassVar, Literal, Self
 from msgspec import Meta, Struct
 
 from shared.domain import paging as domain_paging
+from shared.domain.audit import AuditEntry
 from shared.domain.caps import check_size, check_sizes, check_workflow_sizes, truncated_error
 from shared.domain.cron import MAX_CRON_EXPR, MAX_ZONE_NAME, CronSchedule
 from shared.domain.errors import ValidationFailed
@@ -528,8 +529,22 @@ class TasksResponse(Response):
 
 
 class WhoAmIResponse(Response):
+    """`access` is upstream's (a viewer is read_only, the other roles read_write); `role` and
+    `actor` (the id the audit log records) are extensions, `name` the display name a credential
+    carries (docs/access.md)."""
+
     tenant: str
     access: Literal["read_write", "read_only"]
+    role: Literal["viewer", "operator", "admin"] | None = None
+    actor: str | None = None
+    name: str | None = None
+
+
+class ListAuditResponse(Page, kw_only=True):
+    """GET /api/v1/audit: the tenant's audit entries (docs/access.md)."""
+
+    items_field = "entries"
+    entries: list[AuditEntry]
 
 
 class HealthStatus(Response):

@@ -51,7 +51,9 @@ def setup(app: web.Application) -> None:
     # order they were added (the answer does not depend on it: no two routes match one path and
     # method), and those are the routes a drain calls thousands of times a second.
     for route in sorted(ROUTES, key=lambda r: r.auth != "worker"):
-        app.router.add_route(route.method, router_path(route.path), guard(route.handler, route.auth))
+        action = route.operation_id if route.audited else None
+        handler = guard(route.handler, route.auth, action, route.status)
+        app.router.add_route(route.method, router_path(route.path), handler)
     app.router.add_get("/openapi.json", openapi_handler)
     app.router.add_get("/openapi.yaml", openapi_yaml_handler)
     add_console_routes(app)

@@ -218,6 +218,17 @@ _LISTINGS: dict[str, tuple[Any, dict[str, tuple[dict[str, Any], str]], str]] = {
     "listJobs": (JobStatus, {"queue": (_TEXT, "Only this queue."), "task_name": (_TEXT, "Only this task."), "id_contains": _ID_CONTAINS}, "uuid"),
     "listWorkflows": (WorkflowStatus, {"queue": (_TEXT, "Ignored."), "task_name": (_TEXT, "Ignored.")}, "text"),
     "listCrons": (None, {"queue": (_TEXT, "Ignored."), "task_name": (_TEXT, "Ignored.")}, "text"),
+    "listAudit": (
+        None,
+        {
+            "actor": (_TEXT, "Only this actor (`key:<id>`, `jwt:<sub>`, `oidc:<sub>`)."),
+            "action": (_TEXT, "Only this action (an operation id, e.g. `cancelJob`)."),
+            "target": (_TEXT, "Only entries naming this id among their targets."),
+            "since": ({"type": "string", "pattern": f"^({INSTANT})?$"}, "Entries at or after this RFC 3339 instant (as `created_after`)."),
+            "until": ({"type": "string", "pattern": f"^({INSTANT})?$"}, "Entries strictly before this RFC 3339 instant (as `created_before`)."),
+        },
+        "bigint",
+    ),
     "listDeadLetters": (
         None,
         {
@@ -681,6 +692,11 @@ def build_spec(caps: _Caps = DEFAULT_CAPS) -> dict[str, Any]:
             ],
             "responses": {},
         }
+        if route.role is not None:
+            op["x-required-role"] = route.role.value
+            op["description"] = (
+                f"Needs the `{route.role}` role or above (docs/access.md); a lower one is 403."
+            )
         if route.operation_id in _LISTINGS:
             op["parameters"] += _list_params(route.operation_id)
         if route.operation_id == "listEvents":

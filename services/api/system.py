@@ -25,8 +25,16 @@ async def tasks(request: web.Request) -> web.Response:
 
 
 async def whoami(request: web.Request) -> web.Response:
-    tenant = tenant_of(request)
-    return json_response(wire.WhoAmIResponse(tenant=tenant.id, access=tenant.access))
+    caller = tenant_of(request)
+    return json_response(
+        wire.WhoAmIResponse(
+            tenant=caller.id,
+            access=caller.access,
+            role=caller.role.value,
+            actor=caller.actor,
+            name=caller.name,
+        )
+    )
 
 
 async def list_workers(request: web.Request) -> web.Response:

@@ -34,8 +34,14 @@ class Option(NamedTuple):
     settings: Mapping[str, Any]
 
     @property
+    def name(self) -> str:
+        """The query parameter a GET call sends it as."""
+        return self.flag.lstrip("-").replace("-", "_")
+
+    @property
     def dest(self) -> str:
-        return str(self.settings.get("dest", self.flag.lstrip("-").replace("-", "_")))
+        """Where argparse keeps it (a `dest` of its own where the name is taken, e.g. `action`)."""
+        return str(self.settings.get("dest", self.name))
 
 
 def opt(flag: str, **settings: Any) -> Option:
@@ -87,7 +93,7 @@ def present(fields: Mapping[str, Any]) -> dict[str, Any]:
 async def request(client: Client, args: argparse.Namespace, call: Call) -> Any:
     path = call.url(args)
     if call.method == "GET":
-        return await client.call("GET", path, query={o.dest: getattr(args, o.dest) for o in call.options})
+        return await client.call("GET", path, query={o.name: getattr(args, o.dest) for o in call.options})
     answer = await client.call(call.method, path, call.body(args) if call.body else None)
     if answer is None and call.done:
         return {call.done: getattr(args, call.params[0])}
@@ -431,5 +437,19 @@ COMMANDS: dict[str, Call | Group] = {
     "workers": Call("GET", "/api/v1/workers", "the workers that leased your jobs, live or not"),
     "stats": Call("GET", "/api/v1/stats", "durable counts for your tenant"),
     "tasks": Call("GET", "/api/v1/tasks", "tasks the in-process workers handle"),
-    "whoami": Call("GET", "/api/v1/whoami", "your tenant and access"),
+    "whoami": Call("GET", "/api/v1/whoami", "your tenant, access, role and actor id"),
+    "audit": Call(
+        "GET",
+        "/api/v1/audit",
+        "your tenant's audit log, newest first (admin role)",
+        (
+            opt("--actor", help="only this actor (key:<id>, jwt:<sub>, oidc:<sub>)"),
+            # (`action` is the dest of the command groups' subcommands)
+            opt("--action", dest="audit_action", help="only this action (an operation id, e.g. cancelJob)"),
+            opt("--target", help="only entries naming this id"),
+            opt("--since", help="entries at or after this RFC 3339 instant"),
+            opt("--until", help="entries before this RFC 3339 instant"),
+            *PAGE,
+        ),
+    ),
 }

@@ -15,7 +15,7 @@ import structlog
 
 from shared import metrics
 from shared.config import Settings
-from shared.db import crons, events, janitor, limits, stats, watchers
+from shared.db import audit, crons, events, janitor, limits, stats, watchers
 from shared.db import workflows as workflows_db
 from shared.db.database import Database
 from shared.db.pool import Connection, is_unavailable
@@ -183,6 +183,20 @@ class Janitor:
             await janitor.now(self.db.pool) - timedelta(hours=self.settings.stats_retention_hours),
         )
 
+    async def prune_audit_log(self) -> int:
+        """Audit entries older than --audit-retention-days (0: kept for ever), a round at a time."""
+        days = self.settings.audit_retention_days
+        if days <= 0:
+            return 0
+        pruned = 0
+        while (deleted := await audit.prune(self.db.pool, days, 10 * self.settings.janitor_batch)) > 0:
+            pruned += deleted
+            if deleted < 10 * self.settings.janitor_batch:
+                break
+        if pruned:
+            log.info("audit_log_pruned", rows=pruned, older_than_days=days)
+        return pruned
+
     async def prune(self, older_than_hours: float) -> int:
         deleted = await janitor.prune(self.db.pool, older_than_hours)
         if deleted:
@@ -222,6 +236,7 @@ class Janitor:
                     await self.repair_limit_keys()
                     await self.prune_idle_limit_keys()
                     await self.prune_stats()
+                    await self.prune_audit_log()
                 if s.retention_hours is not None and loop.time() >= next_retention:
                     next_retention = loop.time() + s.retention_interval_secs
                     await self.prune(s.retention_hours)

@@ -10,6 +10,7 @@ import asyncpg
 import msgspec
 import structlog
 
+from shared.db import audit
 from shared.db import jobs as jobs_db
 from shared.db import queues as queues_db
 from shared.db.listing import fetch_page
@@ -73,24 +74,26 @@ async def create(
         check_queue_name(queue)
     first = await asyncio.to_thread(_first_occurrence, cron_expr, timezone)
     stored = None if config is None else msgspec.to_builtins(config)
-    if queue is not None:
-        await queues_db.check_room(db, tenant, [queue])
-    cron_id = await db.fetchval(
-        Q.insert_cron,
-        cron.new_cron_id(),
-        name,
-        cron_expr,
-        task_name,
-        payload or {},
-        stored,
-        queue,
-        tenant,
-        first,
-        timezone,
-        stored_workflow,
-    )
-    if cron_id is None:
-        raise Conflict(f"a cron schedule named '{name}' already exists")
+    async with audit.change(db) as conn:
+        if queue is not None:
+            await queues_db.check_room(conn, tenant, [queue])
+        cron_id = await conn.fetchval(
+            Q.insert_cron,
+            cron.new_cron_id(),
+            name,
+            cron_expr,
+            task_name,
+            payload or {},
+            stored,
+            queue,
+            tenant,
+            first,
+            timezone,
+            stored_workflow,
+        )
+        if cron_id is None:
+            raise Conflict(f"a cron schedule named '{name}' already exists")
+        audit.made(cron_id)
     return str(cron_id)
 
 
@@ -113,18 +116,20 @@ async def list_crons(db: Executor, tenant: str, query: ListQuery) -> Page[CronSc
 
 
 async def pause(db: Executor, tenant: str, cron_id: str) -> None:
-    if await db.fetchval(Q.pause_cron, cron_id, tenant) is None:
-        raise NotFound("cron schedule", cron_id)
+    async with audit.change(db) as conn:
+        if await conn.fetchval(Q.pause_cron, cron_id, tenant) is None:
+            raise NotFound("cron schedule", cron_id)
 
 
 async def delete(db: Executor, tenant: str, cron_id: str) -> None:
-    if await db.fetchval(Q.delete_cron, cron_id, tenant) is None:
-        raise NotFound("cron schedule", cron_id)
+    async with audit.change(db) as conn:
+        if await conn.fetchval(Q.delete_cron, cron_id, tenant) is None:
+            raise NotFound("cron schedule", cron_id)
 
 
 async def resume(pool: Pool, tenant: str, cron_id: str) -> None:
     """Resume from the next future occurrence: missed ones are not caught up."""
-    async with pool.acquire() as conn, conn.transaction():
+    async with audit.change(pool, atomic=True) as conn:
         row = await conn.fetchrow(Q.lock_tenant_cron, cron_id, tenant)
         if row is None:
             raise NotFound("cron schedule", cron_id)

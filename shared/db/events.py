@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import uuid
 
-from shared.db.pool import Connection, Executor, Pool, record, transaction
+from shared.db import audit
+from shared.db.pool import Connection, Executor, Pool, record
 from shared.db.queries import Q
 from shared.domain.events import Event
 from shared.domain.jobs import Object
@@ -18,7 +19,8 @@ async def post_event(
     """Keep the event and hand it to every step of the tenant waiting for its key (each step stops
     waiting here; the advancer completes it with the payload). Returns its id and that number."""
     event_id = uuid.uuid4()
-    async with transaction(pool) as conn:
+    async with audit.change(pool, atomic=True) as conn:
+        audit.made(event_id)
         await conn.execute(Q.lock_event_key, tenant, key)
         await conn.fetchrow(Q.insert_event, event_id, tenant, key, payload, retention_secs)
         delivered = await conn.fetchval(Q.deliver_event, tenant, key, payload, event_id)

@@ -21,6 +21,7 @@ import asyncpg
 import msgspec
 
 from shared import metrics, tracing
+from shared.db import audit
 from shared.db.listing import fetch_page
 from shared.db.pool import (
     Connection,
@@ -387,13 +388,13 @@ def _cancelled(rows: Sequence[asyncpg.Record]) -> None:
 async def cancel_job(db: Executor, tenant: str, job_id: uuid.UUID) -> None:
     """Cancel a live job (a running one's attempt ends, in the history as cancelled); a finished
     one is a Conflict naming its status."""
-    if (row := await db.fetchrow(Q.cancel_job, job_id, tenant)) is not None:
-        _cancelled([row])
-        return
-    status = await db.fetchval(Q.job_owner_state, job_id, tenant)
-    if status is None:
-        raise NotFound("job", job_id)
-    raise Conflict(f"job is already {status}")
+    async with audit.change(db) as conn:
+        if (row := await conn.fetchrow(Q.cancel_job, job_id, tenant)) is None:
+            status = await conn.fetchval(Q.job_owner_state, job_id, tenant)
+            if status is None:
+                raise NotFound("job", job_id)
+            raise Conflict(f"job is already {status}")
+    _cancelled([row])
 
 
 def _filter_args(tenant: str, which: JobFilter) -> tuple[object, ...]:
@@ -410,26 +411,46 @@ def _filter_args(tenant: str, which: JobFilter) -> tuple[object, ...]:
     )
 
 
+def _selector(which: JobFilter) -> dict[str, object]:
+    """A filter as the audit log keeps it (shared/db/audit.py `selected`)."""
+    return {
+        "statuses": [str(s) for s in which.statuses],
+        "queue": which.queue,
+        "task_name": which.task_name,
+        "created_after": which.created_after,
+        "created_before": which.created_before,
+        "limit": which.limit,
+    }
+
+
 async def cancel_matching(db: Executor, tenant: str, which: JobFilter) -> int:
-    rows = await db.fetch(Q.cancel_jobs_matching, *_filter_args(tenant, which))
+    async with audit.change(db) as conn:
+        rows = await conn.fetch(Q.cancel_jobs_matching, *_filter_args(tenant, which))
+        audit.selected(_selector(which), len(rows))
     _cancelled(rows)
     return len(rows)
 
 
 async def retry_matching(db: Executor, tenant: str, which: JobFilter, job_id: uuid.UUID | None = None) -> int:
     """Run the tenant's matching failed or cancelled jobs again, in place; how many were."""
-    rows = await db.fetch(Q.retry_jobs, *_filter_args(tenant, which), job_id)
+    async with audit.change(db) as conn:
+        rows = await conn.fetch(Q.retry_jobs, *_filter_args(tenant, which), job_id)
+        if job_id is None:
+            audit.selected(_selector(which), len(rows))
     metrics.JOBS_RETRIED_IN_PLACE.inc(len(rows))
     return len(rows)
 
 
 async def retry_job(db: Executor, tenant: str, job_id: uuid.UUID) -> Job:
     """Run one failed or cancelled job again, in place; the job as it now is."""
-    if not await retry_matching(db, tenant, JobFilter(statuses=RETRYABLE_JOB_STATUSES, limit=1), job_id):
-        row = await db.fetchrow(Q.job_retry_state, job_id, tenant)
-        if row is None:
-            raise NotFound("job", job_id)
-        raise Conflict(retry_refusal(JobStatus(row["status"]), row["workflow_id"]))
+    async with audit.change(db) as conn:
+        if not await retry_matching(
+            conn, tenant, JobFilter(statuses=RETRYABLE_JOB_STATUSES, limit=1), job_id
+        ):
+            row = await conn.fetchrow(Q.job_retry_state, job_id, tenant)
+            if row is None:
+                raise NotFound("job", job_id)
+            raise Conflict(retry_refusal(JobStatus(row["status"]), row["workflow_id"]))
     return await get_job(db, tenant, job_id)
 
 
@@ -795,8 +816,10 @@ async def _replay(conn: Connection, tenant: str, dl_id: int) -> uuid.UUID:
 
 
 async def replay_dead_letter(pool: Pool, tenant: str, dl_id: int) -> uuid.UUID:
-    async with pool.acquire() as conn:
-        return await _replay(conn, tenant, dl_id)
+    async with pool.acquire() as conn, audit.change(conn) as tx:
+        job_id = await _replay(tx, tenant, dl_id)
+        audit.made(job_id)
+    return job_id
 
 
 async def replay_matching(pool: Pool, tenant: str, which: JobFilter) -> list[ReplayedDeadLetter]:
@@ -812,6 +835,8 @@ async def replay_matching(pool: Pool, tenant: str, which: JobFilter) -> list[Rep
                 results.append(ReplayedDeadLetter(r["id"], error="the original job was purged by retention"))
             except (NotFound, Conflict):
                 continue
+    # (each replay is a transaction of its own: the request's entry is written after them)
+    audit.selected(_selector(which), sum(1 for r in results if r.job_id))
     return results
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncpg
 
+from shared.db import audit
 from shared.db.pool import Executor, Pool
 from shared.db.queries import Q
 from shared.domain.errors import NotFound
@@ -30,7 +31,7 @@ def to_policy(r: asyncpg.Record) -> LimitPolicy:
 
 async def put(pool: Pool, tenant: str, key: str, concurrency: int | None, rate: Rate | None) -> LimitPolicy:
     """Create or replace the policy of `key`; it applies from the next claim."""
-    async with pool.acquire() as conn, conn.transaction():
+    async with audit.change(pool, atomic=True) as conn:
         await conn.execute(Q.lock_tenant_limits, tenant)
         await conn.execute(
             Q.put_limit_policy,
@@ -46,7 +47,7 @@ async def put(pool: Pool, tenant: str, key: str, concurrency: int | None, rate: 
 
 async def delete(pool: Pool, tenant: str, key: str) -> None:
     """Remove the policy of `key`: its keys fall back to a wildcard's policy, or to none."""
-    async with pool.acquire() as conn, conn.transaction():
+    async with audit.change(pool, atomic=True) as conn:
         await conn.execute(Q.lock_tenant_limits, tenant)
         if await conn.fetchval(Q.delete_limit_policy, tenant, key) is None:
             raise NotFound("limit", key)

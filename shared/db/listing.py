@@ -1,4 +1,5 @@
-"""Paged, tenant-scoped listings with keyset cursors: jobs, dead letters, workflows, cron schedules.
+"""Paged, tenant-scoped listings with keyset cursors: jobs, dead letters, workflows, cron schedules,
+the audit log.
 
 The page is fetched as limit + 1 rows so `has_more` is exact. Each listing names its filters as
 typed arguments; the SQL is assembled here from fixed fragments, values always as parameters.
@@ -27,9 +28,11 @@ async def fetch_page(
     equal: dict[str, Any] | None = None,
     conditions: tuple[str, ...] = (),
     contains: dict[str, str] | None = None,
+    holding: dict[str, list[str]] | None = None,
 ) -> Page[T]:
     """One page of `table` for `tenant`. `equal` maps columns to exact values (None: no filter);
     `contains` maps SQL expressions to text their value must contain (no pattern: `strpos`);
+    `holding` maps array columns to elements they must all hold (`@>`);
     `conditions` and the expressions are fixed SQL fragments of this module's callers, never input."""
     where = ["tenant_id = $1"]
     args: list[Any] = [tenant]
@@ -43,6 +46,8 @@ async def fetch_page(
             where.append(f"{column} = {arg(value)}")
     for expression, text in (contains or {}).items():
         where.append(f"strpos({expression}, {arg(text)}) > 0")
+    for column, elements in (holding or {}).items():
+        where.append(f"{column} @> {arg(elements)}::text[]")
     where.extend(conditions)
     if page.created_after is not None:
         where.append(f"created_at >= {arg(page.created_after)}")

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 
 import asyncpg
 
+from shared.db import audit
 from shared.db import jobs as jobs_db
 from shared.db.batcher import GroupCommit
 from shared.db.pool import Executor, Pool
@@ -62,7 +63,8 @@ async def create(pool: Pool, tenant: str, new: NewPushEndpoint, secret: str) -> 
     """Create the endpoint and bind its queues; Conflict for a name the tenant already uses or a
     queue another of its endpoints drains."""
     endpoint_id = uuid.uuid4()
-    async with pool.acquire() as conn, conn.transaction():
+    async with audit.change(pool, atomic=True) as conn:
+        audit.made(endpoint_id)
         made = await conn.fetchval(
             Q.insert_push_endpoint,
             endpoint_id,
@@ -95,7 +97,7 @@ async def list_endpoints(db: Executor, tenant: str) -> list[PushEndpoint]:
 
 
 async def update(pool: Pool, tenant: str, endpoint_id: uuid.UUID, change: EndpointChange) -> PushEndpoint:
-    async with pool.acquire() as conn, conn.transaction():
+    async with audit.change(pool, atomic=True) as conn:
         try:
             updated = await conn.fetchval(
                 Q.update_push_endpoint,
@@ -124,7 +126,7 @@ async def update(pool: Pool, tenant: str, endpoint_id: uuid.UUID, change: Endpoi
 async def rotate_secret(
     pool: Pool, tenant: str, endpoint_id: uuid.UUID, secret: str, previous_until: datetime | None
 ) -> PushEndpoint:
-    async with pool.acquire() as conn, conn.transaction():
+    async with audit.change(pool, atomic=True) as conn:
         if await conn.fetchval(Q.rotate_push_secret, endpoint_id, tenant, secret, previous_until) is None:
             raise NotFound("push endpoint", endpoint_id)
         await conn.execute(Q.notify_push_change, str(endpoint_id))
@@ -134,7 +136,7 @@ async def rotate_secret(
 
 
 async def delete(pool: Pool, tenant: str, endpoint_id: uuid.UUID) -> None:
-    async with pool.acquire() as conn, conn.transaction():
+    async with audit.change(pool, atomic=True) as conn:
         if await conn.fetchval(Q.delete_push_endpoint, endpoint_id, tenant) is None:
             raise NotFound("push endpoint", endpoint_id)
         await conn.execute(Q.notify_push_change, str(endpoint_id))

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Iterator, Mapping
 
 import asyncpg
 
+from shared.db import audit
 from shared.db.pool import Executor, Pool
 from shared.db.queries import Q
 from shared.domain.errors import TooManyQueues
@@ -80,7 +81,7 @@ async def tenant_queue(db: Executor, tenant: str, queue: str) -> QueueStats:
 async def set_retention(pool: Pool, tenant: str, queue: str, retention: Retention) -> QueueStats:
     """The tenant's own retention of completed jobs on `queue`, whatever the fleet's default; it
     applies to every job of theirs that completes from then on."""
-    async with pool.acquire() as conn, conn.transaction():
+    async with audit.change(pool, atomic=True) as conn:
         with capped():  # a queue the tenant never used gets its row, as a job would give it
             await conn.execute(Q.set_queue_retention, queue, tenant, retention.value)
         return await tenant_queue(conn, tenant, queue)
@@ -88,7 +89,7 @@ async def set_retention(pool: Pool, tenant: str, queue: str, retention: Retentio
 
 async def set_paused(pool: Pool, tenant: str, queue: str, paused: bool) -> QueueControl:
     """Pause or resume the tenant's claims on `queue`; a resume wakes parked workers on commit."""
-    async with pool.acquire() as conn, conn.transaction():
+    async with audit.change(pool, atomic=True) as conn:
         with capped():  # a queue the tenant never used gets its row, as a job would give it
             await conn.execute(Q.set_queue_paused, queue, tenant, paused)
         if not paused:

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 import asyncpg
 
+from shared.db import audit
 from shared.db.pool import Executor, record
 from shared.db.queries import Q
 from shared.domain.errors import NotFound
@@ -19,10 +20,12 @@ def to_worker_key(r: asyncpg.Record) -> WorkerKey:
 
 
 async def create(db: Executor, tenant: str, key: NewWorkerKey, digest: bytes) -> WorkerKey:
-    row = await db.fetchrow(
-        Q.insert_worker_key, uuid.uuid4(), tenant, key.name, key.queues, digest, key.expires_at
-    )
-    assert row is not None
+    async with audit.change(db) as conn:
+        row = await conn.fetchrow(
+            Q.insert_worker_key, uuid.uuid4(), tenant, key.name, key.queues, digest, key.expires_at
+        )
+        assert row is not None
+        audit.made(row["id"])
     return to_worker_key(row)
 
 
@@ -34,8 +37,9 @@ async def list_keys(db: Executor, tenant: str) -> list[WorkerKey]:
 async def delete(db: Executor, tenant: str, key_id: uuid.UUID) -> None:
     """Revoke the tenant's key (every API process is notified on commit); NotFound for an unknown
     key, one already revoked, and another tenant's."""
-    if await db.fetchrow(Q.delete_worker_key, key_id, tenant) is None:
-        raise NotFound("worker key", key_id)
+    async with audit.change(db) as conn:
+        if await conn.fetchrow(Q.delete_worker_key, key_id, tenant) is None:
+            raise NotFound("worker key", key_id)
 
 
 async def find(db: Executor, digest: bytes) -> WorkerGrant | None:

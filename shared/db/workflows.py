@@ -18,6 +18,7 @@ import msgspec
 import structlog
 
 from shared import metrics
+from shared.db import audit
 from shared.db.listing import fetch_page
 from shared.db.pool import Connection, Executor, Pool, record
 from shared.db.queries import Q
@@ -145,7 +146,7 @@ async def step_states(db: Executor, wf_id: str) -> list[WorkflowStepState]:
 
 async def cancel_workflow(pool: Pool, tenant: str, wf_id: str) -> None:
     """Cancel a live workflow, its unfinished steps, live jobs and sub-workflows."""
-    async with pool.acquire() as conn, conn.transaction():
+    async with audit.change(pool, atomic=True) as conn:
         row = await conn.fetchrow(Q.lock_tenant_workflow, wf_id, tenant)
         if row is None:
             raise NotFound("workflow", wf_id)
@@ -165,7 +166,7 @@ async def running_workflows(conn: Connection, tenant: str, up_to: int) -> int:
 async def retry_workflow(pool: Pool, tenant: str, wf_id: str, limits: WorkflowLimits) -> None:
     """Re-run what did not complete (the domain's `steps_to_rerun`); completed upstream steps keep
     their results. A top-level workflow's retry counts against the running-workflows quota."""
-    async with pool.acquire() as conn, conn.transaction():
+    async with audit.change(pool, atomic=True) as conn:
         row = await conn.fetchrow(Q.lock_tenant_workflow, wf_id, tenant)
         if row is None:
             raise NotFound("workflow", wf_id)

@@ -19,11 +19,12 @@ from datetime import datetime
 import msgspec
 import structlog
 
+from shared.db import audit
 from shared.db import events as events_db
 from shared.db import jobs as jobs_db
 from shared.db import queues as queues_db
 from shared.db import workflows as workflows_db
-from shared.db.pool import Connection, Pool, transaction
+from shared.db.pool import Connection, Pool
 from shared.db.workflows import PendingWrites
 from shared.domain.jobs import JobStatus, NewJob, Object, resolve_partial, utc_text
 from shared.domain.traces import TraceContext
@@ -468,11 +469,14 @@ async def create_workflow(
     validate(definition)
     check_budget(definition, limits)
     if tracer is None:
-        async with transaction(pool) as conn:
-            return await _admit(conn, tenant, definition, default_queue, limits, parent)
+        async with audit.change(pool, atomic=True) as conn:
+            wf_id, status = await _admit(conn, tenant, definition, default_queue, limits, parent)
+            audit.made(wf_id)
+        return wf_id, status
     with tracer.create_workflow(parent, tenant, definition.name) as span:
-        async with transaction(pool) as conn:
+        async with audit.change(pool, atomic=True) as conn:
             wf_id, status = await _admit(conn, tenant, definition, default_queue, limits, span.context)
+            audit.made(wf_id)
         span.workflow_created(wf_id)
     return wf_id, status
 

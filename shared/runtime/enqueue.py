@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 import msgspec
 
+from shared.db import audit
 from shared.db import jobs as jobs_db
 from shared.db.database import Database
 from shared.domain.jobs import NewJob
@@ -38,12 +39,20 @@ async def enqueue_one(
 async def enqueue_many(
     db: Database, tenant: str | None, jobs: Sequence[NewJob], parent: TraceContext | None
 ) -> list[uuid.UUID]:
-    """Insert a batch in one statement; the ids in input order. One enqueue span for the batch."""
+    """Insert a batch in one statement; the ids in input order. One enqueue span for the batch.
+    Within an audited request the batch's entry (its count) is written in the same transaction."""
     tracer = db.tracer
     if tracer is None:
         traced = jobs if parent is None else [_traced(job, parent) for job in jobs]
-        return await jobs_db.insert_jobs(db.pool, tenant, traced)
+        return await _insert_audited(db, tenant, traced)
     with tracer.enqueue(parent, tenant, jobs) as span:
-        ids = await jobs_db.insert_jobs(db.pool, tenant, [_traced(job, span.context) for job in jobs])
+        ids = await _insert_audited(db, tenant, [_traced(job, span.context) for job in jobs])
         span.jobs_created(ids)
+    return ids
+
+
+async def _insert_audited(db: Database, tenant: str | None, jobs: Sequence[NewJob]) -> list[uuid.UUID]:
+    async with audit.change(db.pool) as conn:
+        ids = await jobs_db.insert_jobs(conn, tenant, jobs)
+        audit.selected(None, len(ids))
     return ids

@@ -5,9 +5,10 @@ Tenant routes: no token 401; the worker token or a live worker key 403 (infrastr
 tenant identity); a valid API key or JWT is that tenant; anything else 401. Worker routes: the
 worker token passes for every tenant; a live worker key passes for its own tenant (the handlers
 hold it to its tenant and queues); a valid tenant credential is 403; anything else, a revoked or
-expired key included, 401. A JWT's `scope` decides its access (shared/domain/scopes.py: `read`
-alone is read-only, a scope outside the vocabulary is 401); with --jwt-audience and --jwt-issuer
-its `aud` and `iss` must match. `--dev` accepts any non-empty token as tenant `tenant1` when no API
+expired key included, 401. A credential carries a role (shared/domain/access.py): an API key's
+third field (`ro` is viewer, none is admin); a JWT's `role` claim, else admin, capped at viewer by a
+`scope` of `read` alone (shared/domain/scopes.py: a scope outside the vocabulary, or a `role` that
+names no role, is 401); with --jwt-audience and --jwt-issuer its `aud` and `iss` must match. `--dev` accepts any non-empty token as tenant `tenant1` when no API
 keys and no JWT secret are configured, and as a worker when no worker token is configured (with
 one, the worker routes take only it); `serve` refuses --dev beside any credential
 (shared/config.py check_dev_mode), and this class enforces a configured credential regardless. A
@@ -31,13 +32,12 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Literal
 
 import jwt
 
 from shared.config import Settings
+from shared.domain.access import Principal, Role, role_of_claims
 from shared.domain.admission import RateTable, source_of
 from shared.domain.errors import Forbidden, TooManyRequests, Unauthorized
 from shared.domain.scopes import scope_read_only
@@ -60,20 +60,12 @@ UNKNOWN_KEY_CACHE_SIZE = 10_000
 KeyLookup = Callable[[bytes], Awaitable[WorkerGrant | None]]
 
 
-@dataclass(frozen=True, slots=True)
-class Tenant:
-    id: str
-    read_only: bool = False
-
-    @property
-    def access(self) -> Literal["read_write", "read_only"]:
-        return "read_only" if self.read_only else "read_write"
-
-
-def tenant_of_identity(identity: Identity) -> Tenant:
-    """The one adapter from a provider identity (shared/web/oidc.py) to today's access levels:
-    viewer reads only; operator and admin read and write."""
-    return Tenant(identity.tenant, read_only=identity.role == "viewer")
+def principal_of_identity(identity: Identity) -> Principal:
+    """The caller a verified provider token (shared/web/oidc.py) names: its subject as the actor
+    `oidc:<sub>`, its mapped tenant and role."""
+    return Principal.from_claims(
+        subject=identity.subject, tenant=identity.tenant, role=Role(identity.role), name=identity.name
+    )
 
 
 def bearer_token(header: str | None) -> str | None:
@@ -166,7 +158,9 @@ class Authenticator:
 
     def __init__(self, settings: Settings) -> None:
         self._worker = _digest(settings.worker_token) if settings.worker_token else None
-        self._keys = [(_digest(k.token), Tenant(k.tenant, k.read_only)) for k in settings.api_keys]
+        self._keys = [
+            (_digest(k.token), Principal.for_api_key(k.token, k.tenant, k.role)) for k in settings.api_keys
+        ]
         self._jwt_secret = settings.jwt_secret
         self._jwt_audience = settings.jwt_audience
         self._jwt_issuer = settings.jwt_issuer
@@ -195,7 +189,7 @@ class Authenticator:
     def _is_worker_token(self, digest: bytes) -> bool:
         return self._worker is not None and hmac.compare_digest(digest, self._worker)
 
-    def _tenant_credential(self, token: str, digest: bytes) -> Tenant | None:
+    def _tenant_credential(self, token: str, digest: bytes) -> Principal | None:
         found = None
         for key_digest, tenant in self._keys:  # no early exit: every key is compared
             if hmac.compare_digest(digest, key_digest):
@@ -217,18 +211,23 @@ class Authenticator:
                 return None
             sub = claims.get("sub")
             read_only = scope_read_only(claims)
-            if isinstance(sub, str) and sub and read_only is not None:
-                return Tenant(sub, read_only=read_only)
+            if not isinstance(sub, str) or not sub or read_only is None:
+                return None
+            role = role_of_claims(claims, read_only)
+            if role is None:
+                return None
+            name = claims.get("name")
+            return Principal.for_jwt(sub, role, name if isinstance(name, str) and name else None)
         return None
 
-    async def _provider_tenant(self, token: str) -> Tenant | None:
-        """The tenant of an access token of the OpenID provider; None for a token that does not
+    async def _provider_tenant(self, token: str) -> Principal | None:
+        """The caller of an access token of the OpenID provider; None for a token that does not
         claim to come from it. A token that does but fails its checks is Unauthorized."""
         if self.oidc is None or token.count(".") != 2 or not self.oidc.issued_by_us(token):
             return None
-        return tenant_of_identity(await self.oidc.identity(token))
+        return principal_of_identity(await self.oidc.identity(token))
 
-    async def tenant(self, header: str | None, address: str | None = "") -> Tenant:
+    async def tenant(self, header: str | None, address: str | None = "") -> Principal:
         token = bearer_token(header)
         if token is None:
             raise Unauthorized()
@@ -243,7 +242,7 @@ class Authenticator:
                 raise Forbidden("access denied: a worker key opens the worker routes only")
             raise Unauthorized()
         if self._dev_tenants:
-            return Tenant(DEV_TENANT)
+            return Principal.for_dev(token, DEV_TENANT)
         raise Unauthorized()
 
     async def worker(self, header: str | None, address: str | None = "") -> WorkerGrant | None:

@@ -20,6 +20,7 @@ import structlog
 from aiohttp import web
 
 from shared import metrics, wire
+from shared.domain.access import RoleRequired
 from shared.domain.errors import (
     Conflict,
     ContentTooLarge,
@@ -45,6 +46,7 @@ STATUS_OF: dict[type[DomainError], int] = {
     ValidationFailed: 400,
     Unauthorized: 401,
     Forbidden: 403,
+    RoleRequired: 403,
     NotFound: 404,
     Gone: 404,
     Conflict: 409,
@@ -56,6 +58,7 @@ STATUS_OF: dict[type[DomainError], int] = {
     ProviderUnavailable: 503,
 }
 REQUEST_ID = "X-Request-ID"
+_REQUEST_ID_KEY = web.RequestKey("request_id", str)
 # Seconds a client should wait before retrying after a 503 for an unreachable database.
 RETRY_AFTER_SECS = 1
 Unavailable = Callable[[BaseException], bool]
@@ -88,6 +91,11 @@ def _request_id(request: web.Request) -> str:
     if 0 < len(given) <= 128 and given.isascii() and given.isprintable():
         return given
     return f"{_ID_PREFIX}{next(_ids):08x}"
+
+
+def request_id_of(request: web.Request) -> str | None:
+    """The id this middleware gave the request (the caller's X-Request-ID when sane)."""
+    return request.get(_REQUEST_ID_KEY)
 
 
 def _has_nul(request: web.Request) -> bool:
@@ -128,6 +136,7 @@ async def _handle(request: web.Request, handler: Handler, unavailable: Unavailab
     started = time.perf_counter()
     route = _route_label(request)
     request_id = _request_id(request)
+    request[_REQUEST_ID_KEY] = request_id
     status = 500
     with log_context(request_id=request_id, route=route, method=request.method):
         try:

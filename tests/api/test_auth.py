@@ -55,6 +55,12 @@ WORKER_ROUTES = [
 ]
 
 
+async def whoami(client, headers) -> dict:
+    """whoami's tenant, access and role (its actor is checked in tests/api/test_roles.py)."""
+    body = await list_json(client, "/api/v1/whoami", headers)
+    return {k: body[k] for k in ("tenant", "access", "role")}
+
+
 def _ids(routes):
     return [f"{m} {p}" for m, p, _ in routes]
 
@@ -154,7 +160,7 @@ async def test_read_only_credential_reads_its_tenants_data(api, token):
     assert (await get_job(client, job_id, headers))["id"] == job_id
     assert [j["id"] for j in (await list_json(client, "/api/v1/jobs", headers))["jobs"]] == [job_id]
     assert (await list_json(client, "/api/v1/stats", headers))["jobs_created"] == 1
-    assert await list_json(client, "/api/v1/whoami", headers) == {"tenant": "acme", "access": "read_only"}
+    assert await whoami(client, headers) == {"tenant": "acme", "access": "read_only", "role": "viewer"}
 
 
 # --- JWTs ------------------------------------------------------------------------------------------
@@ -164,10 +170,7 @@ async def test_hs256_jwt_sub_is_the_tenant(api):
     client = await api(**STRICT)
     job_id = await create_job(client, ACME)
     token = make_jwt("acme")
-    assert await list_json(client, "/api/v1/whoami", bearer(token)) == {
-        "tenant": "acme",
-        "access": "read_write",
-    }
+    assert await whoami(client, bearer(token)) == {"tenant": "acme", "access": "read_write", "role": "admin"}
     assert (await get_job(client, job_id, bearer(token)))["tenant_id"] == "acme"
     minted = await create_job(client, bearer(make_jwt("initech")))
     assert (await get_job(client, minted, bearer(make_jwt("initech"))))["tenant_id"] == "initech"
@@ -175,8 +178,8 @@ async def test_hs256_jwt_sub_is_the_tenant(api):
 
 async def test_jwt_with_scope_write_is_read_write(api):
     client = await api(**STRICT)
-    body = await list_json(client, "/api/v1/whoami", bearer(make_jwt("acme", scope="write")))
-    assert body == {"tenant": "acme", "access": "read_write"}
+    body = await whoami(client, bearer(make_jwt("acme", scope="write")))
+    assert body == {"tenant": "acme", "access": "read_write", "role": "admin"}
 
 
 BAD_JWTS = {
@@ -290,9 +293,10 @@ async def test_foreign_and_missing_jobs_answer_identically(api):
 @pytest.mark.parametrize("token", ["dev", "anything-at-all", "wtok"])
 async def test_dev_mode_accepts_any_token_as_tenant1(api, token):
     client = await api()
-    assert await list_json(client, "/api/v1/whoami", bearer(token)) == {
+    assert await whoami(client, bearer(token)) == {
         "tenant": "tenant1",
         "access": "read_write",
+        "role": "admin",
     }
     job_id = await create_job(client, bearer(token), config={"queue": "q-dev"})
     assert (await get_job(client, job_id, DEV))["tenant_id"] == "tenant1"

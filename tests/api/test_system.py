@@ -104,23 +104,29 @@ async def test_stats_readable_with_a_read_only_credential(api):
 
 async def test_whoami_in_dev_mode_is_tenant1_read_write(api):
     client = await api()
-    assert await list_json(client, "/api/v1/whoami") == {"tenant": "tenant1", "access": "read_write"}
+    body = await list_json(client, "/api/v1/whoami")
+    assert body == {"tenant": "tenant1", "access": "read_write", "role": "admin", "actor": body["actor"]}
+    assert body["actor"].startswith("dev:") and "dev" not in body["actor"][4:]
 
 
 @pytest.mark.parametrize(
     ("headers", "expected"),
     [
-        (ACME, {"tenant": "acme", "access": "read_write"}),
-        (GLOBEX, {"tenant": "globex", "access": "read_write"}),
-        (ACME_RO, {"tenant": "acme", "access": "read_only"}),
-        (bearer(make_jwt("initech")), {"tenant": "initech", "access": "read_write"}),
-        (bearer(make_jwt("initech", scope="read")), {"tenant": "initech", "access": "read_only"}),
+        (ACME, {"tenant": "acme", "access": "read_write", "role": "admin"}),
+        (GLOBEX, {"tenant": "globex", "access": "read_write", "role": "admin"}),
+        (ACME_RO, {"tenant": "acme", "access": "read_only", "role": "viewer"}),
+        (bearer(make_jwt("initech")), {"tenant": "initech", "access": "read_write", "role": "admin"}),
+        (
+            bearer(make_jwt("initech", scope="read")),
+            {"tenant": "initech", "access": "read_only", "role": "viewer"},
+        ),
     ],
     ids=["key1", "key2", "ro key", "jwt", "read jwt"],
 )
 async def test_whoami_reports_the_credentials_tenant_and_access(api, headers, expected):
     client = await api(**STRICT)
-    assert await list_json(client, "/api/v1/whoami", headers) == expected
+    body = await list_json(client, "/api/v1/whoami", headers)
+    assert {k: body[k] for k in ("tenant", "access", "role")} == expected
 
 
 async def test_whoami_needs_a_tenant_credential(api):

@@ -397,9 +397,27 @@ async def test_client_flags_go_before_or_after_the_arguments_or_come_from_the_en
 
     env = {**os.environ, "QUEUEFLOW_SERVER_URL": cli.base_url, "QUEUEFLOW_TOKEN": "acme-ro"}
     from_env = await asyncio.to_thread(run, "whoami", env=env)
-    assert json.loads(from_env.stdout) == {"tenant": "acme", "access": "read_only"}
+    who = json.loads(from_env.stdout)
+    assert (who["tenant"], who["access"], who["role"]) == ("acme", "read_only", "viewer")
     overridden = await asyncio.to_thread(run, "whoami", "--token", "dev", env=env)
     assert json.loads(overridden.stdout)["tenant"] == "tenant1"
+
+
+async def test_audit_lists_the_tenants_entries_with_filters(cli):
+    job_id = (await cli.ok("job", "create", "--task", "echo"))["job_id"]
+    await cli.ok("queue", "pause", "q-audit")
+    await cli.ok("queue", "resume", "q-audit")
+    everything = (await cli.ok("audit"))["entries"]
+    assert [e["action"] for e in everything] == ["resumeQueue", "pauseQueue"]  # (single enqueues: not logged)
+    assert [e["targets"] for e in (await cli.ok("audit", "--action", "pauseQueue"))["entries"]] == [
+        ["q-audit"]
+    ]
+    assert (await cli.ok("audit", "--target", job_id))["entries"] == []
+    page = await cli.ok("audit", "--limit", "1")
+    assert page["has_more"] and len(page["entries"]) == 1
+    later = await cli.ok("audit", "--limit", "1", "--cursor", page["next_cursor"])
+    assert later["entries"][0]["action"] == "pauseQueue"
+    assert "admin role" in await cli.fails("audit", status=403, token="acme-ro")
 
 
 async def test_error_answers_print_the_servers_error_body_and_exit_2(cli):

@@ -52,7 +52,7 @@ async def test_sign_in_keeps_the_token_in_session_storage_only_and_sends_it_as_a
     await console.heading("Jobs")
     await expect(page.get_by_label("Queue", exact=True)).to_have_value("emails")
     await expect(page.locator("#identity")).to_contain_text("Tenant acme")
-    await expect(page.locator("#identity-access")).to_have_text("read-write")
+    await expect(page.locator("#identity-access")).to_have_text("admin")
     assert await stored_token(console) == "rw"
     assert await page.evaluate("localStorage.length") == 0
     assert await page.evaluate("document.cookie") == ""
@@ -121,7 +121,7 @@ async def test_read_only_credential_sees_every_view_and_no_action(server, consol
     await call(rw, "POST", "/api/v1/queues/emails/pause")
 
     await console.sign_in("ro")
-    await expect(console.page.locator("#identity-access")).to_have_text("read-only")
+    await expect(console.page.locator("#identity-access")).to_have_text("viewer")
     content = "#view table, #view .empty, #view dl.facts, #view .backlog"
     for link in [
         "#/",

@@ -9,8 +9,9 @@ import jwt
 import pytest
 
 from shared.config import Settings, parse_api_keys
+from shared.domain.access import Role, key_id
 from shared.domain.errors import Forbidden, Unauthorized
-from shared.web.auth import DEV_TENANT, Authenticator, Tenant, bearer_token
+from shared.web.auth import DEV_TENANT, Authenticator, bearer_token
 
 SECRET = "jwt-secret-for-tests-0123456789abcdef"
 
@@ -53,17 +54,55 @@ def test_bearer_token_extraction(header, token):
     assert bearer_token(header) == token
 
 
-async def test_an_api_key_is_its_tenant_and_the_ro_suffix_makes_it_read_only():
+def who(principal) -> tuple[str, Role]:
+    return principal.tenant, principal.role
+
+
+async def test_an_api_key_is_its_tenant_as_admin_and_the_ro_suffix_makes_it_a_read_only_viewer():
     auth = strict()
-    assert await auth.tenant(bearer("k-acme")) == Tenant("acme")
+    key = await auth.tenant(bearer("k-acme"))
+    assert who(key) == ("acme", Role.ADMIN) and key.access == "read_write"
     ro = await auth.tenant(bearer("k-ro"))
-    assert ro == Tenant("acme", read_only=True) and ro.access == "read_only"
+    assert who(ro) == ("acme", Role.VIEWER) and ro.access == "read_only"
+
+
+async def test_an_api_key_is_its_actor_by_a_digest_never_by_the_key():
+    principal = await strict().tenant(bearer("k-acme"))
+    assert principal.actor == f"key:{key_id('k-acme')}"
+    assert "k-acme" not in principal.actor and len(key_id("k-acme")) == 12
+
+
+async def test_an_api_key_with_a_role_has_that_role():
+    auth = strict(api_keys=parse_api_keys("k-op:acme:operator,k-v:acme:viewer"))
+    assert who(await auth.tenant(bearer("k-op"))) == ("acme", Role.OPERATOR)
+    assert who(await auth.tenant(bearer("k-v"))) == ("acme", Role.VIEWER)
 
 
 async def test_a_jwt_sub_is_the_tenant_and_scope_read_is_read_only():
     auth = strict()
-    assert await auth.tenant(bearer(token_for("globex"))) == Tenant("globex")
+    assert who(await auth.tenant(bearer(token_for("globex")))) == ("globex", Role.ADMIN)
+    assert who(await auth.tenant(bearer(token_for("globex", scope="write")))) == ("globex", Role.ADMIN)
     assert (await auth.tenant(bearer(token_for("globex", scope="read")))).read_only
+    assert (await auth.tenant(bearer(token_for("globex")))).actor == "jwt:globex"
+
+
+@pytest.mark.parametrize(
+    ("claims", "role"),
+    [
+        ({"role": "operator"}, Role.OPERATOR),
+        ({"role": "viewer", "scope": "write"}, Role.VIEWER),
+        ({"role": "admin", "scope": "read"}, Role.VIEWER),  # read alone caps the role
+        ({"role": "Admin"}, Role.ADMIN),
+    ],
+)
+async def test_a_jwt_role_claim_names_its_role(claims, role):
+    assert who(await strict().tenant(bearer(token_for("globex", **claims)))) == ("globex", role)
+
+
+@pytest.mark.parametrize("role", ["root", "", 3, ["admin"]])
+async def test_a_jwt_whose_role_claim_names_no_role_is_401(role):
+    with pytest.raises(Unauthorized):
+        await strict().tenant(bearer(token_for("globex", role=role)))
 
 
 @pytest.mark.parametrize(
@@ -110,8 +149,8 @@ async def test_worker_routes_take_only_the_worker_token():
 
 async def test_development_mode_makes_any_token_tenant1_and_a_worker():
     auth = Authenticator(Settings(database_url="postgresql://x/y", dev=True))
-    assert await auth.tenant(bearer("dev")) == Tenant(DEV_TENANT)
-    assert await auth.tenant(bearer("anything")) == Tenant("tenant1")
+    assert who(await auth.tenant(bearer("dev"))) == (DEV_TENANT, Role.ADMIN)
+    assert who(await auth.tenant(bearer("anything"))) == ("tenant1", Role.ADMIN)
     assert await auth.worker(bearer("dev")) is None
     with pytest.raises(Unauthorized):
         await auth.tenant(None)
@@ -130,7 +169,7 @@ async def test_dev_with_a_worker_token_opens_the_worker_routes_to_that_token_onl
     for token in ("dev", "anything"):  # tenant tokens in --dev: a tenant on a worker route is 403
         with pytest.raises(Forbidden):
             await auth.worker(bearer(token))
-    assert await auth.tenant(bearer("dev")) == Tenant(DEV_TENANT)
+    assert who(await auth.tenant(bearer("dev"))) == (DEV_TENANT, Role.ADMIN)
     with pytest.raises(Forbidden):
         await auth.tenant(bearer("w"))
 
@@ -139,7 +178,7 @@ async def test_dev_with_api_keys_maps_no_unknown_token_to_the_placeholder_tenant
     auth = Authenticator(
         Settings(database_url="postgresql://x/y", dev=True, api_keys=parse_api_keys("k:acme"))
     )
-    assert await auth.tenant(bearer("k")) == Tenant("acme")
+    assert who(await auth.tenant(bearer("k"))) == ("acme", Role.ADMIN)
     with pytest.raises(Unauthorized):
         await auth.tenant(bearer("dev"))
     # No worker token configured: --dev still lets workers in, as the worker token would.

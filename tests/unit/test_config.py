@@ -7,6 +7,7 @@ import pytest
 
 from services.cli import build_parser
 from shared.config import ApiKey, ConfigError, Settings, parse_api_keys, settings_from
+from shared.domain.access import Role
 
 DB = "postgresql://u:p@db:5432/qf"
 SECRET = "a-jwt-secret-of-forty-bytes-0123456789ab"
@@ -21,8 +22,15 @@ def test_api_keys_are_split_on_commas_and_trimmed():
     assert parse_api_keys(" k1:acme , k2:globex ") == (ApiKey("k1", "acme"), ApiKey("k2", "globex"))
 
 
-def test_an_api_key_with_the_ro_suffix_is_read_only():
-    assert parse_api_keys("k1:acme:ro,k2:globex") == (ApiKey("k1", "acme", True), ApiKey("k2", "globex"))
+def test_an_api_key_with_the_ro_suffix_is_a_viewer_and_one_without_a_suffix_an_admin():
+    keys = parse_api_keys("k1:acme:ro,k2:globex")
+    assert keys == (ApiKey("k1", "acme", Role.VIEWER), ApiKey("k2", "globex", Role.ADMIN))
+    assert keys[0].read_only and not keys[1].read_only
+
+
+def test_an_api_key_may_name_its_role():
+    keys = parse_api_keys("k1:acme:viewer,k2:acme:operator,k3:acme:admin")
+    assert [k.role for k in keys] == [Role.VIEWER, Role.OPERATOR, Role.ADMIN]
 
 
 @pytest.mark.parametrize("raw", [None, ""])
@@ -30,7 +38,9 @@ def test_no_api_keys(raw):
     assert parse_api_keys(raw) == ()
 
 
-@pytest.mark.parametrize("raw", ["nocolon", ":acme", "k1:", " : ", "k1:acme,broken", "k:t:rw"])
+@pytest.mark.parametrize(
+    "raw", ["nocolon", ":acme", "k1:", " : ", "k1:acme,broken", "k:t:rw", "k:t:Operator", "k:t:admin:x"]
+)
 def test_a_malformed_api_key_entry_is_a_startup_error(raw):
     with pytest.raises(ConfigError):
         parse_api_keys(raw)

@@ -40,8 +40,12 @@
   const RETRYABLE_WORKFLOW = new Set(["failed", "partially_failed", "cancelled"]);
 
   const AUTH = new URL("auth/", document.baseURI); // the sign-in routes, "/ui/auth/"
-  const state = { token: null, session: null, sso: false, tokenLogin: true, tenant: null, canWrite: false, view: null, routed: false };
+  const state = { token: null, session: null, sso: false, tokenLogin: true, tenant: null, role: "viewer", view: null, routed: false };
   const signedIn = () => Boolean(state.token || state.session);
+  // The roles (docs/access.md), each including the ones before it.
+  const ROLE_RANK = { viewer: 0, operator: 1, admin: 2 };
+  // Whether the signed-in credential's role is at least `role`: what it cannot do is not built.
+  const may = (role) => ROLE_RANK[state.role] >= ROLE_RANK[role];
   const $ = (id) => document.getElementById(id);
 
   // --- errors and the API ---------------------------------------------------------------------
@@ -309,7 +313,7 @@
     });
   }
 
-  // A button that runs an action; only built for read-write credentials (callers check canWrite).
+  // A button that runs an action; only built for a role that may run it (callers check `may`).
   function actionButton(label, run, { confirm, cls, srLabel, after } = {}) {
     const button = h("button", { type: "button", class: cls }, label, srLabel ? hidden(` ${srLabel}`) : null);
     button.addEventListener("click", async () => {
@@ -468,6 +472,8 @@
     dlq: { title: "Dead letters", list: deadLettersView, detail: deadLetterView },
     cron: { title: "Cron", list: cronView },
     limits: { title: "Limits", list: limitsView },
+    "worker-keys": { title: "Worker keys", list: workerKeysView },
+    audit: { title: "Audit log", list: auditView },
     tasks: { title: "Tasks", list: tasksView },
     workers: { title: "Workers", list: workersView },
     "push-endpoints": { title: "Push endpoints", list: pushEndpointsView, detail: pushEndpointView },
@@ -523,12 +529,19 @@
 
   function showSignedIn(who) {
     state.tenant = who.tenant;
-    state.canWrite = who.access === "read_write";
+    // (a server before roles answers `access` only: read-write was everything)
+    state.role = who.role in ROLE_RANK ? who.role : who.access === "read_write" ? "admin" : "viewer";
     $("identity-tenant").textContent = `Tenant ${who.tenant}`;
     const access = $("identity-access");
-    access.textContent = state.canWrite ? "read-write" : "read-only";
-    access.className = `access ${state.canWrite ? "" : "read-only"}`;
-    access.title = state.canWrite ? "This token may change things." : "This token can only look: actions are hidden.";
+    access.textContent = state.role;
+    access.className = `access ${may("operator") ? "" : "read-only"}`;
+    access.title = {
+      viewer: "This token can only look: actions are hidden.",
+      operator: "This token may cancel, retry, replay, pause and resume; settings are hidden.",
+      admin: "This token may change everything of its tenant.",
+    }[state.role];
+    access.dataset.role = state.role;
+    for (const link of document.querySelectorAll("#nav a[data-role]")) link.closest("li").hidden = !may(link.dataset.role);
     $("signin").hidden = true;
     $("nav").hidden = false;
     $("identity").hidden = false;
@@ -1188,7 +1201,7 @@
       ),
       body,
     );
-    if (state.canWrite) {
+    if (may("operator")) {
       const input = h("input", { id: "pause-other", name: "queue", required: true, spellcheck: "false" });
       const form = h(
         "form",
@@ -1222,7 +1235,7 @@
             ["Running", "num"],
             ["Oldest waiting", "num"],
             ["Completed jobs"],
-            state.canWrite ? ["Actions"] : null,
+            may("operator") ? ["Actions"] : null,
           ].filter(Boolean),
           queues.map((q) =>
             h(
@@ -1235,7 +1248,7 @@
               h("td", { class: "num" }, q.running.toLocaleString()),
               h("td", { class: "num" }, duration(q.oldest_pending_age_secs)),
               h("td", { class: "retention" }, q.retention === "remove_completed" ? "removed as they complete" : "kept"),
-              state.canWrite
+              may("operator")
                 ? h(
                     "td",
                     { class: "actions" },
@@ -1251,7 +1264,9 @@
                           confirm: pauseConfirm(q.queue),
                           after: () => ctx.refresh(),
                         }),
-                    q.retention === "remove_completed"
+                    !may("admin")
+                      ? null
+                      : q.retention === "remove_completed"
                       ? actionButton("Keep completed jobs", () => setQueueRetention(q.queue, "keep"), {
                           cls: "small",
                           srLabel: q.queue,
@@ -1487,7 +1502,7 @@
       datalist("task-names", suggestions.tasks),
     );
     // The bulk actions take the queue, task and status filters only: not offered for a search by id.
-    if (state.canWrite && !filters.id_contains) root.append(jobBulkActions(ctx, filters));
+    if (may("operator") && !filters.id_contains) root.append(jobBulkActions(ctx, filters));
     root.append(listBody, pagerSlot);
     const query = { ...filters, limit: PAGE_SIZE, cursor };
     // A search that matches nothing reads all the tenant's jobs: it refreshes at the slow pace.
@@ -1762,7 +1777,7 @@
     };
 
     function actions(job) {
-      if (!state.canWrite) return [];
+      if (!may("operator")) return [];
       const out = [];
       if (ACTIVE_JOB.has(job.status)) {
         out.push(
@@ -2177,7 +2192,7 @@
 
     let current = null;
     const actions = (w) => {
-      if (!state.canWrite) return [];
+      if (!may("operator")) return [];
       const out = [];
       const reload = async () => renderWorkflow(await api("GET", path));
       if (!TERMINAL_WORKFLOW.has(w.status)) {
@@ -2351,7 +2366,7 @@
       datalist("queue-names", suggestions.queues),
       datalist("task-names", suggestions.tasks),
     );
-    if (state.canWrite) {
+    if (may("operator")) {
       const { input, field } = bulkLimitField("replay-limit");
       const limit = () => Math.max(1, Math.min(1000, Number.parseInt(input.value, 10) || DEFAULT_BULK_LIMIT));
       const scope = describeFilter({ queue: filters.queue, task_name: filters.task_name }).replace("every job", "every dead letter");
@@ -2405,7 +2420,7 @@
                 {},
                 dl.replayed_at
                   ? [idRef("job", dl.replay_job_id, `#/jobs/${enc(dl.replay_job_id)}`, { label: "job " }), " ", timeEl(dl.replayed_at)]
-                  : state.canWrite
+                  : may("operator")
                     ? actionButton("Replay", async () => `Replayed as job ${shortId(await replayOne(dl.id))}.`, {
                         cls: "small",
                         srLabel: `dead letter ${dl.id}`,
@@ -2440,7 +2455,7 @@
         if (!(error instanceof ApiError && error.status === 404)) throw error;
       }
       const actions = [];
-      if (state.canWrite && !dl.replayed_at) {
+      if (may("operator") && !dl.replayed_at) {
         actions.push(
           actionButton("Replay dead letter", async () => `Replayed as job ${shortId(await replayOne(dl.id))}.`, {
             cls: "primary",
@@ -2483,7 +2498,7 @@
       pageHead("Cron schedules", { extra: [updated] }),
       h("p", { class: "subtitle" }, "Each schedule enqueues a job at every occurrence of its expression (UTC). A paused schedule skips the occurrences it misses."),
     );
-    if (state.canWrite) root.append(cronCreateForm(ctx));
+    if (may("admin")) root.append(cronCreateForm(ctx));
     root.append(body, more);
     let pages = 1;
     const load = async () => {
@@ -2509,7 +2524,7 @@
 
   function cronTable(ctx, crons) {
     return table(
-      [["Name"], ["Expression"], ["Task"], ["Queue", "hide-narrow"], ["State"], ["Next firing"], ["Last enqueued", "hide-narrow"], state.canWrite ? ["Actions"] : null].filter(Boolean),
+      [["Name"], ["Expression"], ["Task"], ["Queue", "hide-narrow"], ["State"], ["Next firing"], ["Last enqueued", "hide-narrow"], may("operator") ? ["Actions"] : null].filter(Boolean),
       crons.map((c) =>
         h(
           "tr",
@@ -2527,7 +2542,7 @@
             c.timezone && c.next_run_local ? h("div", { class: "muted", "data-local": "" }, `${c.next_run_local.slice(0, 16).replace("T", " ")} ${c.timezone}`) : null,
           ),
           h("td", { class: "hide-narrow" }, timeEl(c.last_enqueued_at)),
-          state.canWrite
+          may("operator")
             ? h(
                 "td",
                 { class: "actions" },
@@ -2548,7 +2563,7 @@
                       },
                       { cls: "small", srLabel: c.name, after: () => ctx.refresh() },
                     ),
-                actionButton(
+                !may("admin") ? null : actionButton(
                   "Delete schedule",
                   async () => {
                     await api("DELETE", `cron/${enc(c.id)}`);
@@ -2652,7 +2667,7 @@
         "Per-key policies: a job naming a key in its config's limits starts only while the key has a free slot and rate room. A key ending in * covers every key with that prefix that has no policy of its own.",
       ),
     );
-    if (state.canWrite) root.append(limitForm(ctx));
+    if (may("admin")) root.append(limitForm(ctx));
     root.append(body);
     await ctx.poll(async () => {
       const found = (await ctx.api("GET", "limits")).limits;
@@ -2664,7 +2679,7 @@
   function limitsTable(ctx, limits) {
     const none = h("span", { class: "muted" }, "none");
     return table(
-      [["Key"], ["Concurrency"], ["Running"], ["Rate"], ["Rate room now"], ["Updated", "hide-narrow"], state.canWrite ? ["Actions"] : null].filter(Boolean),
+      [["Key"], ["Concurrency"], ["Running"], ["Rate"], ["Rate room now"], ["Updated", "hide-narrow"], may("admin") ? ["Actions"] : null].filter(Boolean),
       limits.map((p) =>
         h(
           "tr",
@@ -2675,7 +2690,7 @@
           h("td", { "data-col": "rate" }, p.rate ? `${p.rate.count} per ${p.rate.per_secs} s` : none),
           h("td", { "data-col": "rate_available" }, p.rate_available == null ? h("span", { class: "muted" }, "-") : String(p.rate_available)),
           h("td", { class: "hide-narrow" }, timeEl(p.updated_at)),
-          state.canWrite
+          may("admin")
             ? h(
                 "td",
                 { class: "actions" },
@@ -2730,6 +2745,142 @@
       return `Limit ${key} set.`;
     });
     return h("details", { class: "create panel" }, h("summary", {}, "Set a limit"), form);
+  }
+
+  // --- worker keys ----------------------------------------------------------------------------
+
+  async function workerKeysView(ctx, root) {
+    const updated = updatedNote();
+    const body = h("div");
+    root.append(
+      pageHead("Worker keys", { extra: [updated] }),
+      h("p", { class: "subtitle" }, "Keys this tenant's own workers lease with, limited to its jobs (and to some queues, when a key names them). A key's token is shown once, when it is minted."),
+    );
+    if (may("admin")) root.append(workerKeyForm(ctx));
+    root.append(body);
+    await ctx.poll(async () => {
+      const keys = (await ctx.api("GET", "worker-keys")).worker_keys;
+      renderIfChanged(body, keys, () =>
+        table(
+          [["Name"], ["Id", "hide-narrow"], ["Queues"], ["Expires"], ["Created", "hide-narrow"], may("admin") ? ["Actions"] : null].filter(Boolean),
+          keys.map((k) =>
+            h(
+              "tr",
+              { "data-worker-key": k.id },
+              h("td", {}, k.name),
+              h("td", { class: "hide-narrow" }, h("code", {}, shortId(k.id))),
+              h("td", {}, k.queues ? k.queues.join(", ") : h("span", { class: "muted" }, "every queue")),
+              h("td", {}, k.expires_at ? timeEl(k.expires_at) : h("span", { class: "muted" }, "never")),
+              h("td", { class: "hide-narrow" }, timeEl(k.created_at)),
+              may("admin")
+                ? h(
+                    "td",
+                    { class: "actions" },
+                    actionButton(
+                      "Revoke key",
+                      async () => {
+                        await api("DELETE", `worker-keys/${enc(k.id)}`);
+                        return `Worker key ${k.name} revoked.`;
+                      },
+                      {
+                        cls: "small danger-outline",
+                        srLabel: k.name,
+                        after: () => ctx.refresh(),
+                        confirm: { title: `Revoke worker key ${k.name}?`, text: "Workers using it are refused within a second.", confirm: "Revoke key" },
+                      },
+                    ),
+                  )
+                : null,
+            ),
+          ),
+          "No worker keys: workers lease with the worker token.",
+        ),
+      );
+      updated.touch();
+    }, SLOW_REFRESH_MS);
+  }
+
+  function workerKeyForm(ctx) {
+    const message = h("p", { role: "alert", class: "muted" });
+    const shown = h("div", { "data-minted": "" });
+    const form = h(
+      "form",
+      {},
+      h("div", { class: "form-grid" }, formField("worker-key", "name", "Name", { required: true, placeholder: "billing-workers" }), formField("worker-key", "queues", "Queues (optional, comma-separated)", { placeholder: "billing,email" })),
+      h("div", { class: "toolbar" }, h("button", { type: "submit", class: "primary" }, "Mint worker key")),
+      message,
+      shown,
+    );
+    onCreate(ctx, form, message, async (value) => {
+      const queues = value("queues").split(",").map((q) => q.trim()).filter(Boolean);
+      const body = { name: value("name") };
+      if (queues.length) body.queues = queues;
+      const made = await api("POST", "worker-keys", { body });
+      shown.replaceChildren(h("p", {}, "Its token, shown this once: ", h("code", { "data-token": "" }, made.token)));
+      return `Worker key ${made.name} minted.`;
+    });
+    return h("details", { class: "create panel" }, h("summary", {}, "Mint a worker key"), form);
+  }
+
+  // --- audit log (docs/access.md) -------------------------------------------------------------
+
+  async function auditView(ctx, root, _id, params) {
+    const filters = { actor: params.get("actor") || "", action: params.get("action") || "", target: params.get("target") || "" };
+    const cursor = params.get("cursor") || "";
+    const updated = updatedNote();
+    const body = h("div");
+    const more = h("div");
+    const form = h(
+      "form",
+      { class: "filters" },
+      formField("audit", "actor", "Actor", { placeholder: "key:..." }),
+      formField("audit", "action", "Action", { placeholder: "cancelJob" }),
+      formField("audit", "target", "Target id", {}),
+      h("button", { type: "submit" }, "Apply filters"),
+    );
+    for (const [name, value] of Object.entries(filters)) form.elements[name].value = value;
+    form.addEventListener("submit", (event) => {
+      event.preventDefault();
+      go(hashFor("audit", Object.fromEntries(Object.keys(filters).map((name) => [name, form.elements[name].value.trim()]))));
+    });
+    root.append(
+      pageHead("Audit log", { extra: [updated] }),
+      h("p", { class: "subtitle" }, "Every change made to this tenant through the API, newest first: who, with which role, what, and how it went."),
+      form,
+      body,
+      more,
+    );
+    await ctx.poll(async () => {
+      const page = await ctx.api("GET", "audit", { query: { ...filters, cursor, limit: PAGE_SIZE } });
+      renderIfChanged(body, page.entries, () =>
+        table(
+          [["When"], ["Actor"], ["Role"], ["Action"], ["Targets"], ["Outcome"], ["Status", "num"], ["Request", "hide-narrow"]],
+          page.entries.map((e) =>
+            h(
+              "tr",
+              { "data-audit": String(e.id), "data-action": e.action },
+              h("td", {}, timeEl(e.created_at)),
+              h("td", { "data-col": "actor" }, h("code", {}, e.actor), e.actor_name ? h("div", { class: "muted" }, e.actor_name) : null),
+              h("td", { "data-col": "role" }, e.role),
+              h("td", { "data-col": "action" }, e.action),
+              h(
+                "td",
+                {},
+                (e.targets || []).map((t) => h("code", { class: "target" }, t, " ")),
+                e.affected != null ? h("span", { class: "muted" }, ` ${e.affected} affected`) : null,
+                e.filter ? h("div", { class: "muted" }, JSON.stringify(e.filter)) : null,
+              ),
+              h("td", { "data-col": "outcome" }, badge(e.outcome === "success" ? "completed" : e.outcome === "denied" ? "cancelled" : "failed", e.outcome)),
+              h("td", { class: "num" }, String(e.status)),
+              h("td", { class: "hide-narrow" }, h("code", {}, e.request_id || "")),
+            ),
+          ),
+          "No entries: nothing was changed yet, or the filters match none.",
+        ),
+      );
+      more.replaceChildren(page.next_cursor ? h("a", { href: hashFor("audit", { ...filters, cursor: page.next_cursor }), class: "button" }, "Older entries") : "");
+      updated.touch();
+    });
   }
 
   // --- tasks ----------------------------------------------------------------------------------
@@ -2891,7 +3042,7 @@
       const endpoints = (await ctx.api("GET", "push-endpoints")).push_endpoints;
       renderIfChanged(body, endpoints, () =>
         table(
-          [["Endpoint"], ["URL"], ["Queues"], ["Concurrency", "num"], ["Time-out", "num hide-narrow"], ["State"], ["Health"], state.canWrite ? ["Actions"] : null].filter(Boolean),
+          [["Endpoint"], ["URL"], ["Queues"], ["Concurrency", "num"], ["Time-out", "num hide-narrow"], ["State"], ["Health"], may("admin") ? ["Actions"] : null].filter(Boolean),
           endpoints.map((e) =>
             h(
               "tr",
@@ -2903,7 +3054,7 @@
               h("td", { class: "num hide-narrow" }, `${e.timeout_secs} s`),
               h("td", { "data-col": "state" }, e.paused ? badge("paused") : badge("active")),
               h("td", { "data-col": "health" }, breakerHealth(e.breaker)),
-              state.canWrite ? h("td", { class: "actions" }, endpointPauseButton(ctx, e, "small")) : null,
+              may("admin") ? h("td", { class: "actions" }, endpointPauseButton(ctx, e, "small")) : null,
             ),
           ),
           "No push endpoints yet: every queue is drained by workers that lease.",
@@ -3019,7 +3170,7 @@
           extra: [updated],
           actions: [
             h("button", { type: "button", class: "quiet", onclick: () => ctx.refresh() }, "Refresh"),
-            state.canWrite ? [endpointPauseButton(ctx, endpoint), rotateButton(ctx, endpoint, showSecret)] : null,
+            may("admin") ? [endpointPauseButton(ctx, endpoint), rotateButton(ctx, endpoint, showSecret)] : null,
           ].flat().filter(Boolean),
         }),
         h("p", { class: "subtitle" }, idRef("push endpoint", endpoint.id, null, { full: true })),
