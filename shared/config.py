@@ -92,8 +92,6 @@ def _api_key_fault(parts: list[str]) -> str:
     return "its token is empty" if not parts[0].strip() else "its tenant is empty"
 
 
-
-
 ROLES = tuple(role.value for role in Role)  # the role names as text, lowest first
 
 

@@ -263,7 +263,7 @@ async def test_a_read_only_credential_sees_the_endpoints_and_no_pause_resume_or_
     await wait_for_job_status(client, await create_job(client, "hook", "thumbnails"), "completed")
 
     await console.sign_in("ro", "#/push-endpoints")
-    await expect(console.page.locator("#identity-access")).to_have_text("read-only")
+    await expect(console.page.locator("#identity-access")).to_have_text("viewer")
     await expect(console.page.locator("#view tbody tr")).to_have_count(2)
     await expect(row(console, paused["id"]).locator('[data-col="state"]')).to_have_text("paused")
     buttons = set(await console.page.locator("#view button").all_inner_texts())

@@ -30,6 +30,12 @@ async def call(server, token: str, method: str = "GET", path: str = "/api/v1/who
         return resp.status, body
 
 
+async def who(server, token: str) -> tuple[int, str | None, str | None, str | None]:
+    """whoami's status, tenant, role and actor for `token`."""
+    status, body = await call(server, token)
+    return status, body.get("tenant"), body.get("role"), body.get("actor")
+
+
 @pytest.fixture
 async def server(oidc_server):
     return await oidc_server()
@@ -46,18 +52,21 @@ async def other_provider(tmp_path_factory):
 
 async def test_a_providers_access_token_is_a_bearer_token_of_its_tenant_and_role(server, provider):
     operator = (await provider.tokens(USERS["operator"]))["access_token"]
-    assert await call(server, operator) == (200, {"tenant": "acme", "access": "read_write"})
+    assert await who(server, operator) == (200, "acme", "operator", "oidc:u-olga")
     viewer = (await provider.tokens(USERS["viewer"]))["access_token"]
-    assert await call(server, viewer) == (200, {"tenant": "acme", "access": "read_only"})
-    # The adapter: a viewer reads and may not write; an operator (and an admin) writes.
+    assert await who(server, viewer) == (200, "acme", "viewer", "oidc:u-victor")
+    # The role is checked as any caller's: a viewer reads and may not enqueue; an operator may.
     status, body = await call(server, viewer, "POST", "/api/v1/jobs", json={"task_name": "t", "payload": {}})
-    assert (status, body["error"]) == (403, "access denied: read-only credential")
+    assert (status, body["error"]) == (
+        403,
+        "access denied: this needs the operator role (the credential's role is viewer)",
+    )
     status, _ = await call(server, operator, "POST", "/api/v1/jobs", json={"task_name": "t", "payload": {}})
     assert status == 201
     admin = (await provider.tokens(USERS["admin"]))["access_token"]
-    assert await call(server, admin) == (200, {"tenant": "acme", "access": "read_write"})
+    assert await who(server, admin) == (200, "acme", "admin", "oidc:u-ada")
     # API keys are unchanged beside it.
-    assert await call(server, "rw") == (200, {"tenant": "acme", "access": "read_write"})
+    assert (await who(server, "rw"))[:3] == (200, "acme", "admin")
 
 
 async def test_a_token_whose_claims_map_to_no_role_or_no_tenant_is_403_saying_why(server, provider):
@@ -73,10 +82,10 @@ async def test_a_token_whose_claims_map_to_no_role_or_no_tenant_is_403_saying_wh
 async def test_a_default_tenant_names_the_tenant_of_tokens_without_the_claim(oidc_server, provider):
     server = await oidc_server("--oidc-default-tenant", "solo")
     token = (await provider.tokens(USERS["untenanted"]))["access_token"]
-    assert await call(server, token) == (200, {"tenant": "solo", "access": "read_write"})
+    assert await who(server, token) == (200, "solo", "operator", "oidc:u-una")
     # A token that names its tenant keeps it.
     token = (await provider.tokens(USERS["viewer"]))["access_token"]
-    assert await call(server, token) == (200, {"tenant": "acme", "access": "read_only"})
+    assert await who(server, token) == (200, "acme", "viewer", "oidc:u-victor")
 
 
 async def test_a_token_for_another_client_is_401_as_a_wrong_audience(server, provider):
@@ -114,7 +123,7 @@ async def test_a_rotated_key_is_fetched_when_its_kid_first_appears_rsa_or_ec(ser
         kid = await provider.rotate(alg)
         token = (await provider.tokens(USERS["operator"]))["access_token"]
         assert jwt_header(token) == {"alg": alg, "kid": kid, "typ": "JWT"}
-        assert await call(server, token) == (200, {"tenant": "acme", "access": "read_write"})
+        assert await who(server, token) == (200, "acme", "operator", "oidc:u-olga")
     # The old key is still published, so its tokens still pass; once retired they do not.
     assert (await call(server, before))[0] == 200
     await provider.rotate("RS256", retire=True)

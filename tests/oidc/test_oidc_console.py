@@ -89,11 +89,11 @@ async def test_signing_in_through_the_provider_opens_the_view_asked_for_with_a_c
     await page.locator("#password").fill(USERS["operator"].password)
     await page.get_by_role("button", name="Login").click()
 
-    # Back on the deep link, signed in as the provider's user, with the mapped access level.
+    # Back on the deep link, signed in as the provider's user, with the mapped role.
     await expect(page.locator("#identity")).to_be_visible()
     await expect(page.locator("#identity-name")).to_have_text("Olga Operator")
     await expect(page.locator("#identity")).to_contain_text("Tenant acme")
-    await expect(page.locator("#identity-access")).to_have_text("read-write")
+    await expect(page.locator("#identity-access")).to_have_text("operator")
     assert page.url == f"{console.base_url}/ui/#/jobs/{job_id}"
 
     # The console works: an operator cancels the job, through the session (cookie + CSRF token).
@@ -136,7 +136,7 @@ async def test_a_change_without_the_sessions_csrf_token_is_403(console, provider
 
 async def test_a_viewer_signs_in_read_only(console, provider):
     await sign_in_with_sso(console, provider, USERS["viewer"], "#/jobs")
-    await expect(console.page.locator("#identity-access")).to_have_text("read-only")
+    await expect(console.page.locator("#identity-access")).to_have_text("viewer")
     await console.heading("Jobs")
     await expect(console.page.get_by_role("button", name="Cancel matching jobs")).to_have_count(0)
 
@@ -206,5 +206,5 @@ async def test_token_login_stays_beside_sso_only_with_console_token_login(
     await expect(console.page.get_by_role("button", name="Sign in with single sign-on")).to_be_visible()
     await console.page.get_by_label("Tenant token", exact=True).fill("rw")
     await console.page.get_by_role("button", name="Sign in", exact=True).click()
-    await expect(console.page.locator("#identity-access")).to_have_text("read-write")
+    await expect(console.page.locator("#identity-access")).to_have_text("admin")
     assert console.watch.authorizations == {"Bearer rw"}
