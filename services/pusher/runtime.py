@@ -478,14 +478,16 @@ class Pusher:
             return
         target_id = endpoint.target.id
         try:
-            failures = await push_db.endpoint_failed(self.db.pool, target_id)
-            open_until = endpoint.target.open_until
-            if failures >= threshold:
-                secs = breaker_open_secs(failures, threshold, self.settings.push_breaker_secs)
-                open_until = await push_db.open_breaker(self.db.pool, target_id, secs)
-                log.warning(
-                    "push_breaker_opened", endpoint_id=str(target_id), failures=failures, open_secs=secs
-                )
+            # One transaction: a reader never sees the new count beside the last opening's end.
+            async with self.db.pool.acquire() as conn, conn.transaction():
+                failures = await push_db.endpoint_failed(conn, target_id)
+                open_until = endpoint.target.open_until
+                if failures >= threshold:
+                    secs = breaker_open_secs(failures, threshold, self.settings.push_breaker_secs)
+                    open_until = await push_db.open_breaker(conn, target_id, secs)
+                    log.warning(
+                        "push_breaker_opened", endpoint_id=str(target_id), failures=failures, open_secs=secs
+                    )
         except Exception as err:
             log.warning("push_breaker_write_failed", error=str(err), exc_info=not is_database_error(err))
             return

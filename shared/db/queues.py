@@ -78,10 +78,10 @@ async def tenant_queue(db: Executor, tenant: str, queue: str) -> QueueStats:
     return _stats(row, spelled_out=True)
 
 
-async def set_retention(pool: Pool, tenant: str, queue: str, retention: Retention) -> QueueStats:
+async def set_retention(db: Executor, tenant: str, queue: str, retention: Retention) -> QueueStats:
     """The tenant's own retention of completed jobs on `queue`, whatever the fleet's default; it
     applies to every job of theirs that completes from then on."""
-    async with audit.change(pool, atomic=True) as conn:
+    async with audit.change(db, atomic=True) as conn:
         with capped():  # a queue the tenant never used gets its row, as a job would give it
             await conn.execute(Q.set_queue_retention, queue, tenant, retention.value)
         return await tenant_queue(conn, tenant, queue)

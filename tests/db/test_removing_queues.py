@@ -71,28 +71,7 @@ async def remaining(db: asyncpg.Connection, ids: Sequence[uuid.UUID]) -> dict[uu
 
 
 async def removes(db: asyncpg.Connection, queue: str, tenant: str = TENANT) -> None:
-    await queues.set_retention(_Pool(db), tenant, queue, Retention.REMOVE_COMPLETED)
-
-
-class _Pool:
-    """A connection where the db layer asks for a pool (set_retention opens a transaction on it)."""
-
-    def __init__(self, conn: asyncpg.Connection) -> None:
-        self.conn = conn
-
-    def acquire(self) -> _Acquired:
-        return _Acquired(self.conn)
-
-
-class _Acquired:
-    def __init__(self, conn: asyncpg.Connection) -> None:
-        self.conn = conn
-
-    async def __aenter__(self) -> asyncpg.Connection:
-        return self.conn
-
-    async def __aexit__(self, *exc: object) -> None:
-        return None
+    await queues.set_retention(db, tenant, queue, Retention.REMOVE_COMPLETED)
 
 
 async def test_a_completed_job_of_a_removing_queue_is_deleted_by_the_statement_that_completes_it(db):
@@ -112,7 +91,7 @@ async def test_a_queue_keeps_its_completed_jobs_unless_told_otherwise(db):
 
 async def test_removal_is_the_tenants_own_choice_and_the_fleet_default_fills_in_for_the_others(db):
     await queues.record_retention_defaults(db, {"shared": Retention.REMOVE_COMPLETED})
-    await queues.set_retention(_Pool(db), "keeper", "shared", Retention.KEEP)
+    await queues.set_retention(db, "keeper", "shared", Retention.KEEP)
     await removes(db, "mine", tenant="remover")
     ids = {
         ("remover", "shared"): await enqueue(db, "shared", tenant="remover"),
@@ -136,7 +115,7 @@ async def test_removal_is_the_tenants_own_choice_and_the_fleet_default_fills_in_
 async def test_the_completing_statement_and_removes_completed_agree(db, own, fleet):
     await queues.record_retention_defaults(db, {} if fleet is None else {"q": fleet})
     if own is not None:
-        await queues.set_retention(_Pool(db), TENANT, "q", own)
+        await queues.set_retention(db, TENANT, "q", own)
     job = await enqueue(db, "q")
     said = await db.fetchval("SELECT queueflow.removes_completed('q', $1)", TENANT)
     await complete(db, await claim(db, "q"))
