@@ -47,9 +47,6 @@ class Route:
     status: int = 200
     # A text/event-stream route: the type each `status` event's data is the JSON of.
     events: type | None = None
-    # False for the one tenant write the audit log leaves out: single enqueues, the hot path
-    # (docs/access.md, "What is audited").
-    audit: bool = True
 
     @property
     def role(self) -> Role | None:
@@ -59,7 +56,7 @@ class Route:
     @property
     def audited(self) -> bool:
         """Whether each request writes an audit entry: the tenant routes that change something."""
-        return self.role is not None and self.method != "GET" and self.audit
+        return self.role is not None and self.method != "GET"
 
 
 ROUTES: list[Route] = [
@@ -74,7 +71,6 @@ ROUTES: list[Route] = [
         wire.CreateJobRequest,
         wire.CreateJobResponse,
         201,
-        audit=False,
     ),
     Route(
         "POST",

@@ -86,6 +86,14 @@ async def change(db: Executor, *, atomic: bool = False) -> AsyncIterator[Any]:
     scope.written = True
 
 
+def pending() -> Scope | None:
+    """The request's scope while its entry is unwritten: for a change another task writes (the
+    single enqueues' group commit), which inserts the entry in its transaction (`insert_many`);
+    the caller marks the scope `written` once that committed."""
+    scope = _SCOPE.get()
+    return scope if scope is not None and not scope.written and scope.conn is None else None
+
+
 def made(target: object) -> None:
     """Inside `change`: the id of what the change created, added to the entry's targets."""
     scope = _SCOPE.get()
@@ -102,8 +110,11 @@ def selected(filter_fields: dict[str, Any] | None, affected: int) -> None:
 
 
 async def insert(db: Executor, entry: AuditRecord) -> None:
-    await db.execute(
-        Q.insert_audit_entry,
+    await db.execute(Q.insert_audit_entry, *_values(entry))
+
+
+def _values(entry: AuditRecord) -> tuple[Any, ...]:
+    return (
         entry.tenant,
         entry.actor,
         entry.actor_name,
@@ -117,6 +128,11 @@ async def insert(db: Executor, entry: AuditRecord) -> None:
         entry.outcome.value,
         entry.status,
     )
+
+
+async def insert_many(conn: Connection, entries: list[AuditRecord]) -> None:
+    """Many entries in the caller's transaction (one round trip: asyncpg pipelines them)."""
+    await conn.executemany(Q.insert_audit_entry, [_values(entry) for entry in entries])
 
 
 async def write(db: Executor, scope: Scope) -> None:

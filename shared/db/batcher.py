@@ -14,8 +14,11 @@ import contextlib
 import functools
 import uuid
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import Generic, TypeVar, cast
 
+import msgspec
+
+from shared.db import audit
 from shared.db import jobs as jobs_db
 from shared.db.pool import Pool, is_unavailable
 from shared.domain.jobs import JobStatus, NewJob, Object
@@ -192,27 +195,34 @@ class FailureBatcher(GroupCommit[jobs_db.Failure, JobStatus]):
         return await self.submit((job_id, token, error, retryable))
 
 
-class InsertBatcher(GroupCommit[tuple[str | None, NewJob, jobs_db.Handoff | None], jobs_db.Inserted]):
+# A single enqueue: its tenant, the job, a lease call's terms to write it leased on (or None), and
+# the audit scope of the request that enqueues it (or None): its entry is written with the job.
+Enqueue = tuple[str | None, NewJob, jobs_db.Handoff | None, audit.Scope | None]
+
+
+class InsertBatcher(GroupCommit[Enqueue, jobs_db.Inserted]):
     """Single enqueues: one transaction (one insert statement per tenant, one commit, one wake-up
     per queue) for every POST /jobs in flight; a single tenant's group is one statement. A job
-    may come with a `Handoff`: it is then written leased on its terms (jobs.insert_handed_off)."""
+    may come with a `Handoff`: it is then written leased on its terms (jobs.insert_handed_off).
+    The audit entries of the requests that enqueue (docs/access.md) go in the same transaction,
+    one pipelined round trip for the group, each naming its job."""
 
     name = "inserter"
 
-    async def _write_many(
-        self, items: list[tuple[str | None, NewJob, jobs_db.Handoff | None]]
-    ) -> list[jobs_db.Inserted | BaseException]:
+    async def _write_many(self, items: list[Enqueue]) -> list[jobs_db.Inserted | BaseException]:
         # One statement per tenant, and a second for its jobs handed off to a lease call (those
         # are never kept out by a key: jobs.insert_handed_off).
         groups: dict[tuple[str | None, bool], list[int]] = {}
-        for index, (tenant, _, handoff) in enumerate(items):
+        for index, (tenant, _, handoff, _) in enumerate(items):
             groups.setdefault((tenant, handoff is not None), []).append(index)
+        audited = [index for index, item in enumerate(items) if item[3] is not None]
         answers: list[jobs_db.Inserted | BaseException] = [(uuid.UUID(int=0), None)] * len(items)
-        # One group (the common case) is one statement, atomic on its own: no BEGIN and COMMIT
-        # round trips around it.
+        job_ids: dict[int, uuid.UUID] = {}
+        # One group without audit entries is one statement, atomic on its own: no BEGIN and
+        # COMMIT round trips around it.
         async with (
             self.pool.acquire() as conn,
-            conn.transaction() if len(groups) > 1 else contextlib.nullcontext(),
+            conn.transaction() if len(groups) > 1 or audited else contextlib.nullcontext(),
         ):
             for (tenant, handed_off), indexes in groups.items():
                 jobs = [items[i][1] for i in indexes]
@@ -223,10 +233,22 @@ class InsertBatcher(GroupCommit[tuple[str | None, NewJob, jobs_db.Handoff | None
                     inserted = [(job_id, None) for job_id in await jobs_db.insert_jobs(conn, tenant, jobs)]
                 for index, answer in zip(indexes, inserted, strict=True):
                     answers[index] = answer
+                    job_ids[index] = answer[0]
+            if audited:
+                entries = []
+                for index in audited:
+                    entry = cast(audit.Scope, items[index][3]).entry
+                    entries.append(
+                        msgspec.structs.replace(entry, targets=[*entry.targets, str(job_ids[index])])
+                    )
+                await audit.insert_many(conn, entries)
+        for index in audited:  # committed: the requests' entries are written
+            cast(audit.Scope, items[index][3]).written = True
         return answers
 
     async def insert(self, tenant: str | None, job: NewJob) -> uuid.UUID:
-        job_id, _ = await self.submit((tenant, job, None))
+        """Insert `job`; within an audited request (shared/db/audit.py) with its entry."""
+        job_id, _ = await self.submit((tenant, job, None, audit.pending()))
         return job_id
 
     def hand_off(
@@ -239,4 +261,4 @@ class InsertBatcher(GroupCommit[tuple[str | None, NewJob, jobs_db.Handoff | None
         """Insert `job` leased on `handoff`'s terms when it may be (jobs.insert_handed_off);
         `written` gets its id and that lease (None when it was written waiting instead), or the
         error, once its group is written, whether or not anyone still waits for the job's id."""
-        self.submit_nowait((tenant, job, handoff), written)
+        self.submit_nowait((tenant, job, handoff, audit.pending()), written)

@@ -4,6 +4,7 @@ secret; GET /api/v1/audit's filters, paging and tenant isolation."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 from typing import Any
 
@@ -46,10 +47,36 @@ async def _entries(client, headers=ADMIN, **params) -> list[dict[str, Any]]:
     return (await list_json(client, "/api/v1/audit", headers, **params))["entries"]
 
 
-def test_every_tenant_write_is_audited_but_single_enqueues():
+def test_every_tenant_write_is_audited():
     writes = {r.operation_id for r in ROUTES if r.role is not None and r.method != "GET"}
-    assert writes - {r.operation_id for r in AUDITED} == {"createJob"}
+    assert writes == {r.operation_id for r in AUDITED}
+    assert "createJob" in writes
     assert all(r.method != "GET" and r.role is not None for r in AUDITED)
+
+
+async def test_concurrent_single_enqueues_each_write_one_entry_naming_their_own_job(api):
+    """Single enqueues share a group commit (docs/enqueue.md): each request's entry is written in
+    that transaction, naming the job its own request created, whoever else's jobs it carried."""
+    client = await api(**KEYS)
+
+    async def enqueue(headers: dict[str, str], n: int) -> tuple[str, str]:
+        resp = await client.post("/api/v1/jobs", json={"task_name": f"t{n}"}, headers=headers)
+        assert resp.status == 201, await resp.text()
+        return (await resp.json())["job_id"], headers["Authorization"]
+
+    made = await asyncio.gather(*(enqueue(OPERATOR if n % 2 else ADMIN, n) for n in range(20)))
+    entries = await _rows(client)
+    assert len(entries) == 20
+    actor = {
+        OPERATOR["Authorization"]: f"key:{key_id('k-op')}",
+        ADMIN["Authorization"]: f"key:{key_id('k-admin')}",
+    }
+    assert sorted((e["targets"][0], e["actor"]) for e in entries) == sorted(
+        (job_id, actor[auth]) for job_id, auth in made
+    )
+    assert {(e["action"], e["outcome"], e["status"], len(e["targets"])) for e in entries} == {
+        ("createJob", "success", 201, 1)
+    }
 
 
 @pytest.mark.parametrize("route", AUDITED, ids=[r.operation_id for r in AUDITED])
@@ -142,7 +169,11 @@ async def test_a_change_that_fails_leaves_a_failed_entry_and_no_success(api):
     job_id = await create_job(client, OPERATOR)
     assert (await client.post(f"/api/v1/jobs/{job_id}/cancel", headers=OPERATOR)).status == 204
     await expect_error(await client.post(f"/api/v1/jobs/{job_id}/cancel", headers=OPERATOR), 409)
-    assert [(e["outcome"], e["status"]) for e in await _rows(client)] == [("success", 204), ("failed", 409)]
+    assert [(e["action"], e["outcome"], e["status"]) for e in await _rows(client)] == [
+        ("createJob", "success", 201),
+        ("cancelJob", "success", 204),
+        ("cancelJob", "failed", 409),
+    ]
 
 
 async def test_an_entry_and_its_change_commit_together_or_not_at_all(api):
@@ -164,14 +195,19 @@ async def test_an_entry_and_its_change_commit_together_or_not_at_all(api):
     resp = await client.put("/api/v1/limits/planted", json={"concurrency": 1}, headers=ADMIN)
     assert resp.status == 500, await resp.text()
     assert await pool.fetchval("SELECT count(*) FROM queueflow.limit_policies") == 0
+    # A single enqueue's entry rides its group commit: refused at commit, so is the job.
+    resp = await client.post("/api/v1/jobs", json={"task_name": "planted"}, headers=ADMIN)
+    assert resp.status >= 500, await resp.text()
+    assert await pool.fetchval("SELECT count(*) FROM queueflow.jobs") == 0
     assert [(e["action"], e["outcome"], e["status"]) for e in await _rows(client)] == [
-        ("putLimit", "failed", 500)
+        ("putLimit", "failed", 500),
+        ("createJob", "failed", resp.status),
     ]
     await pool.execute("DROP TRIGGER refuse_audit ON queueflow.audit_log")
     resp = await client.put("/api/v1/limits/planted", json={"concurrency": 1}, headers=ADMIN)
     assert resp.status == 200, await resp.text()
     assert await pool.fetchval("SELECT count(*) FROM queueflow.limit_policies") == 1
-    assert [e["outcome"] for e in await _rows(client)] == ["failed", "success"]
+    assert [e["outcome"] for e in await _rows(client)] == ["failed", "failed", "success"]
 
 
 async def test_no_secret_ever_reaches_the_audit_table(api):
