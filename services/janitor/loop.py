@@ -15,7 +15,7 @@ import structlog
 
 from shared import metrics
 from shared.config import Settings
-from shared.db import audit, crons, events, janitor, limits, stats, watchers
+from shared.db import audit, console_sessions, crons, events, janitor, limits, stats, watchers
 from shared.db import workflows as workflows_db
 from shared.db.database import Database
 from shared.db.pool import Connection, is_unavailable
@@ -197,6 +197,19 @@ class Janitor:
             log.info("audit_log_pruned", rows=pruned, older_than_days=days)
         return pruned
 
+    async def prune_console_sessions(self) -> int:
+        """The console's sign-in sessions past their end (docs/access.md, "Sessions"), a round at
+        a time. Their rows hold the provider's tokens, so none outlives its session for long."""
+        batch = 10 * self.settings.janitor_batch
+        pruned = 0
+        while (deleted := await console_sessions.prune_expired(self.db.pool, batch)) > 0:
+            pruned += deleted
+            if deleted < batch:
+                break
+        if pruned:
+            log.info("console_sessions_pruned", rows=pruned)
+        return pruned
+
     async def prune(self, older_than_hours: float) -> int:
         deleted = await janitor.prune(self.db.pool, older_than_hours)
         if deleted:
@@ -237,6 +250,7 @@ class Janitor:
                     await self.prune_idle_limit_keys()
                     await self.prune_stats()
                     await self.prune_audit_log()
+                    await self.prune_console_sessions()
                 if s.retention_hours is not None and loop.time() >= next_retention:
                     next_retention = loop.time() + s.retention_interval_secs
                     await self.prune(s.retention_hours)

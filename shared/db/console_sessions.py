@@ -8,8 +8,7 @@ from shared.domain.console_sessions import ConsoleSession
 
 
 async def create(db: Executor, session: ConsoleSession) -> None:
-    """Store a new session, and prune a batch of ended ones."""
-    await db.execute(Q.prune_console_sessions)
+    """Store a new session (the janitor prunes the ended ones: `prune_expired`)."""
     await db.execute(
         Q.insert_console_session,
         session.id_digest,
@@ -57,3 +56,9 @@ async def delete(db: Executor, digest: bytes) -> str | None:
     """End the session; its ID token (for the provider's logout), or None when there was none."""
     row = await db.fetchrow(Q.delete_console_session, digest)
     return None if row is None else row["id_token"]
+
+
+async def prune_expired(db: Executor, batch: int) -> int:
+    """Delete up to `batch` sessions past their end; how many went."""
+    status = await db.execute(Q.prune_console_sessions, batch)
+    return int(status.split()[-1])

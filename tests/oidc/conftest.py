@@ -10,6 +10,7 @@ import pytest
 from tests.console.conftest import (  # noqa: F401 (the console tests' browser fixtures and report hook)
     browser,
     chromium_profile,
+    http,
     open_console,
     pytest_runtest_makereport,
     screenshot_dir,

@@ -13,36 +13,11 @@ import pytest
 from playwright.async_api import expect
 
 from tests.console.helpers import create_job
-from tests.oidc.provider import USERS, User
+from tests.oidc.browser import allow_provider, sign_in_with_sso
+from tests.oidc.provider import USERS
 from tests.support.waiting import eventually
 
 pytestmark = [pytest.mark.xdist_group("console-browser"), pytest.mark.timeout(240)]
-
-
-def allow_provider(console, provider) -> None:
-    """The provider's pages are the one other host the console's tab may visit."""
-    watch = console.watch
-    watch.provider_requests = []
-    console.page.remove_listener("request", watch.on_request)
-
-    def on_request(request) -> None:
-        if request.url.startswith(provider.issuer + "/"):
-            watch.provider_requests.append(request.url)
-        else:
-            watch.on_request(request)
-
-    console.page.on("request", on_request)
-
-
-async def sign_in_with_sso(console, provider, user: User, hash_: str = "#/") -> None:
-    page = console.page
-    await console.open(hash_)
-    await page.get_by_role("button", name="Sign in with single sign-on").click()
-    await expect(page.locator("#username")).to_be_visible()
-    await page.locator("#username").fill(user.username)
-    await page.locator("#password").fill(user.password)
-    await page.get_by_role("button", name="Login").click()
-    await expect(page.locator("#identity")).to_be_visible()
 
 
 async def session_row(db) -> dict:

@@ -7,10 +7,14 @@ INSERT INTO queueflow.console_sessions
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11);
 
 -- name: prune_console_sessions
--- Sessions past their end, a bounded batch at a time (each sign-in prunes one).
+-- Sessions past their end, a round of at most $1 at a time, oldest end first (the janitor's
+-- housekeeping repeats while a round is full; console_sessions_expiry finds them).
 DELETE FROM queueflow.console_sessions
 WHERE id_digest IN (
-    SELECT id_digest FROM queueflow.console_sessions WHERE expires_at < now() LIMIT 100
+    SELECT id_digest FROM queueflow.console_sessions
+    WHERE expires_at < now()
+    ORDER BY expires_at
+    LIMIT $1
 );
 
 -- name: find_console_session
