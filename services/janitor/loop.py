@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 
 import structlog
@@ -152,16 +153,22 @@ class Janitor:
             )
         return len(repaired)
 
+    async def _in_rounds(self, delete: Callable[[int], Awaitable[int]]) -> int:
+        """Call `delete(batch)` (rows it deleted, at most `batch`: 10 x --janitor-batch) until a
+        round deletes fewer than a batch; the rows deleted in all."""
+        batch = 10 * self.settings.janitor_batch
+        deleted = 0
+        while True:
+            n = await delete(batch)
+            deleted += n
+            if n < batch:
+                return deleted
+
     async def remove_lingering(self) -> int:
         """Completed jobs of removing queues kept for their watchers, once --removal-grace-secs
         has passed: deleted, in rounds of 10 x --janitor-batch until none is due."""
-        removed = 0
-        batch = 10 * self.settings.janitor_batch
-        while True:
-            n = await janitor.remove_lingering(self.db.pool, self.settings.removal_grace_secs, batch)
-            removed += n
-            if n < batch:
-                break
+        grace = self.settings.removal_grace_secs
+        removed = await self._in_rounds(lambda batch: janitor.remove_lingering(self.db.pool, grace, batch))
         if removed:
             log.info("completed_jobs_removed", jobs=removed)
         return removed
@@ -188,11 +195,7 @@ class Janitor:
         days = self.settings.audit_retention_days
         if days <= 0:
             return 0
-        pruned = 0
-        while (deleted := await audit.prune(self.db.pool, days, 10 * self.settings.janitor_batch)) > 0:
-            pruned += deleted
-            if deleted < 10 * self.settings.janitor_batch:
-                break
+        pruned = await self._in_rounds(lambda batch: audit.prune(self.db.pool, days, batch))
         if pruned:
             log.info("audit_log_pruned", rows=pruned, older_than_days=days)
         return pruned
@@ -200,12 +203,7 @@ class Janitor:
     async def prune_console_sessions(self) -> int:
         """The console's sign-in sessions past their end (docs/access.md, "Sessions"), a round at
         a time. Their rows hold the provider's tokens, so none outlives its session for long."""
-        batch = 10 * self.settings.janitor_batch
-        pruned = 0
-        while (deleted := await console_sessions.prune_expired(self.db.pool, batch)) > 0:
-            pruned += deleted
-            if deleted < batch:
-                break
+        pruned = await self._in_rounds(lambda batch: console_sessions.prune_expired(self.db.pool, batch))
         if pruned:
             log.info("console_sessions_pruned", rows=pruned)
         return pruned
