@@ -16,11 +16,12 @@ reads a request: the entry holds only what its callers put in it.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextvars import ContextVar
 from typing import Any
 
 import asyncpg
+import msgspec
 
 from shared.db.listing import fetch_page
 from shared.db.pool import Connection, Executor, record
@@ -130,9 +131,28 @@ def _values(entry: AuditRecord) -> tuple[Any, ...]:
     )
 
 
-async def insert_many(conn: Connection, entries: list[AuditRecord]) -> None:
-    """Many entries in the caller's transaction (one round trip: asyncpg pipelines them)."""
-    await conn.executemany(Q.insert_audit_entry, [_values(entry) for entry in entries])
+async def insert_many(conn: Connection, made: Sequence[tuple[AuditRecord, object]]) -> None:
+    """Entries in the caller's transaction (one round trip: asyncpg pipelines them), each naming,
+    last among its targets, what its request made."""
+    await conn.executemany(Q.insert_audit_entry, [_values(_naming(entry, what)) for entry, what in made])
+
+
+def entries(made: Sequence[tuple[AuditRecord, object]]) -> str:
+    """`insert_many`'s entries for a statement that writes them with its change (jobs.insert_jobs'
+    $3), as one JSON document."""
+    return msgspec.json.encode(
+        [dict(zip(_COLUMNS, _values(_naming(entry, what)), strict=True)) for entry, what in made]
+    ).decode()
+
+
+def _naming(entry: AuditRecord, what: object) -> AuditRecord:
+    return msgspec.structs.replace(entry, targets=[*entry.targets, str(what)])
+
+
+_COLUMNS = (
+    "tenant_id", "actor", "actor_name", "role", "action", "targets", "filter", "affected",
+    "request_id", "source", "outcome", "status",
+)  # fmt: skip
 
 
 async def write(db: Executor, scope: Scope) -> None:

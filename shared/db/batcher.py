@@ -16,8 +16,6 @@ import uuid
 from collections.abc import Callable
 from typing import Generic, TypeVar, cast
 
-import msgspec
-
 from shared.db import audit
 from shared.db import jobs as jobs_db
 from shared.db.pool import Pool, is_unavailable
@@ -204,8 +202,9 @@ class InsertBatcher(GroupCommit[Enqueue, jobs_db.Inserted]):
     """Single enqueues: one transaction (one insert statement per tenant, one commit, one wake-up
     per queue) for every POST /jobs in flight; a single tenant's group is one statement. A job
     may come with a `Handoff`: it is then written leased on its terms (jobs.insert_handed_off).
-    The audit entries of the requests that enqueue (docs/access.md) go in the same transaction,
-    one pipelined round trip for the group, each naming its job."""
+    The audit entries of the requests that enqueue (docs/access.md) are written with their jobs:
+    by the insert statement itself for the common group (one tenant's jobs that each insert a row
+    of their own), else in the group's transaction, one pipelined round trip, each naming its job."""
 
     name = "inserter"
 
@@ -215,35 +214,38 @@ class InsertBatcher(GroupCommit[Enqueue, jobs_db.Inserted]):
         groups: dict[tuple[str | None, bool], list[int]] = {}
         for index, (tenant, _, handoff, _) in enumerate(items):
             groups.setdefault((tenant, handoff is not None), []).append(index)
-        audited = [index for index, item in enumerate(items) if item[3] is not None]
+        scopes = {index: item[3] for index, item in enumerate(items) if item[3] is not None}
+        jobs = [item[1] for item in items]
+        one_tenant = len(groups) == 1 and not any(handed_off for _, handed_off in groups)
+        if scopes and one_tenant and jobs_db.inserts_every_row(jobs):
+            # The common group, audited: one statement, atomic on its own, writes the entries too.
+            audited = [(index, scope.entry) for index, scope in scopes.items()]
+            async with self.pool.acquire() as conn:
+                ids = await jobs_db.insert_jobs(conn, items[0][0], jobs, audited)
+            for scope in scopes.values():
+                scope.written = True
+            return [(job_id, None) for job_id in ids]
         answers: list[jobs_db.Inserted | BaseException] = [(uuid.UUID(int=0), None)] * len(items)
-        job_ids: dict[int, uuid.UUID] = {}
         # One group without audit entries is one statement, atomic on its own: no BEGIN and
         # COMMIT round trips around it.
         async with (
             self.pool.acquire() as conn,
-            conn.transaction() if len(groups) > 1 or audited else contextlib.nullcontext(),
+            conn.transaction() if len(groups) > 1 or scopes else contextlib.nullcontext(),
         ):
             for (tenant, handed_off), indexes in groups.items():
-                jobs = [items[i][1] for i in indexes]
+                group = [jobs[i] for i in indexes]
                 if handed_off:
                     handoffs = [items[i][2] for i in indexes]
-                    inserted = await jobs_db.insert_handed_off(conn, tenant, jobs, handoffs)
+                    inserted = await jobs_db.insert_handed_off(conn, tenant, group, handoffs)
                 else:
-                    inserted = [(job_id, None) for job_id in await jobs_db.insert_jobs(conn, tenant, jobs)]
+                    inserted = [(job_id, None) for job_id in await jobs_db.insert_jobs(conn, tenant, group)]
                 for index, answer in zip(indexes, inserted, strict=True):
                     answers[index] = answer
-                    job_ids[index] = answer[0]
-            if audited:
-                entries = []
-                for index in audited:
-                    entry = cast(audit.Scope, items[index][3]).entry
-                    entries.append(
-                        msgspec.structs.replace(entry, targets=[*entry.targets, str(job_ids[index])])
-                    )
-                await audit.insert_many(conn, entries)
-        for index in audited:  # committed: the requests' entries are written
-            cast(audit.Scope, items[index][3]).written = True
+            if scopes:
+                made = [(scope.entry, cast(jobs_db.Inserted, answers[i])[0]) for i, scope in scopes.items()]
+                await audit.insert_many(conn, made)
+        for scope in scopes.values():  # committed: the requests' entries are written
+            scope.written = True
         return answers
 
     async def insert(self, tenant: str | None, job: NewJob) -> uuid.UUID:

@@ -35,6 +35,7 @@ from shared.db.pool import (
 )
 from shared.db.queries import Q
 from shared.db.queues import capped
+from shared.domain.audit import AuditRecord
 from shared.domain.errors import Conflict, DomainError, Gone, NotFound
 from shared.domain.jobs import (
     DEFAULT_CONFIG,
@@ -164,12 +165,21 @@ def _stored_jsonb(config: JobConfig) -> bytes:
 _DEFAULT_JSONB = jsonb_binary(_DEFAULT_STORED)
 
 
-async def insert_jobs(db: Executor, tenant: str | None, jobs: Sequence[NewJob]) -> list[uuid.UUID]:
+async def insert_jobs(
+    db: Executor, tenant: str | None, jobs: Sequence[NewJob], audited: Sequence[tuple[int, AuditRecord]] = ()
+) -> list[uuid.UUID]:
     """Insert `jobs` in one statement; returns their ids in input order. A job whose idempotency key
     the tenant already used gets the original job's id and inserts nothing; so does one whose unique
     key another job holds (migration 13's trigger decides), which gets the holder's id. A queue
-    new to the tenant past its cap refuses the whole statement (TooManyQueues)."""
+    new to the tenant past its cap refuses the whole statement (TooManyQueues).
+
+    `audited`: audit entries, each with the index of the job its request enqueued, that the same
+    statement writes, each naming its job (shared/db/audit.py); only for jobs that each insert a
+    row of their own (`inserts_every_row`)."""
     with capped():
+        if audited:
+            assert inserts_every_row(jobs)
+            return await _insert_jobs(db, tenant, jobs, unique=False, audited=audited)
         if not any(j.config.unique for j in jobs):
             return await _insert_jobs(db, tenant, jobs, unique=False)
         # The holders are read in the insert's own transaction: it has locked their keys' rows, so
@@ -281,8 +291,19 @@ def _lock_order(job: NewJob) -> str:
     return job.config.unique.key if job.config.unique else ""
 
 
+def inserts_every_row(jobs: Sequence[NewJob]) -> bool:
+    """Whether each of `jobs` inserts its own row whatever the table holds: none has an
+    idempotency or a unique key (a row the insert may keep out)."""
+    return not any(j.idempotency_key or j.config.unique for j in jobs)
+
+
 async def _insert_jobs(
-    db: Executor, tenant: str | None, given: Sequence[NewJob], *, unique: bool
+    db: Executor,
+    tenant: str | None,
+    given: Sequence[NewJob],
+    *,
+    unique: bool,
+    audited: Sequence[tuple[int, AuditRecord]] = (),
 ) -> list[uuid.UUID]:
     ids = new_job_ids(len(given))
     ordered = unique and len(given) > 1
@@ -290,15 +311,18 @@ async def _insert_jobs(
     jobs = [given[n] for n in order] if ordered else given
     ids = [ids[n] for n in order] if ordered else ids
     keyed = any(j.idempotency_key for j in jobs)
-    if not keyed and not unique and len(jobs) >= COPY_MIN_JOBS:
+    if not keyed and not unique and not audited and len(jobs) >= COPY_MIN_JOBS:
         timed = sum(j.run_at is not None for j in jobs)
         if timed in (0, len(jobs)):
             await _copy_jobs(db, tenant, jobs, ids, timed=timed > 0)
             metrics.JOBS_CREATED.inc(len(jobs))
             return ids
     rows = [_insert_row(j, i) for j, i in zip(jobs, ids, strict=True)]
-    statement = Q.insert_jobs_idempotent if keyed else Q.insert_jobs
-    inserted = await db.fetch(statement, _encode_rows(rows).decode(), tenant)
+    if keyed:
+        inserted = await db.fetch(Q.insert_jobs_idempotent, _encode_rows(rows).decode(), tenant)
+    else:
+        entries = audit.entries([(entry, ids[n]) for n, entry in audited]) if audited else None
+        inserted = await db.fetch(Q.insert_jobs, _encode_rows(rows).decode(), tenant, entries)
     metrics.JOBS_CREATED.inc(len(inserted))
     answers = ids
     if len(inserted) < len(jobs):
