@@ -79,6 +79,22 @@ async def test_concurrent_single_enqueues_each_write_one_entry_naming_their_own_
     }
 
 
+async def test_an_idempotent_enqueue_again_writes_an_entry_naming_the_original_job(api):
+    """A job with an idempotency key may insert nothing (its key was used): its group writes the
+    entries in a transaction of its own, and the repeat names the job the key already made."""
+    client = await api(**KEYS)
+    body = {"task_name": "t", "idempotency_key": "once"}
+    first = await (await client.post("/api/v1/jobs", json=body, headers=ADMIN)).json()
+    again = await client.post("/api/v1/jobs", json=body, headers=OPERATOR)
+    assert (await again.json())["job_id"] == first["job_id"]
+    entries = await _rows(client)
+    assert [(e["action"], e["targets"], e["role"]) for e in entries] == [
+        ("createJob", [first["job_id"]], "admin"),
+        ("createJob", [first["job_id"]], "operator"),
+    ]
+    assert [e["status"] for e in entries] == [201, again.status]
+
+
 @pytest.mark.parametrize("route", AUDITED, ids=[r.operation_id for r in AUDITED])
 async def test_each_mutating_route_writes_one_entry_with_its_actor_role_and_status(api, route):
     client = await api(**KEYS)
