@@ -170,7 +170,8 @@ def render_kustomization(kustomize: str, directory: Path, name: str) -> Rendered
         check=False,
     )
     if proc.returncode != 0:
-        pytest.fail(f"kustomize build {directory.relative_to(REPO)} failed:\n{proc.stderr}", pytrace=False)
+        shown = directory.relative_to(REPO) if directory.is_relative_to(REPO) else directory
+        pytest.fail(f"kustomize build {shown} failed:\n{proc.stderr}", pytrace=False)
     return Rendered(name, [d for d in yaml.safe_load_all(proc.stdout) if d])
 
 

@@ -62,7 +62,13 @@ from qf_deploy_helpers import (
 
 SERVICES = ("api", "janitor", "workflow", "worker", "pusher")
 FULL_VALUES = HELM_CHART / "ci" / "full-values.yaml"
-CREDENTIALS = {"QUEUEFLOW_WORKER_TOKEN", "QUEUEFLOW_API_KEYS", "QUEUEFLOW_JWT_SECRET"}
+OIDC_VALUES = HELM_CHART / "ci" / "oidc-values.yaml"
+CREDENTIALS = {
+    "QUEUEFLOW_WORKER_TOKEN",
+    "QUEUEFLOW_API_KEYS",
+    "QUEUEFLOW_JWT_SECRET",
+    "QUEUEFLOW_OIDC_CLIENT_SECRET",
+}
 HOOK = "helm.sh/hook"
 JWT_SECRET = "jwt-secret-of-more-than-32-bytes-0123"
 HOOK_WEIGHT = "helm.sh/hook-weight"
@@ -116,6 +122,21 @@ VARIANTS = {
         external=(
             external_secret("pg-credentials", {"url": "postgresql://qf:pw@pg.invalid:5432/qf"}),
             external_secret("qf-auth", {"worker-token": "w-token", "api-keys": "k1:tenant-a"}),
+        ),
+    ),
+    # Single sign-on only (ci/oidc-values.yaml): the Secret "queueflow" holds no API keys and no
+    # JWT secret, only the worker token and the OIDC client's secret.
+    "oidc": Variant(
+        values=(OIDC_VALUES,),
+        external=(
+            external_secret(
+                "queueflow",
+                {
+                    "DATABASE_URL": "postgresql://qf:pw@pg.invalid:5432/qf",
+                    "QUEUEFLOW_WORKER_TOKEN": "w-token",
+                    "QUEUEFLOW_OIDC_CLIENT_SECRET": "oidc-client-secret",
+                },
+            ),
         ),
     ),
     # No hook: the servers migrate at start; the database URL from "queueflow", the api's
@@ -200,7 +221,7 @@ def test_helm_is_the_pinned_version(helm_bin: str) -> None:
         pytest.skip(f"helm {out.stdout.strip()} found, {HELM_VERSION} pinned; results may differ")
 
 
-@pytest.mark.parametrize("values", [(), (FULL_VALUES,)], ids=["default", "full"])
+@pytest.mark.parametrize("values", [(), (FULL_VALUES,), (OIDC_VALUES,)], ids=["default", "full", "oidc"])
 def test_lint_is_clean(helm_bin: str, values: tuple[Path, ...]) -> None:
     """`helm lint --strict` passes with nothing but the icon hint (the chart has no icon). In lint
     mode a template's `fail` is only logged, so the output is checked for it too."""
@@ -423,6 +444,26 @@ def test_full_values_reach_the_server(rendered_variants: dict[str, Rendered]) ->
         ("ci-key", "tenant-a", False),
         ("ci-reader", "tenant-a", True),
     ]
+    # Single sign-on: every oidc value, for the api only; the client's secret from the chart's Secret.
+    assert (api.oidc_issuer, api.oidc_client_id, api.oidc_client_secret) == (
+        "https://keycloak.example.com/realms/ops",
+        "queueflow",
+        "ci-oidc-client-secret",
+    )
+    assert api.oidc_scopes == "openid profile email offline_access"
+    assert (api.oidc_audience, api.oidc_tenant_claim, api.oidc_default_tenant) == (
+        "api://queueflow",
+        "org.tenant",
+        "tenant-a",
+    )
+    assert api.oidc_roles_claim == "realm_access.roles"
+    assert api.oidc_role_map == "qf-admins=admin,qf-operators=operator,qf-viewers=viewer"
+    assert api.console_token_login is True
+    assert {n: s.oidc_issuer for n, s in settings.items() if n != "api"} == dict.fromkeys(
+        set(settings) - {"api"}
+    )
+    assert {s.public_url for s in settings.values()} == {"https://queueflow.example.com"}
+    assert settings["janitor"].audit_retention_days == 400  # config.auditRetentionDays
     # Scheduling and metadata values land on the pods they are for.
     api_pod = deployment(chart, "api")["spec"]["template"]
     assert api_pod["metadata"]["annotations"]["example.com/team"] == "platform"
@@ -638,11 +679,12 @@ def test_network_policy(chart: Rendered) -> None:
 
 def test_egress_policy(chart: Rendered) -> None:
     """Every variant: DNS, the database and OTLP only (the full values widen it, below)."""
-    policy = next(
+    (policy,) = [
         p
         for p in chart.of_kind("NetworkPolicy")
-        if p["metadata"]["name"].endswith("-egress") and not p["metadata"]["name"].endswith("-pusher-egress")
-    )
+        if p["metadata"]["name"].endswith("-egress")
+        and not p["metadata"]["name"].endswith(("-pusher-egress", "-oidc-egress"))
+    ]
     if chart.name == "full":
         assert (6432, "TCP") in egress_ports(policy)
         return
@@ -731,6 +773,220 @@ def test_two_releases_share_a_namespace(helm_bin: str) -> None:
             assert not selector_matches(
                 s["spec"]["selector"], other["spec"]["template"]["metadata"]["labels"]
             )
+
+
+# --- single sign-on and the audit log's retention ---------------------------------------------------
+
+OIDC_SETTINGS = {
+    "QUEUEFLOW_OIDC_ISSUER",
+    "QUEUEFLOW_OIDC_CLIENT_ID",
+    "QUEUEFLOW_OIDC_CLIENT_SECRET",
+    "QUEUEFLOW_OIDC_SCOPES",
+    "QUEUEFLOW_OIDC_AUDIENCE",
+    "QUEUEFLOW_OIDC_TENANT_CLAIM",
+    "QUEUEFLOW_OIDC_DEFAULT_TENANT",
+    "QUEUEFLOW_OIDC_ROLES_CLAIM",
+    "QUEUEFLOW_OIDC_ROLE_MAP",
+    "QUEUEFLOW_CONSOLE_TOKEN_LOGIN",
+}
+SSO = ("oidc.enabled=true", "oidc.issuer=https://id.example.com", "oidc.clientId=queueflow")
+PUBLIC_URL = "config.publicUrl=https://queueflow.example.com"
+
+
+def oidc_egress(rendered: Rendered) -> list[dict[str, Any]]:
+    return [p for p in rendered.of_kind("NetworkPolicy") if p["metadata"]["name"].endswith("-oidc-egress")]
+
+
+def test_oidc_settings_reach_the_api_alone(rendered_variants: dict[str, Rendered]) -> None:
+    """ci/oidc-values.yaml: the api gets the QUEUEFLOW_OIDC_* settings from the ConfigMap
+    <fullname>-oidc and the client's secret from the Secret "queueflow" (optional: a public client
+    has none), and starts with single sign-on as its only tenant credential; no other pod gets
+    any of it."""
+    chart = rendered_variants["oidc"]
+    config_map = chart.get("ConfigMap", "queueflow-oidc")
+    assert config_map["data"] == {
+        "QUEUEFLOW_OIDC_ISSUER": "https://login.example.com/oauth2/default",
+        "QUEUEFLOW_OIDC_CLIENT_ID": "0oa1queueflow",
+        "QUEUEFLOW_OIDC_SCOPES": "openid profile email",
+        "QUEUEFLOW_OIDC_TENANT_CLAIM": "tenant",
+        "QUEUEFLOW_OIDC_ROLES_CLAIM": "groups",
+        "QUEUEFLOW_OIDC_ROLE_MAP": "qf-admins=admin,qf-operators=operator",
+        "QUEUEFLOW_CONSOLE_TOKEN_LOGIN": "false",
+    }
+    assert not OIDC_SETTINGS & set(chart.get("ConfigMap", "queueflow-config")["data"])
+    api = deployment(chart, "api")
+    (container,) = pod_spec(api)["containers"]
+    assert {"configMapRef": {"name": "queueflow-oidc"}} in container["envFrom"]
+    (secret_item,) = [e for e in container["env"] if e["name"] == "QUEUEFLOW_OIDC_CLIENT_SECRET"]
+    assert secret_item["valueFrom"]["secretKeyRef"] == {
+        "name": "queueflow",
+        "key": "QUEUEFLOW_OIDC_CLIENT_SECRET",
+        "optional": True,
+    }
+    settings = settings_of(chart, api, container)
+    assert settings.oidc_issuer == "https://login.example.com/oauth2/default"
+    assert settings.oidc_client_id == "0oa1queueflow"
+    assert settings.oidc_client_secret == "oidc-client-secret"
+    assert (settings.oidc_roles_claim, settings.oidc_role_map) == (
+        "groups",
+        "qf-admins=admin,qf-operators=operator",
+    )
+    assert settings.public_url == "https://queueflow.example.com"
+    assert (settings.api_keys, settings.jwt_secret) == ((), None)
+    settings.check_credentials()  # single sign-on is enough beside the worker token
+    assert "checksum/oidc" in api["spec"]["template"]["metadata"]["annotations"]
+    for owner in chart.pod_owners():
+        if component(owner) == "api":
+            continue
+        for other in containers(owner):
+            assert not OIDC_SETTINGS & env_names(chart, other), owner["metadata"]["name"]
+            assert settings_of(chart, owner, other).oidc_issuer is None
+        assert "checksum/oidc" not in owner["spec"]["template"]["metadata"].get("annotations", {})
+
+
+def test_the_janitor_gets_the_audit_retention(rendered_variants: dict[str, Rendered]) -> None:
+    """config.auditRetentionDays reaches the janitor, which prunes the audit log; unset, the
+    server's default (90 days) holds."""
+    expected = {"oidc": 365.0, "full": 400.0, "default": 90.0}
+    for name, days in expected.items():
+        chart = rendered_variants[name]
+        janitor = deployment(chart, "janitor")
+        (container,) = pod_spec(janitor)["containers"]
+        assert ("QUEUEFLOW_AUDIT_RETENTION_DAYS" in env_names(chart, container)) is (name != "default")
+        assert settings_of(chart, janitor, container).audit_retention_days == days, name
+
+
+def test_oidc_egress_lets_only_the_api_reach_the_provider(
+    helm_bin: str, rendered_variants: dict[str, Rendered]
+) -> None:
+    """networkPolicy.egress.oidc: a policy of its own selecting the api pods alone, on the ports
+    and to the destinations of the values (as the database and OTLP rules); the shared egress
+    policy stays DNS, PostgreSQL and OTLP."""
+    for name, fullname, rule in (
+        (
+            "oidc",
+            "queueflow",
+            {"ports": [{"port": 443, "protocol": "TCP"}], "to": [{"ipBlock": {"cidr": "198.51.100.0/24"}}]},
+        ),
+        (
+            "full",
+            "qf",
+            {
+                "ports": [{"port": 443, "protocol": "TCP"}, {"port": 8443, "protocol": "TCP"}],
+                "to": [
+                    {"ipBlock": {"cidr": "203.0.113.0/24"}},
+                    {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "keycloak"}}},
+                ],
+            },
+        ),
+    ):
+        chart = rendered_variants[name]
+        (policy,) = oidc_egress(chart)
+        assert policy["metadata"]["name"] == f"{fullname}-oidc-egress"
+        spec = policy["spec"]
+        assert spec["policyTypes"] == ["Egress"] and spec["egress"] == [rule], name
+        selected = [
+            component(owner)
+            for owner in chart.pod_owners()
+            if selector_matches(
+                spec["podSelector"]["matchLabels"], owner["spec"]["template"]["metadata"]["labels"]
+            )
+        ]
+        assert selected == ["api"], name
+        shared = chart.get("NetworkPolicy", f"{fullname}-egress")
+        assert rule not in shared["spec"]["egress"], "the other pods stay off the provider"
+        if name == "oidc":
+            assert (443, "TCP") not in egress_ports(shared)
+    # Neither cidrs nor to: any address on 443.
+    chart = render_with(helm_bin, *SSO, PUBLIC_URL)
+    (policy,) = oidc_egress(chart)
+    assert policy["spec"]["egress"] == [{"ports": [{"port": 443, "protocol": "TCP"}]}]
+    assert not oidc_egress(render_with(helm_bin, *SSO, PUBLIC_URL, "networkPolicy.egress.enabled=false"))
+
+
+@pytest.mark.parametrize("variant", ["default", "existing-secret", "no-migration"])
+def test_without_oidc_nothing_of_it_renders(rendered_variants: dict[str, Rendered], variant: str) -> None:
+    chart = rendered_variants[variant]
+    assert not any(c["metadata"]["name"].endswith("-oidc") for c in chart.of_kind("ConfigMap"))
+    assert not oidc_egress(chart)
+    assert "QUEUEFLOW_OIDC_CLIENT_SECRET" not in secret_refs(chart)
+    for owner in chart.pod_owners():
+        for container in containers(owner):
+            assert not OIDC_SETTINGS & env_names(chart, container), owner["metadata"]["name"]
+            assert "QUEUEFLOW_PUBLIC_URL" not in env_names(chart, container)
+        assert "checksum/oidc" not in owner["spec"]["template"]["metadata"].get("annotations", {})
+    for secret in chart.of_kind("Secret"):
+        assert "QUEUEFLOW_OIDC_CLIENT_SECRET" not in secret["stringData"]
+
+
+def test_oidc_values_do_nothing_until_enabled(helm_bin: str, rendered_variants: dict[str, Rendered]) -> None:
+    """Filled in but not enabled, or enabled without an api: nothing of single sign-on renders,
+    and the client's secret stays out of the chart's Secret."""
+    filled = ("oidc.issuer=https://id.example.com", "oidc.clientId=queueflow", "auth.oidcClientSecret=s3cret")
+    default = rendered_variants["default"]
+    assert render_with(helm_bin, *filled).docs == default.docs
+    no_api = render_with(
+        helm_bin, *SSO, PUBLIC_URL, "api.enabled=false", "auth.existingSecret=", "auth.oidcClientSecret=s"
+    )
+    assert not oidc_egress(no_api) and not no_api.find("ConfigMap", "queueflow-oidc")
+    assert not no_api.of_kind("Secret")
+
+
+def test_sso_only_credentials_in_the_chart_secret(helm_bin: str) -> None:
+    """From the chart's own Secret: a worker token and the client's secret suffice (no API keys,
+    no JWT secret); without a client secret (a public client) the api gets none."""
+    chart = render_with(
+        helm_bin,
+        *SSO,
+        PUBLIC_URL,
+        "auth.existingSecret=",
+        "auth.workerToken=w",
+        "auth.oidcClientSecret=s3cret",
+    )
+    (secret,) = chart.of_kind("Secret")
+    assert secret["stringData"] == {"QUEUEFLOW_WORKER_TOKEN": "w", "QUEUEFLOW_OIDC_CLIENT_SECRET": "s3cret"}
+    api = deployment(chart, "api")
+    settings = settings_of(chart, api, pod_spec(api)["containers"][0])
+    assert (settings.oidc_client_secret, settings.api_keys, settings.jwt_secret) == ("s3cret", (), None)
+    settings.check_credentials()
+    public = render_with(helm_bin, *SSO, PUBLIC_URL, "auth.existingSecret=", "auth.workerToken=w")
+    (secret,) = public.of_kind("Secret")
+    assert secret["stringData"] == {"QUEUEFLOW_WORKER_TOKEN": "w"}
+    assert "QUEUEFLOW_OIDC_CLIENT_SECRET" not in secret_refs(public)
+
+
+def test_oidc_changes_roll_the_api_alone(helm_bin: str) -> None:
+    before = render_with(helm_bin, *SSO, PUBLIC_URL)
+    after = render_with(helm_bin, *SSO, PUBLIC_URL, "oidc.rolesClaim=groups")
+    assert after.get("ConfigMap", "queueflow-oidc")["data"]["QUEUEFLOW_OIDC_ROLES_CLAIM"] == "groups"
+    for name in SERVICES:
+        old, new = deployment(before, name)["spec"]["template"], deployment(after, name)["spec"]["template"]
+        assert (old != new) is (name == "api"), name
+
+
+def test_oidc_needs_its_settings(helm_bin: str) -> None:
+    """The chart fails rather than render an api that refuses to start."""
+    assert "oidc.issuer" in refuse(helm_bin, "oidc.enabled=true", "oidc.clientId=qf", PUBLIC_URL)
+    assert "oidc.clientId" in refuse(
+        helm_bin, "oidc.enabled=true", "oidc.issuer=https://id.example.com", PUBLIC_URL
+    )
+    assert "config.publicUrl" in refuse(helm_bin, *SSO)
+
+
+def test_values_schema_rejects_oidc_mistakes(helm_bin: str) -> None:
+    assert "issuerUrl" in refuse(helm_bin, "oidc.issuerUrl=https://id.example.com")
+    assert "issuer" in refuse(helm_bin, "oidc.issuer=http://id.example.com")
+    assert "issuer" in refuse(helm_bin, "oidc.issuer=id.example.com")
+    assert "enabled" in refuse(helm_bin, "oidc.enabled=yes please")
+    assert "consoleTokenLogin" in refuse(helm_bin, "oidc.consoleTokenLogin=sometimes")
+    assert "scopes" in refuse(helm_bin, "oidc.scopes=openid profile")
+    assert "roleMap" in refuse(helm_bin, "oidc.roleMap.qf-admins=root")
+    assert "publicUrl" in refuse(helm_bin, "config.publicUrl=queueflow.example.com")
+    assert "auditRetentionDays" in refuse(helm_bin, "config.auditRetentionDays=-1")
+    assert "oidcClientSecret" in refuse(helm_bin, "auth.existingSecretKeys.oidcClientSecret=")
+    assert "ports" in refuse(helm_bin, "networkPolicy.egress.oidc.ports={https}")
+    assert "cidrs" in refuse(helm_bin, "networkPolicy.egress.oidc.cidrs={id.example.com}")
+    assert "cidr" in refuse(helm_bin, "networkPolicy.egress.oidc.cidr=10.0.0.0/8")
 
 
 # --- documentation ---------------------------------------------------------------------------------

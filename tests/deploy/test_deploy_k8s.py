@@ -7,6 +7,7 @@ environment variables it reads, its ports and its shutdown drain.
 from __future__ import annotations
 
 import copy
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -45,6 +46,7 @@ from qf_deploy_helpers import (
     min_replicas,
     overlay_names,
     pod_spec,
+    render_kustomization,
     schema_errors,
     selector_matches,
     serve_containers,
@@ -452,6 +454,145 @@ def test_service_monitor(rendered_overlays: dict[str, Rendered]) -> None:
         assert "metrics" in {p["name"] for p in service["spec"]["ports"]}
     # Without the Prometheus Operator's CRDs `kubectl apply` would reject the kind.
     assert not rendered_overlays["dev"].of_kind("ServiceMonitor")
+
+
+# --- single sign-on (components/oidc) -------------------------------------------------------------
+
+OIDC_COMPONENT = K8S / "components" / "oidc"
+OIDC_SETTINGS = {
+    "QUEUEFLOW_OIDC_ISSUER",
+    "QUEUEFLOW_OIDC_CLIENT_ID",
+    "QUEUEFLOW_OIDC_CLIENT_SECRET",
+    "QUEUEFLOW_OIDC_SCOPES",
+    "QUEUEFLOW_OIDC_AUDIENCE",
+    "QUEUEFLOW_OIDC_TENANT_CLAIM",
+    "QUEUEFLOW_OIDC_DEFAULT_TENANT",
+    "QUEUEFLOW_OIDC_ROLES_CLAIM",
+    "QUEUEFLOW_OIDC_ROLE_MAP",
+    "QUEUEFLOW_PUBLIC_URL",
+    "QUEUEFLOW_CONSOLE_TOKEN_LOGIN",
+}
+FILLED_OIDC = {
+    "QUEUEFLOW_OIDC_ISSUER=REPLACE_ME": "QUEUEFLOW_OIDC_ISSUER=https://keycloak.example.com/realms/ops",
+    "QUEUEFLOW_OIDC_CLIENT_ID=REPLACE_ME": "QUEUEFLOW_OIDC_CLIENT_ID=queueflow",
+    "QUEUEFLOW_PUBLIC_URL=REPLACE_ME": "QUEUEFLOW_PUBLIC_URL=https://queueflow.example.com",
+    "QUEUEFLOW_OIDC_ROLE_MAP=": "QUEUEFLOW_OIDC_ROLE_MAP=qf-operators=operator,qf-admins=admin",
+}
+
+
+def render_prod_with_oidc(kustomize: str, directory: Path, oidc_env: str) -> Rendered:
+    """What the component's instructions make of overlays/prod: an overlay of it that includes
+    deploy/k8s/components/oidc and generates queueflow-oidc from its own oidc.env."""
+    import yaml
+
+    k8s = Path(os.path.relpath(K8S, directory))
+    (directory / "oidc.env").write_text(oidc_env)
+    kustomization = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "namespace": "queueflow",
+        "resources": [str(k8s / "overlays" / "prod")],
+        "components": [str(k8s / "components" / "oidc")],
+        "configMapGenerator": [{"name": "queueflow-oidc", "envs": ["oidc.env"]}],
+    }
+    (directory / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
+    return render_kustomization(kustomize, directory, "prod+oidc")
+
+
+def filled_oidc_env() -> str:
+    text = (OIDC_COMPONENT / "oidc.env.example").read_text()
+    for placeholder, value in FILLED_OIDC.items():
+        assert f"\n{placeholder}\n" in text, placeholder
+        text = text.replace(f"\n{placeholder}\n", f"\n{value}\n")
+    return text
+
+
+def sso_only_secret() -> dict[str, Any]:
+    """The example Secret filled in for single sign-on: the client's secret uncommented, the API
+    keys and the JWT secret deleted."""
+    secret = filled_secret_example()
+    data = {
+        k: v
+        for k, v in secret["stringData"].items()
+        if k not in {"QUEUEFLOW_API_KEYS", "QUEUEFLOW_JWT_SECRET"}
+    }
+    return {**secret, "stringData": {**data, "QUEUEFLOW_OIDC_CLIENT_SECRET": "oidc-client-secret"}}
+
+
+def test_the_oidc_component_configures_the_api_alone(kustomize_bin: str, tmp_path: Path) -> None:
+    """The api reads the settings from queueflow-oidc and the client's secret from the Secret
+    "queueflow" (optional), starts with single sign-on as its only tenant credential, and alone
+    may reach the provider; every other pod and policy is what overlays/prod renders."""
+    rendered = render_prod_with_oidc(kustomize_bin, tmp_path, filled_oidc_env())
+    check_schemas(rendered)
+    check_env_names(rendered)
+    check_pod_security(rendered)
+    secret = sso_only_secret()
+    api = rendered.get("Deployment", "queueflow-api")
+    (container,) = pod_spec(api)["containers"]
+    settings = settings_of(rendered, api, container, secret)
+    assert (settings.oidc_issuer, settings.oidc_client_id, settings.public_url) == (
+        "https://keycloak.example.com/realms/ops",
+        "queueflow",
+        "https://queueflow.example.com",
+    )
+    assert settings.oidc_client_secret == "oidc-client-secret"
+    assert settings.oidc_role_map == "qf-operators=operator,qf-admins=admin"
+    assert (settings.oidc_scopes, settings.oidc_tenant_claim, settings.oidc_roles_claim) == (
+        "openid profile email",
+        "tenant",
+        "roles",
+    )
+    assert (settings.api_keys, settings.jwt_secret, settings.console_token_login) == ((), None, False)
+    settings.check_credentials()
+    (item,) = [e for e in container["env"] if e["name"] == "QUEUEFLOW_OIDC_CLIENT_SECRET"]
+    assert item["valueFrom"]["secretKeyRef"] == {
+        "name": EXTERNAL_SECRET,
+        "key": "QUEUEFLOW_OIDC_CLIENT_SECRET",
+        "optional": True,
+    }
+    for config_map in rendered.of_kind("ConfigMap"):
+        assert "QUEUEFLOW_OIDC_CLIENT_SECRET" not in config_map.get("data", {})
+    for owner in rendered.pod_owners():
+        if owner is not api:
+            for other in containers(owner):
+                assert not OIDC_SETTINGS & env_names(rendered, other), owner["metadata"]["name"]
+    policy = rendered.get("NetworkPolicy", "queueflow-oidc-egress")["spec"]
+    assert policy["policyTypes"] == ["Egress"]
+    assert policy["egress"] == [{"ports": [{"port": 443, "protocol": "TCP"}]}]
+    selected = [
+        component(owner)
+        for owner in rendered.pod_owners()
+        if selector_matches(
+            policy["podSelector"]["matchLabels"], owner["spec"]["template"]["metadata"]["labels"]
+        )
+    ]
+    assert selected == ["api"]
+    check_egress(rendered, rendered.get("NetworkPolicy", "queueflow-egress"), secret)
+
+
+def test_the_oidc_components_placeholders_keep_the_api_from_starting(
+    kustomize_bin: str, tmp_path: Path
+) -> None:
+    from shared.config import ConfigError
+
+    text = (OIDC_COMPONENT / "oidc.env.example").read_text()
+    rendered = render_prod_with_oidc(kustomize_bin, tmp_path, text)
+    api = rendered.get("Deployment", "queueflow-api")
+    settings = settings_of(rendered, api, pod_spec(api)["containers"][0], sso_only_secret())
+    with pytest.raises(ConfigError, match="QUEUEFLOW_PUBLIC_URL"):
+        settings.check_credentials()
+
+
+def test_overlays_leave_single_sign_on_off(overlay: Rendered, secret_example: dict[str, Any]) -> None:
+    """Without the component no pod reads a single sign-on setting, and the example Secret only
+    mentions the client's secret, commented out, under the key the component reads."""
+    for owner in overlay.pod_owners():
+        for container in containers(owner):
+            assert not OIDC_SETTINGS & env_names(overlay, container), owner["metadata"]["name"]
+            assert settings_of(overlay, owner, container, filled_secret_example()).oidc_issuer is None
+    assert "QUEUEFLOW_OIDC_CLIENT_SECRET" not in secret_example["stringData"]
+    assert '# QUEUEFLOW_OIDC_CLIENT_SECRET: "REPLACE_ME"' in SECRET_EXAMPLE.read_text()
 
 
 # --- documentation ------------------------------------------------------------------------------

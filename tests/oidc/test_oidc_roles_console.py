@@ -51,7 +51,9 @@ async def scene(client, worker) -> dict[str, str]:
     pending = await create_job(client, queue="emails")
     await failed_job(client, worker, "imports")
     entry = (await dead_letters(client))[0]["id"]
-    await call(client, "POST", "/api/v1/cron", {"name": "hourly", "cron_expr": "0 * * * *", "task_name": "echo"})
+    await call(
+        client, "POST", "/api/v1/cron", {"name": "hourly", "cron_expr": "0 * * * *", "task_name": "echo"}
+    )
     await call(client, "PUT", "/api/v1/limits/customer:*", {"concurrency": 2})
     await call(client, "POST", "/api/v1/worker-keys", {"name": "existing"})
     endpoint = await call(
@@ -113,7 +115,7 @@ async def test_each_role_sees_and_may_do_what_it_should_and_the_admin_audits_it_
     assert (await job(client, ids["pending"]))["status"] == "cancelled"
     # ... is shown no way to mint a worker key (nor to revoke one) ...
     await console.go("#/worker-keys")
-    await expect(page.locator('#view tr[data-worker-key]')).to_have_count(1)
+    await expect(page.locator("#view tr[data-worker-key]")).to_have_count(1)
     assert await page.get_by_text("Mint a worker key").count() == 0
     assert await actions_on(console, "#/worker-keys") == (set(), 0)
     # ... and when the session asks the API anyway, as the console sends its calls (the session
@@ -191,9 +193,7 @@ async def test_each_role_sees_and_may_do_what_it_should_and_the_admin_audits_it_
 
     # The same entries through the API, and none for the viewer, who changed nothing.
     by_olga = await audit_entries(client, olga)
-    assert [
-        (e["action"], e["role"], e["outcome"], e["status"], e["actor_name"]) for e in by_olga
-    ] == [
+    assert [(e["action"], e["role"], e["outcome"], e["status"], e["actor_name"]) for e in by_olga] == [
         ("createWorkerKey", "operator", "denied", 403, OPERATOR.name),
         ("cancelJob", "operator", "success", 204, OPERATOR.name),
     ]

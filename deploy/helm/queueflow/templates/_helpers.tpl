@@ -94,7 +94,7 @@ the fullname: with the default release name that is "queueflow", the existing Se
 {{/*
 The api's credentials. From an existing Secret every key but the worker token is optional (the
 chart cannot know which of API keys and JWT secret it holds); from the chart's Secret only the
-keys that were given are referenced.
+keys that were given are referenced. The OIDC client's secret only with single sign-on on.
 */}}
 {{- define "queueflow.authEnv" -}}
 {{- $auth := .Values.auth }}
@@ -138,6 +138,43 @@ keys that were given are referenced.
       key: QUEUEFLOW_JWT_SECRET
 {{- end }}
 {{- end }}
+{{- if include "queueflow.oidcEnabled" . }}
+{{- if $auth.existingSecret }}
+{{- /* Optional: a public client has no secret. */}}
+- name: QUEUEFLOW_OIDC_CLIENT_SECRET
+  valueFrom:
+    secretKeyRef:
+      name: {{ $auth.existingSecret }}
+      key: {{ $auth.existingSecretKeys.oidcClientSecret }}
+      optional: true
+{{- else if $auth.oidcClientSecret }}
+- name: QUEUEFLOW_OIDC_CLIENT_SECRET
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "queueflow.chartSecretName" . }}
+      key: QUEUEFLOW_OIDC_CLIENT_SECRET
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* "true" when single sign-on is on and there is an api to use it. */}}
+{{- define "queueflow.oidcEnabled" -}}
+{{- if and .Values.oidc.enabled .Values.api.enabled }}true{{ end }}
+{{- end }}
+
+{{/*
+One egress rule of networkPolicy.egress (database, otlp, oidc) as a NetworkPolicyEgressRule: its
+ports (TCP), and its peers (cidrs as ipBlocks, then `to`) when any; none: any address.
+*/}}
+{{- define "queueflow.egressRule" -}}
+{{- $ports := list }}
+{{- range .ports }}{{ $ports = append $ports (dict "port" (int .) "protocol" "TCP") }}{{ end }}
+{{- $peers := list }}
+{{- range .cidrs }}{{ $peers = append $peers (dict "ipBlock" (dict "cidr" .)) }}{{ end }}
+{{- $peers = concat $peers (.to | default list) }}
+{{- $rule := dict "ports" $ports }}
+{{- with $peers }}{{ $_ := set $rule "to" . }}{{ end }}
+{{- toYaml $rule }}
 {{- end }}
 
 {{/* Fail early on values that would render pods the server refuses to run. */}}
@@ -149,8 +186,18 @@ keys that were given are referenced.
 {{- if not .Values.auth.workerToken }}
 {{- fail "auth: set existingSecret, or workerToken (the api refuses to start without one)" }}
 {{- end }}
-{{- if and (not .Values.auth.apiKeys) (not .Values.auth.jwtSecret) }}
-{{- fail "auth: set existingSecret, or apiKeys and/or jwtSecret (the api refuses to start with neither)" }}
+{{- if and (not .Values.auth.apiKeys) (not .Values.auth.jwtSecret) (not .Values.oidc.enabled) }}
+{{- fail "auth: set existingSecret, or apiKeys and/or jwtSecret, or enable oidc (the api refuses to start with none)" }}
+{{- end }}
+{{- end }}
+{{- if include "queueflow.oidcEnabled" . }}
+{{- range $key := list "issuer" "clientId" }}
+{{- if not (index $.Values.oidc $key) }}
+{{- fail (printf "oidc.enabled: set oidc.%s (the api refuses to start without it)" $key) }}
+{{- end }}
+{{- end }}
+{{- if not .Values.config.publicUrl }}
+{{- fail "oidc.enabled: set config.publicUrl, the URL operators open the console at (the sign-in's redirect is {publicUrl}/ui/auth/callback)" }}
 {{- end }}
 {{- end }}
 {{- range $name := splitList " " (include "queueflow.services" .) }}
