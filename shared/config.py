@@ -608,6 +608,7 @@ class Settings:
             "--worker-token (QUEUEFLOW_WORKER_TOKEN)": [self.worker_token or ""],
             "--api-keys (QUEUEFLOW_API_KEYS)": [f"{k.token}:{k.tenant}" for k in self.api_keys],
             "--jwt-secret (QUEUEFLOW_JWT_SECRET)": [self.jwt_secret or ""],
+            "--oidc-client-secret (QUEUEFLOW_OIDC_CLIENT_SECRET)": [self.oidc_client_secret or ""],
         }
         unfilled = [name for name, values in given.items() if any(PLACEHOLDER in v for v in values)]
         if unfilled:

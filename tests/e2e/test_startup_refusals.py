@@ -95,6 +95,21 @@ PLACEHOLDERS = {
         ("--worker-token", "w", "--jwt-secret", "REPLACE_ME", "--allow-weak-jwt-secret"),
         "--jwt-secret (QUEUEFLOW_JWT_SECRET) still holds the placeholder REPLACE_ME",
     ),
+    "oidc client secret": (
+        (
+            "--worker-token",
+            "w",
+            "--oidc-issuer",
+            "https://id.example.com",
+            "--oidc-client-id",
+            "qf",
+            "--public-url",
+            "https://qf.example.com",
+            "--oidc-client-secret",
+            "REPLACE_ME",
+        ),
+        "--oidc-client-secret (QUEUEFLOW_OIDC_CLIENT_SECRET) still holds the placeholder REPLACE_ME",
+    ),
 }
 
 
