@@ -203,8 +203,8 @@ class InsertBatcher(GroupCommit[Enqueue, jobs_db.Inserted]):
     per queue) for every POST /jobs in flight; a single tenant's group is one statement. A job
     may come with a `Handoff`: it is then written leased on its terms (jobs.insert_handed_off).
     The audit entries of the requests that enqueue (docs/access.md) are written with their jobs:
-    by the insert statement itself for the common group (one tenant's jobs that each insert a row
-    of their own), else in the group's transaction, one pipelined round trip, each naming its job."""
+    by the insert statement itself for the common group (one tenant's jobs, all handed off or all
+    inserting a row of their own), else in the group's transaction, one pipelined round trip, each naming its job."""
 
     name = "inserter"
 
@@ -216,15 +216,21 @@ class InsertBatcher(GroupCommit[Enqueue, jobs_db.Inserted]):
             groups.setdefault((tenant, handoff is not None), []).append(index)
         scopes = {index: item[3] for index, item in enumerate(items) if item[3] is not None}
         jobs = [item[1] for item in items]
-        one_tenant = len(groups) == 1 and not any(handed_off for _, handed_off in groups)
-        if scopes and one_tenant and jobs_db.inserts_every_row(jobs):
+        [(tenant, handed_off)] = groups if len(groups) == 1 else [(None, False)]
+        if scopes and len(groups) == 1 and (handed_off or jobs_db.inserts_every_row(jobs)):
             # The common group, audited: one statement, atomic on its own, writes the entries too.
             audited = [(index, scope.entry) for index, scope in scopes.items()]
             async with self.pool.acquire() as conn:
-                ids = await jobs_db.insert_jobs(conn, items[0][0], jobs, audited)
+                if handed_off:
+                    handoffs = [item[2] for item in items]
+                    written = await jobs_db.insert_handed_off(conn, tenant, jobs, handoffs, audited)
+                else:
+                    written = [
+                        (job_id, None) for job_id in await jobs_db.insert_jobs(conn, tenant, jobs, audited)
+                    ]
             for scope in scopes.values():
                 scope.written = True
-            return [(job_id, None) for job_id in ids]
+            return list(written)
         answers: list[jobs_db.Inserted | BaseException] = [(uuid.UUID(int=0), None)] * len(items)
         # One group without audit entries is one statement, atomic on its own: no BEGIN and
         # COMMIT round trips around it.

@@ -353,15 +353,22 @@ async def _insert_jobs(
 
 
 async def insert_handed_off(
-    db: Executor, tenant: str | None, jobs: Sequence[NewJob], handoffs: Sequence[Handoff | None]
+    db: Executor,
+    tenant: str | None,
+    jobs: Sequence[NewJob],
+    handoffs: Sequence[Handoff | None],
+    audited: Sequence[tuple[int, AuditRecord]] = (),
 ) -> list[Inserted]:
     """Insert `jobs` in one statement, each with a `Handoff` written already leased on its terms
     (unless it has limits, is not due, or its tenant's queue is paused: then it waits as any job).
     Per job, in input order: its id, and its lease when it was leased. For jobs without an
-    idempotency or unique key (the caller's choice: such an insert may keep a row out)."""
-    rows = [_insert_row(j, i, h) for j, i, h in zip(jobs, new_job_ids(len(jobs)), handoffs, strict=True)]
+    idempotency or unique key (the caller's choice: such an insert may keep a row out).
+    `audited` as for `insert_jobs`: entries the same statement writes, each naming its job."""
+    ids = new_job_ids(len(jobs))
+    rows = [_insert_row(j, i, h) for j, i, h in zip(jobs, ids, handoffs, strict=True)]
+    entries = audit.entries([(entry, ids[n]) for n, entry in audited]) if audited else None
     with capped():
-        inserted = await db.fetch(Q.insert_jobs_handed_off, _encode_rows(rows).decode(), tenant)
+        inserted = await db.fetch(Q.insert_jobs_handed_off, _encode_rows(rows).decode(), tenant, entries)
     metrics.JOBS_CREATED.inc(len(inserted))
     by_id = {r["id"]: r for r in inserted}
     return [(row.id, to_lease(r) if (r := by_id[row.id])["status"] == "running" else None) for row in rows]

@@ -77,6 +77,9 @@ async def test_concurrent_single_enqueues_each_write_one_entry_naming_their_own_
     assert {(e["action"], e["outcome"], e["status"], len(e["targets"])) for e in entries} == {
         ("createJob", "success", 201, 1)
     }
+    # Written with their jobs: each entry's time is its job's (one now() a transaction).
+    created = dict(await database_of(client).pool.fetch("SELECT id::text, created_at FROM queueflow.jobs"))
+    assert all(e["created_at"] == created[e["targets"][0]] for e in entries)
 
 
 async def test_an_idempotent_enqueue_again_writes_an_entry_naming_the_original_job(api):

@@ -52,6 +52,9 @@ async def test_a_job_posted_beside_a_parked_lease_call_is_leased_by_its_own_inse
     assert row["status"] == "running" and str(row["lease_token"]) == leased["lease_token"]
     assert row["worker_id"] == "w-1" and row["claim_key"] is not None
     assert row["locked_until"] - row["started_at"] == timedelta(seconds=45)  # the lease asked for
+    # The enqueue's audit entry (docs/access.md) is written by the same statement, naming the job.
+    [entry] = await db.fetch("SELECT * FROM queueflow.audit_log WHERE $1 = ANY(targets)", str(job_id))
+    assert (entry["action"], entry["status"], entry["created_at"]) == ("createJob", 201, row["created_at"])
     status, _ = await complete(client, job_id, leased["lease_token"], {"ok": True})
     assert status == 204
     assert (await job_row(db, job_id))["status"] == "completed"

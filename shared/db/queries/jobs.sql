@@ -37,6 +37,18 @@ RETURNING id;
 -- worker wk), unless it is not due or its tenant's queue is paused: then it waits as any job. A
 -- leased row announces nothing (the insert trigger wakes waiters for pending rows only). Every row
 -- comes back with claim_jobs' columns; the leased ones are the lease call's answer.
+-- $3, as in insert_jobs: the audit entries of the requests that enqueue these jobs (shared/db/audit.py, `entries`),
+-- written by the same statement so that neither exists without the other; NULL for none.
+WITH audited AS (
+    INSERT INTO queueflow.audit_log
+        (tenant_id, actor, actor_name, role, action, targets, filter, affected, request_id, source,
+         outcome, status)
+    SELECT e.tenant_id, e.actor, e.actor_name, e.role, e.action, e.targets, e.filter, e.affected,
+           e.request_id, e.source, e.outcome, e.status
+    FROM json_to_recordset($3::json)
+         AS e(tenant_id text, actor text, actor_name text, role text, action text, targets text[],
+              filter jsonb, affected bigint, request_id text, source text, outcome text, status int)
+)
 INSERT INTO queueflow.jobs
     (id, queue_name, task_name, payload, config, priority, scheduled_at, metadata, tenant_id,
      idempotency_key, workflow_id, workflow_step_id, step_index, step_attempt, limit_keys, traceparent,
