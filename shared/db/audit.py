@@ -89,8 +89,8 @@ async def change(db: Executor, *, atomic: bool = False) -> AsyncIterator[Any]:
 
 def pending() -> Scope | None:
     """The request's scope while its entry is unwritten: for a change another task writes (the
-    single enqueues' group commit), which inserts the entry in its transaction (`insert_many`);
-    the caller marks the scope `written` once that committed."""
+    single enqueues' group commit), which writes the entry with it (`entries` in its statement,
+    or `insert_many` in its transaction) and marks the scope `written` once that committed."""
     scope = _SCOPE.get()
     return scope if scope is not None and not scope.written and scope.conn is None else None
 
@@ -137,12 +137,13 @@ async def insert_many(conn: Connection, made: Sequence[tuple[AuditRecord, object
     await conn.executemany(Q.insert_audit_entry, [_values(_naming(entry, what)) for entry, what in made])
 
 
-def entries(made: Sequence[tuple[AuditRecord, object]]) -> str:
-    """`insert_many`'s entries for a statement that writes them with its change (jobs.insert_jobs'
-    $3), as one JSON document."""
-    return msgspec.json.encode(
-        [dict(zip(_COLUMNS, _values(_naming(entry, what)), strict=True)) for entry, what in made]
-    ).decode()
+def entries(audited: Sequence[tuple[int, AuditRecord]], ids: Sequence[object]) -> str | None:
+    """The entries of a statement that writes them with its change (jobs.insert_jobs' $3), as one
+    JSON document, each naming `ids[n]` (n: its index) last among its targets; None for none."""
+    if not audited:
+        return None
+    rows = [dict(zip(_COLUMNS, _values(_naming(entry, ids[n])), strict=True)) for n, entry in audited]
+    return msgspec.json.encode(rows).decode()
 
 
 def _naming(entry: AuditRecord, what: object) -> AuditRecord:

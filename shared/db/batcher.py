@@ -18,7 +18,8 @@ from typing import Generic, TypeVar, cast
 
 from shared.db import audit
 from shared.db import jobs as jobs_db
-from shared.db.pool import Pool, is_unavailable
+from shared.db.pool import Connection, Pool, is_unavailable
+from shared.domain.audit import AuditRecord
 from shared.domain.jobs import JobStatus, NewJob, Object
 from shared.tracing import Tracer
 
@@ -203,8 +204,8 @@ class InsertBatcher(GroupCommit[Enqueue, jobs_db.Inserted]):
     per queue) for every POST /jobs in flight; a single tenant's group is one statement. A job
     may come with a `Handoff`: it is then written leased on its terms (jobs.insert_handed_off).
     The audit entries of the requests that enqueue (docs/access.md) are written with their jobs:
-    by the insert statement itself for the common group (one tenant's jobs, all handed off or all
-    inserting a row of their own), else in the group's transaction, one pipelined round trip, each naming its job."""
+    by the insert statement itself when the group is one statement whose jobs each insert a row of
+    their own, else in the group's transaction, one pipelined round trip, each naming its job."""
 
     name = "inserter"
 
@@ -215,36 +216,22 @@ class InsertBatcher(GroupCommit[Enqueue, jobs_db.Inserted]):
         for index, (tenant, _, handoff, _) in enumerate(items):
             groups.setdefault((tenant, handoff is not None), []).append(index)
         scopes = {index: item[3] for index, item in enumerate(items) if item[3] is not None}
-        jobs = [item[1] for item in items]
-        [(tenant, handed_off)] = groups if len(groups) == 1 else [(None, False)]
-        if scopes and len(groups) == 1 and (handed_off or jobs_db.inserts_every_row(jobs)):
-            # The common group, audited: one statement, atomic on its own, writes the entries too.
-            audited = [(index, scope.entry) for index, scope in scopes.items()]
-            async with self.pool.acquire() as conn:
-                if handed_off:
-                    handoffs = [item[2] for item in items]
-                    written = await jobs_db.insert_handed_off(conn, tenant, jobs, handoffs, audited)
-                else:
-                    written = [
-                        (job_id, None) for job_id in await jobs_db.insert_jobs(conn, tenant, jobs, audited)
-                    ]
-            for scope in scopes.values():
-                scope.written = True
-            return list(written)
-        answers: list[jobs_db.Inserted | BaseException] = [(uuid.UUID(int=0), None)] * len(items)
-        # One group without audit entries is one statement, atomic on its own: no BEGIN and
-        # COMMIT round trips around it.
-        async with (
-            self.pool.acquire() as conn,
-            conn.transaction() if len(groups) > 1 or scopes else contextlib.nullcontext(),
-        ):
+        answers: list[jobs_db.Inserted | BaseException]
+        if len(groups) == 1:
+            [((tenant, handed_off), indexes)] = groups.items()
+            if not scopes or handed_off or jobs_db.inserts_every_row([item[1] for item in items]):
+                # One statement, atomic on its own (no BEGIN and COMMIT round trips around it),
+                # that writes the requests' entries too.
+                audited = [(index, scope.entry) for index, scope in scopes.items()]
+                async with self.pool.acquire() as conn:
+                    answers = list(await _insert(conn, items, tenant, handed_off, indexes, audited))
+                for scope in scopes.values():
+                    scope.written = True
+                return answers
+        answers = [(uuid.UUID(int=0), None)] * len(items)
+        async with self.pool.acquire() as conn, conn.transaction():
             for (tenant, handed_off), indexes in groups.items():
-                group = [jobs[i] for i in indexes]
-                if handed_off:
-                    handoffs = [items[i][2] for i in indexes]
-                    inserted = await jobs_db.insert_handed_off(conn, tenant, group, handoffs)
-                else:
-                    inserted = [(job_id, None) for job_id in await jobs_db.insert_jobs(conn, tenant, group)]
+                inserted = await _insert(conn, items, tenant, handed_off, indexes)
                 for index, answer in zip(indexes, inserted, strict=True):
                     answers[index] = answer
             if scopes:
@@ -270,3 +257,20 @@ class InsertBatcher(GroupCommit[Enqueue, jobs_db.Inserted]):
         `written` gets its id and that lease (None when it was written waiting instead), or the
         error, once its group is written, whether or not anyone still waits for the job's id."""
         self.submit_nowait((tenant, job, handoff, audit.pending()), written)
+
+
+async def _insert(
+    conn: Connection,
+    items: list[Enqueue],
+    tenant: str | None,
+    handed_off: bool,
+    indexes: list[int],
+    audited: list[tuple[int, AuditRecord]] | None = None,
+) -> list[jobs_db.Inserted]:
+    """One statement: the jobs of `items` at `indexes`, all of `tenant`'s and all handed off or
+    none (with `audited`'s entries, by index into `items`, when the group is all of them)."""
+    jobs = [items[i][1] for i in indexes]
+    if handed_off:
+        handoffs = [items[i][2] for i in indexes]
+        return await jobs_db.insert_handed_off(conn, tenant, jobs, handoffs, audited or ())
+    return [(job_id, None) for job_id in await jobs_db.insert_jobs(conn, tenant, jobs, audited or ())]

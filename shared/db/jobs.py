@@ -321,7 +321,7 @@ async def _insert_jobs(
     if keyed:
         inserted = await db.fetch(Q.insert_jobs_idempotent, _encode_rows(rows).decode(), tenant)
     else:
-        entries = audit.entries([(entry, ids[n]) for n, entry in audited]) if audited else None
+        entries = audit.entries(audited, ids)
         inserted = await db.fetch(Q.insert_jobs, _encode_rows(rows).decode(), tenant, entries)
     metrics.JOBS_CREATED.inc(len(inserted))
     answers = ids
@@ -366,7 +366,7 @@ async def insert_handed_off(
     `audited` as for `insert_jobs`: entries the same statement writes, each naming its job."""
     ids = new_job_ids(len(jobs))
     rows = [_insert_row(j, i, h) for j, i, h in zip(jobs, ids, handoffs, strict=True)]
-    entries = audit.entries([(entry, ids[n]) for n, entry in audited]) if audited else None
+    entries = audit.entries(audited, ids)
     with capped():
         inserted = await db.fetch(Q.insert_jobs_handed_off, _encode_rows(rows).decode(), tenant, entries)
     metrics.JOBS_CREATED.inc(len(inserted))

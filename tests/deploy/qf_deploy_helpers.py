@@ -293,6 +293,17 @@ def known_env_names() -> set[str]:
     return {f.metadata["env"] for f in OPTIONS}
 
 
+def sign_on_env_names() -> set[str]:
+    """The api-only single sign-on settings (--oidc-* and --console-token-login), from shared.config."""
+    from shared.config import OPTIONS
+
+    return {
+        f.metadata["env"]
+        for f in OPTIONS
+        if f.metadata["flag"].startswith("--oidc-") or f.metadata["flag"] == "--console-token-login"
+    }
+
+
 def cli_parser() -> argparse.ArgumentParser:
     """The real `queueflow` parser from services/cli/__init__.py."""
     from services.cli import build_parser

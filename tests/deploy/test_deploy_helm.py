@@ -57,6 +57,7 @@ from qf_deploy_helpers import (
     selector_matches,
     serve_containers,
     settings_of,
+    sign_on_env_names,
     worst_case_connections,
 )
 
@@ -777,18 +778,7 @@ def test_two_releases_share_a_namespace(helm_bin: str) -> None:
 
 # --- single sign-on and the audit log's retention ---------------------------------------------------
 
-OIDC_SETTINGS = {
-    "QUEUEFLOW_OIDC_ISSUER",
-    "QUEUEFLOW_OIDC_CLIENT_ID",
-    "QUEUEFLOW_OIDC_CLIENT_SECRET",
-    "QUEUEFLOW_OIDC_SCOPES",
-    "QUEUEFLOW_OIDC_AUDIENCE",
-    "QUEUEFLOW_OIDC_TENANT_CLAIM",
-    "QUEUEFLOW_OIDC_DEFAULT_TENANT",
-    "QUEUEFLOW_OIDC_ROLES_CLAIM",
-    "QUEUEFLOW_OIDC_ROLE_MAP",
-    "QUEUEFLOW_CONSOLE_TOKEN_LOGIN",
-}
+OIDC_SETTINGS = sign_on_env_names()
 SSO = ("oidc.enabled=true", "oidc.issuer=https://id.example.com", "oidc.clientId=queueflow")
 PUBLIC_URL = "config.publicUrl=https://queueflow.example.com"
 

@@ -51,6 +51,7 @@ from qf_deploy_helpers import (
     selector_matches,
     serve_containers,
     settings_of,
+    sign_on_env_names,
     worst_case_connections,
 )
 
@@ -459,19 +460,7 @@ def test_service_monitor(rendered_overlays: dict[str, Rendered]) -> None:
 # --- single sign-on (components/oidc) -------------------------------------------------------------
 
 OIDC_COMPONENT = K8S / "components" / "oidc"
-OIDC_SETTINGS = {
-    "QUEUEFLOW_OIDC_ISSUER",
-    "QUEUEFLOW_OIDC_CLIENT_ID",
-    "QUEUEFLOW_OIDC_CLIENT_SECRET",
-    "QUEUEFLOW_OIDC_SCOPES",
-    "QUEUEFLOW_OIDC_AUDIENCE",
-    "QUEUEFLOW_OIDC_TENANT_CLAIM",
-    "QUEUEFLOW_OIDC_DEFAULT_TENANT",
-    "QUEUEFLOW_OIDC_ROLES_CLAIM",
-    "QUEUEFLOW_OIDC_ROLE_MAP",
-    "QUEUEFLOW_PUBLIC_URL",
-    "QUEUEFLOW_CONSOLE_TOKEN_LOGIN",
-}
+OIDC_SETTINGS = sign_on_env_names() | {"QUEUEFLOW_PUBLIC_URL"}
 FILLED_OIDC = {
     "QUEUEFLOW_OIDC_ISSUER=REPLACE_ME": "QUEUEFLOW_OIDC_ISSUER=https://keycloak.example.com/realms/ops",
     "QUEUEFLOW_OIDC_CLIENT_ID=REPLACE_ME": "QUEUEFLOW_OIDC_CLIENT_ID=queueflow",

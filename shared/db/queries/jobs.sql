@@ -37,8 +37,7 @@ RETURNING id;
 -- worker wk), unless it is not due or its tenant's queue is paused: then it waits as any job. A
 -- leased row announces nothing (the insert trigger wakes waiters for pending rows only). Every row
 -- comes back with claim_jobs' columns; the leased ones are the lease call's answer.
--- $3, as in insert_jobs: the audit entries of the requests that enqueue these jobs (shared/db/audit.py, `entries`),
--- written by the same statement so that neither exists without the other; NULL for none.
+-- $3, as in insert_jobs: the requests' audit entries, written by the same statement.
 WITH audited AS (
     INSERT INTO queueflow.audit_log
         (tenant_id, actor, actor_name, role, action, targets, filter, affected, request_id, source,
