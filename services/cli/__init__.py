@@ -27,6 +27,7 @@ from services.cli.commands import COMMANDS, Call, InputError, request
 from services.serve import serve
 from shared.config import ConfigError, add_serve_arguments, settings_from
 from shared.db.migrate import apply_migrations
+from shared.db.pool import is_database_error, is_unavailable, where
 from shared.logs import configure
 
 
@@ -107,8 +108,12 @@ def _migrate(args: argparse.Namespace) -> Any:
         raise ConfigError("--database-url (DATABASE_URL) is required")
     try:
         return {"applied": asyncio.run(apply_migrations(url))}
-    except OSError as err:
-        raise ConfigError(f"cannot reach the database: {err}") from None
+    except Exception as err:
+        if is_unavailable(err):
+            raise ConfigError(f"cannot reach the database at {where(url)}: {err}") from None
+        if is_database_error(err):
+            raise ConfigError(f"the database at {where(url)} refused the migration: {err}") from None
+        raise
 
 
 def _spec(directory: Path) -> Any:

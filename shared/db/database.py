@@ -13,12 +13,13 @@ from typing import Any
 import structlog
 
 from shared import metrics
+from shared.config import ConfigError
 from shared.db import jobs as jobs_db
 from shared.db import pooler
 from shared.db.batcher import CompletionBatcher, FailureBatcher, HeartbeatBatcher, InsertBatcher
 from shared.db.listener import Hub, Listener
 from shared.db.migrate import apply_migrations
-from shared.db.pool import Pool, create_pool, until_answered
+from shared.db.pool import Pool, create_pool, is_database_error, is_unavailable, until_answered, where
 from shared.db.pooler import Poller, Route
 from shared.tracing import Tracer
 
@@ -26,6 +27,9 @@ log = structlog.get_logger("queueflow.db")
 
 # How long `close` waits for the background work under way (a claim takes milliseconds).
 CLOSE_WAIT_SECS = 10.0
+# A database not reachable at start is tried again after this, doubling up to the most.
+START_RETRY_FIRST_SECS = 0.5
+START_RETRY_MAX_SECS = 10.0
 
 
 class Database:
@@ -57,6 +61,57 @@ class Database:
 
     @classmethod
     async def open(
+        cls,
+        dsn: str,
+        *,
+        min_connections: int,
+        max_connections: int,
+        migrate: bool,
+        direct_dsn: str | None = None,
+        statement_cache_size: int = 100,
+        safety_poll_secs: float = pooler.POLL_SECS,
+        tracer: Tracer | None = None,
+    ) -> Database:
+        """Open the database (`_open_once`), waiting for it at start: a database that cannot be
+        reached yet (not started, still starting, a name that does not resolve yet, no connection
+        slot) is tried again, 0.5 s doubling to 10 s, with a warning each time and no traceback, so
+        a process started before its database comes up serves once it does. A database that
+        answers and refuses (a wrong password, an unknown database or role, a malformed URL) is a
+        setting to change, not an outage to wait out: ConfigError, saying so without the URL's
+        password."""
+        delay = START_RETRY_FIRST_SECS
+        while True:
+            try:
+                return await cls._open_once(
+                    dsn,
+                    min_connections=min_connections,
+                    max_connections=max_connections,
+                    migrate=migrate,
+                    direct_dsn=direct_dsn,
+                    statement_cache_size=statement_cache_size,
+                    safety_poll_secs=safety_poll_secs,
+                    tracer=tracer,
+                )
+            except Exception as err:
+                if is_unavailable(err):
+                    log.warning(
+                        "database_unreachable_at_start",
+                        database=where(dsn),
+                        error=str(err) or type(err).__name__,
+                        retry_in_secs=delay,
+                    )
+                elif is_database_error(err):
+                    raise ConfigError(
+                        f"cannot start: the database at {where(dsn)} refused the connection:"
+                        f" {str(err) or type(err).__name__}"
+                    ) from None
+                else:
+                    raise
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, START_RETRY_MAX_SECS)
+
+    @classmethod
+    async def _open_once(
         cls,
         dsn: str,
         *,

@@ -12,6 +12,7 @@ import logging
 import struct
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Protocol, TypeAlias, TypeVar
+from urllib.parse import parse_qs, urlsplit
 
 import asyncpg
 import msgspec
@@ -160,6 +161,15 @@ async def transaction(pool: Pool) -> AsyncIterator[Connection]:
     it raises."""
     async with pool.acquire() as conn, conn.transaction():
         yield conn
+
+
+def where(dsn: str) -> str:
+    """`dsn`'s hosts, ports and database name, for a message: never its user or password."""
+    parts = urlsplit(dsn)
+    if parts.scheme not in ("postgres", "postgresql"):
+        return "the configured database"
+    hosts = parts.netloc.rpartition("@")[2] or parse_qs(parts.query).get("host", ["localhost"])[0]
+    return f"{hosts}{parts.path or '/'}"
 
 
 def is_unavailable(err: BaseException) -> bool:

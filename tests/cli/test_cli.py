@@ -143,6 +143,14 @@ async def test_migrate_on_a_migrated_database_applies_nothing(database_url):
     assert json.loads(out.stdout) == {"applied": []}
 
 
+async def test_migrate_refused_by_the_database_says_so_in_one_line(database_url):
+    unknown = database_url.rpartition("/")[0] + "/no_such_database"
+    out = await asyncio.to_thread(run, "migrate", "--database-url", unknown)
+    assert out.returncode == 2, out.stderr
+    assert "Traceback" not in out.stderr
+    assert "refused the migration" in out.stderr and "no_such_database" in out.stderr
+
+
 async def test_job_create_wait_get_list_and_stats_through_the_cli(database_url, service):
     proc = await service(database_url, mode="all")
     common = ["--server-url", proc.base_url, "--token", "dev"]

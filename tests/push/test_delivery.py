@@ -376,6 +376,7 @@ async def test_an_endpoint_that_keeps_failing_opens_its_breaker_and_its_jobs_wai
 
     endpoint = await eventually(opened, timeout=30)
     assert endpoint["breaker"]["consecutive_failures"] == 2 and "open_until" in endpoint["breaker"]
+
     # The breaker is fed before the failed delivery's job is written (so the endpoint's slot is
     # still held while it opens): the second failure reaches its job a moment after.
     async def retries() -> list[int] | None:
