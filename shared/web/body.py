@@ -34,7 +34,11 @@ def json_response(body: Any, status: int = 200) -> web.Response:
 
 
 def _validation_detail(err: msgspec.MsgspecError) -> str:
-    text = str(err)
+    """msgspec's message, to follow a colon: "Expected `int`..." as "expected `int`...", but an
+    initialism kept ("JSON is malformed: ...", which follows "malformed JSON: " without it)."""
+    text = str(err).removeprefix("JSON is malformed: ")
+    if text[1:2].isupper():
+        return text
     return text[0].lower() + text[1:] if text else "malformed body"
 
 

@@ -91,6 +91,14 @@ async def test_malformed_json_is_400_and_writes_nothing(api, path, raw):
     await _assert_nothing_written(client)
 
 
+async def test_malformed_json_says_where_in_one_plain_sentence(api):
+    client = await api()
+    resp = await client.post("/api/v1/jobs", data=b"nojson", headers=JSON)
+    await expect_error(resp, 400, "validation error: malformed JSON: invalid character (byte 4)")
+    resp = await client.post("/api/v1/jobs", data=b'{"task_name": 1}', headers=JSON)
+    await expect_error(resp, 400, "validation error: expected `str`, got `int` - at `$.task_name`")
+
+
 NUL_BODIES = {
     "payload value": ("/api/v1/jobs", {"task_name": "t", "payload": {"x": "a\u0000b"}}),
     "payload key": ("/api/v1/jobs", {"task_name": "t", "payload": {"k\u0000": 1}}),
