@@ -75,11 +75,21 @@ class _Endpoint:
     its deliveries this process is making."""
 
     target: push_db.Target
-    keys: tuple[bytes, ...]
+    keys: tuple[bytes, ...]  # `target.secrets`' decoded keys, in their order
     labels: tuple[str, str]
     in_flight: int = 0
     freed: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
     changed: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+
+    def refresh(self, target: push_db.Target) -> None:
+        """`target` as read since: what the next deliveries are sent with."""
+        if target.secrets != self.target.secrets:
+            self.keys = tuple(secret_key(s) for s in target.secrets)
+        self.target = target
+        self.changed.set()
+
+    def signing_keys(self, now: datetime) -> tuple[bytes, ...]:
+        return self.keys[: len(self.target.signing_secrets(now))]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -215,10 +225,7 @@ class Pusher:
                     ),
                 )
             else:
-                if target.secrets != endpoint.target.secrets:
-                    endpoint.keys = tuple(secret_key(s) for s in target.secrets)
-                endpoint.target = target
-                endpoint.changed.set()
+                endpoint.refresh(target)
             metrics.PUSH_BREAKER_OPEN.labels(*endpoint.labels).set(1 if target.open_until is not None else 0)
             for queue in target.queues:
                 key = (target.id, queue)
@@ -250,10 +257,9 @@ class Pusher:
                 continue
             seen = hub.epoch(queue)  # read before the claim: a notification after it is never lost
             try:
-                leases, free = await push_db.claim(
+                claimed = await push_db.claim(
                     self.db.pool,
-                    target.id,
-                    target.tenant,
+                    target,
                     queue,
                     want,
                     target.timeout_secs + self.settings.lease_grace_secs,
@@ -266,11 +272,13 @@ class Pusher:
                 )
                 await asyncio.sleep(1.0)
                 continue
-            for lease in leases:
+            if claimed.changed is not None:  # changed since it was read: sent as it is now
+                endpoint.refresh(claimed.changed)
+            for lease in claimed.leases:
                 self._start_delivery(endpoint, lease)
-            if leases:
+            if claimed.leases:
                 continue
-            if free <= 0:  # full with deliveries elsewhere, half-open, paused or gone
+            if claimed.free <= 0:  # full with deliveries elsewhere, half-open, paused or gone
                 await _wait_event(endpoint.freed, FULL_POLL_SECS)
             else:  # nothing due: park until the queue is announced (or the safety poll)
                 await hub.wait(queue, seen, self.settings.worker_poll_secs, observe=True)
@@ -304,7 +312,9 @@ class Pusher:
             "Content-Type": "application/json",
             "webhook-id": message_id,
             "webhook-timestamp": str(timestamp),
-            "webhook-signature": signature_header(endpoint.keys, message_id, timestamp, body),
+            "webhook-signature": signature_header(
+                endpoint.signing_keys(datetime.now(UTC)), message_id, timestamp, body
+            ),
         }
         if lease.trace is not None:
             headers["traceparent"] = lease.trace.traceparent

@@ -190,60 +190,88 @@ class Target:
     timeout_secs: int
     headers: dict[str, str]
     secrets: tuple[str, ...]  # the current secret first, then one rotated out that still signs
+    previous_until: datetime | None  # until when the second of `secrets` signs
     failures: int
     open_until: datetime | None
     open: bool
+    version: datetime  # the row's updated_at: every change of what a delivery is sent with moves it
+
+    def signing_secrets(self, now: datetime) -> tuple[str, ...]:
+        """The secrets that sign a delivery sent at `now`: a rotated-out one only until its grace
+        ends, however long ago this was read."""
+        if self.previous_until is not None and now >= self.previous_until:
+            return self.secrets[:1]
+        return self.secrets
+
+
+def _target(r: asyncpg.Record) -> Target:
+    return Target(
+        id=r["id"],
+        tenant=r["tenant_key"],
+        name=r["name"],
+        url=r["url"],
+        queues=tuple(r["queues"]),
+        concurrency=r["concurrency"],
+        timeout_secs=r["timeout_secs"],
+        headers=r["headers"] or {},
+        secrets=tuple(s for s in (r["secret"], r["previous_secret"]) if s),
+        previous_until=r["previous_secret_until"],
+        failures=r["failures"],
+        open_until=r["open_until"],
+        open=r["open"],
+        version=r["updated_at"],
+    )
 
 
 async def active_targets(db: Executor) -> list[Target]:
-    return [
-        Target(
-            id=r["id"],
-            tenant=r["tenant_key"],
-            name=r["name"],
-            url=r["url"],
-            queues=tuple(r["queues"]),
-            concurrency=r["concurrency"],
-            timeout_secs=r["timeout_secs"],
-            headers=r["headers"] or {},
-            secrets=tuple(s for s in (r["secret"], r["previous_secret"]) if s),
-            failures=r["failures"],
-            open_until=r["open_until"],
-            open=r["open"],
-        )
-        for r in await db.fetch(Q.active_push_endpoints)
-    ]
+    return [_target(r) for r in await db.fetch(Q.active_push_endpoints, None)]
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """What a claim for an endpoint took."""
+
+    leases: list[Lease]
+    free: int  # how many more it could have taken (0: full, paused, gone or its breaker open)
+    # The endpoint read again in the claim when it had changed since the caller's version (the
+    # claim's jobs go out as it is now), else None.
+    changed: Target | None = None
 
 
 async def claim(
     pool: Pool,
-    endpoint_id: uuid.UUID,
-    tenant: str,
+    known: Target,
     queue: str,
     want: int,
     lease_secs: int,
     rotation: int,
     worker_id: str,
-) -> tuple[list[Lease], int]:
-    """Claim up to `want` jobs of `tenant` on `queue` for the endpoint, through the claim path
-    every lease takes (jobs.claim: limits, priorities, scheduling, pauses), never more than the
-    endpoint's concurrency minus the deliveries it holds in any pusher; the jobs are held by the
-    endpoint in the same transaction. Also answers how many more it could have taken (0: the
-    endpoint is full, paused, gone or its breaker open)."""
+) -> Claimed:
+    """Claim up to `want` jobs of `known`'s tenant on `queue` for the endpoint, through the claim
+    path every lease takes (jobs.claim: limits, priorities, scheduling, pauses), never more than
+    the endpoint's concurrency minus the deliveries it holds in any pusher; the jobs are held by
+    the endpoint in the same transaction. When the endpoint changed since `known` was read (its
+    version moved), it is read again under the claim's lock and answered beside the jobs."""
+    endpoint_id = known.id
     async with pool.acquire() as conn, conn.transaction():
-        if await conn.fetchval(Q.lock_push_endpoint, endpoint_id) is None:
-            return [], 0  # paused or gone
+        version = await conn.fetchval(Q.lock_push_endpoint, endpoint_id)
+        if version is None:
+            return Claimed([], 0)  # paused or gone
+        changed = None
+        if version != known.version:
+            row = await conn.fetchrow(Q.active_push_endpoints, endpoint_id)
+            changed = _target(row) if row is not None else None
         slots = await conn.fetchrow(Q.push_slots, endpoint_id)
         if slots is None or slots["open"]:
-            return [], 0
+            return Claimed([], 0, changed)
         free = slots["concurrency"] - slots["held"]
         if slots["tripped"]:  # half-open: one delivery at a time says whether it recovered
             free = min(free, 1 - slots["held"])
         take = min(want, free)
         if take <= 0:
-            return [], 0
+            return Claimed([], 0, changed)
         leases = await jobs_db.claim(
-            conn, queue, take, lease_secs, None, rotation, tenant=tenant, worker_id=worker_id
+            conn, queue, take, lease_secs, None, rotation, tenant=known.tenant, worker_id=worker_id
         )
         if leases:
             await conn.execute(
@@ -252,7 +280,7 @@ async def claim(
                 [lease.job.id for lease in leases],
                 [lease.token for lease in leases],
             )
-    return leases, free - len(leases)
+    return Claimed(leases, free - len(leases), changed)
 
 
 async def fail(

@@ -6,9 +6,13 @@ context, static headers) and what each answer does to the job. One in-process `-
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime
+import base64
+import os
+import uuid
+from datetime import UTC, datetime
 from typing import Any
 
+import asyncpg
 import pytest
 from aiohttp import web
 
@@ -387,3 +391,54 @@ async def test_an_endpoint_that_keeps_failing_opens_its_breaker_and_its_jobs_wai
     # Open: no more deliveries; the jobs keep their retries and wait.
     assert len(receiver.received) == 2
     assert {(await get_job(client, job_id))["status"] for job_id in ids} <= {"pending", "retrying"}
+
+
+async def test_a_change_the_pusher_did_not_hear_of_is_read_again_by_the_next_claim(
+    api, receivers, database_url
+):
+    # No safety poll within the test: the pusher hears of changes only by their NOTIFY, or by the
+    # claim that meets the endpoint's new version.
+    client = await api(mode="all", push_allow_cidrs=("127.0.0.0/8",), worker_poll_secs=60.0)
+    before, after = await receivers(), await receivers()
+    made = await bind(client, before.url)
+    await finished(client, await enqueue(client))
+    assert len(before.received) == 1
+    # A rotated secret and a new URL, written as the routes write them but with the notification
+    # lost (no pg_notify): what the next claim's job is sent with must still be the new endpoint.
+    new_secret = "whsec_" + base64.b64encode(os.urandom(32)).decode()
+    conn = await asyncpg.connect(database_url)
+    try:
+        await conn.execute(
+            "UPDATE queueflow.push_endpoints SET secret = $2, previous_secret = NULL,"
+            " previous_secret_until = NULL, url = $3, updated_at = now() WHERE id = $1",
+            uuid.UUID(made["id"]),
+            new_secret,
+            after.url,
+        )
+    finally:
+        await conn.close()
+    job_id = await enqueue(client)
+    await finished(client, job_id)
+    [got] = after.received
+    assert got.job_id == job_id
+    assert verify(new_secret, got) and not verify(made["secret"], got)
+    assert len(before.received) == 1
+
+
+async def test_a_rotated_out_secret_stops_signing_when_its_grace_ends(api, receivers):
+    client = await api(mode="all", push_allow_cidrs=("127.0.0.0/8",), worker_poll_secs=60.0)
+    receiver = await receivers()
+    made = await bind(client, receiver.url)
+    status, rotated = await post(
+        client, f"/api/v1/push-endpoints/{made['id']}/rotate-secret", {"grace_secs": 1}
+    )
+    assert status == 200, rotated
+    await finished(client, await enqueue(client))
+    [during] = receiver.received
+    assert verify(rotated["secret"], during) and verify(made["secret"], during)
+    # After the grace, with nothing read since: the old secret no longer signs.
+    ends = datetime.fromisoformat(rotated["previous_secret_expires_at"])
+    await asyncio.sleep(max(0.0, (ends - datetime.now(UTC)).total_seconds()) + 0.05)
+    await finished(client, await enqueue(client))
+    later = receiver.received[1]
+    assert verify(rotated["secret"], later) and not verify(made["secret"], later)

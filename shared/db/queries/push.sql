@@ -86,19 +86,24 @@ SELECT b.queue_name, b.tenant_key,
 FROM queueflow.push_bindings b;
 
 -- name: active_push_endpoints
--- What the pushers deliver to: every endpoint not paused, with its signing secrets.
+-- What the pushers deliver to: every endpoint not paused (or only endpoint $1), with its signing
+-- secrets (the previous one while it still signs, and until when) and its version (updated_at).
 SELECT e.id, e.tenant_key, e.name, e.url, e.concurrency, e.timeout_secs, e.headers, e.secret,
        CASE WHEN e.previous_secret_until > now() THEN e.previous_secret END AS previous_secret,
+       CASE WHEN e.previous_secret_until > now() THEN e.previous_secret_until END AS previous_secret_until,
        e.failures, e.open_until, e.open_until IS NOT NULL AND e.open_until > now() AS open,
-       ARRAY(SELECT b.queue_name FROM queueflow.push_bindings b WHERE b.endpoint_id = e.id ORDER BY b.queue_name) AS queues
-FROM queueflow.push_endpoints e WHERE NOT e.paused;
+       ARRAY(SELECT b.queue_name FROM queueflow.push_bindings b WHERE b.endpoint_id = e.id ORDER BY b.queue_name) AS queues,
+       e.updated_at
+FROM queueflow.push_endpoints e WHERE NOT e.paused AND ($1::uuid IS NULL OR e.id = $1);
 
 -- name: lock_push_endpoint
 -- The first statement of a claim for endpoint $1, in the claim's transaction: claims for one
 -- endpoint take turns, whatever pusher makes them. (Its own statement: the next one then reads a
 -- snapshot taken after the lock was granted, which sees the holds the previous claim committed. In
--- one statement with the lock, READ COMMITTED would count them from before the wait.)
-SELECT id FROM queueflow.push_endpoints WHERE id = $1 AND NOT paused FOR UPDATE;
+-- one statement with the lock, READ COMMITTED would count them from before the wait.) It answers
+-- the endpoint's version: a change committed before the claim (a rotated secret, a new URL) is
+-- read again in the claim, so the claim's jobs are never sent as the endpoint was before it.
+SELECT updated_at FROM queueflow.push_endpoints WHERE id = $1 AND NOT paused FOR UPDATE;
 
 -- name: push_slots
 -- The second: drop the endpoint's holds whose job no longer runs under the held lease, and answer
