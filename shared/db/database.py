@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import uuid
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 import structlog
@@ -30,6 +30,36 @@ CLOSE_WAIT_SECS = 10.0
 # A database not reachable at start is tried again after this, doubling up to the most.
 START_RETRY_FIRST_SECS = 0.5
 START_RETRY_MAX_SECS = 10.0
+
+
+async def _waiting_at_start(dsn: str, attempt: Callable[[], Awaitable[Database]]) -> Database:
+    """`attempt()`, again while the database cannot be reached yet (not started, still starting, a
+    name that does not resolve yet, no connection slot): 0.5 s doubling to 10 s, with a warning
+    each time and no traceback, so a process started before its database serves once it comes up.
+    A database that answers and refuses (a wrong password, an unknown database or role, a malformed
+    URL) is a setting to change, not an outage to wait out: ConfigError, saying so without the
+    URL's user or password."""
+    delay = START_RETRY_FIRST_SECS
+    while True:
+        try:
+            return await attempt()
+        except Exception as err:
+            if is_unavailable(err):
+                log.warning(
+                    "database_unreachable_at_start",
+                    database=where(dsn),
+                    error=str(err) or type(err).__name__,
+                    retry_in_secs=delay,
+                )
+            elif is_database_error(err):
+                raise ConfigError(
+                    f"cannot start: the database at {where(dsn)} refused the connection:"
+                    f" {str(err) or type(err).__name__}"
+                ) from None
+            else:
+                raise
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, START_RETRY_MAX_SECS)
 
 
 class Database:
@@ -72,82 +102,36 @@ class Database:
         safety_poll_secs: float = pooler.POLL_SECS,
         tracer: Tracer | None = None,
     ) -> Database:
-        """Open the database (`_open_once`), waiting for it at start: a database that cannot be
-        reached yet (not started, still starting, a name that does not resolve yet, no connection
-        slot) is tried again, 0.5 s doubling to 10 s, with a warning each time and no traceback, so
-        a process started before its database comes up serves once it does. A database that
-        answers and refuses (a wrong password, an unknown database or role, a malformed URL) is a
-        setting to change, not an outage to wait out: ConfigError, saying so without the URL's
-        password."""
-        delay = START_RETRY_FIRST_SECS
-        while True:
-            try:
-                return await cls._open_once(
-                    dsn,
-                    min_connections=min_connections,
-                    max_connections=max_connections,
-                    migrate=migrate,
-                    direct_dsn=direct_dsn,
-                    statement_cache_size=statement_cache_size,
-                    safety_poll_secs=safety_poll_secs,
-                    tracer=tracer,
-                )
-            except Exception as err:
-                if is_unavailable(err):
-                    log.warning(
-                        "database_unreachable_at_start",
-                        database=where(dsn),
-                        error=str(err) or type(err).__name__,
-                        retry_in_secs=delay,
-                    )
-                elif is_database_error(err):
-                    raise ConfigError(
-                        f"cannot start: the database at {where(dsn)} refused the connection:"
-                        f" {str(err) or type(err).__name__}"
-                    ) from None
-                else:
-                    raise
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, START_RETRY_MAX_SECS)
-
-    @classmethod
-    async def _open_once(
-        cls,
-        dsn: str,
-        *,
-        min_connections: int,
-        max_connections: int,
-        migrate: bool,
-        direct_dsn: str | None = None,
-        statement_cache_size: int = 100,
-        safety_poll_secs: float = pooler.POLL_SECS,
-        tracer: Tracer | None = None,
-    ) -> Database:
         """Find out whether a transaction pooler is on the way (shared/db/pooler.py), migrate
-        (unless told not to), open the pool, and start the listener. The pool uses `dsn`, which may
-        be a transaction pooler's; the migrations and the LISTEN connection use `direct_dsn`
-        (default `dsn`), which should be a session of its own. Through a transaction pooler the
-        pool prepares its statements unnamed unless named ones survive it, and where LISTEN would go
-        through one a Poller wakes every waiter at least every POLL_SECS (or `safety_poll_secs`,
-        the waiters' own safety poll, when shorter) instead."""
+        (unless told not to), open the pool, and start the listener, waiting for the database at
+        start (`_waiting_at_start`). The pool uses `dsn`, which may be a transaction pooler's; the
+        migrations and the LISTEN connection use `direct_dsn` (default `dsn`), which should be a
+        session of its own. Through a transaction pooler the pool prepares its statements unnamed
+        unless named ones survive it, and where LISTEN would go through one a Poller wakes every
+        waiter at least every POLL_SECS (or `safety_poll_secs`, the waiters' own safety poll, when
+        shorter) instead."""
         direct = direct_dsn or dsn
         poll_secs = min(pooler.POLL_SECS, safety_poll_secs)
-        route = await pooler.plan(dsn, direct, statement_cache_size, poll_secs)
-        metrics.DB_TRANSACTION_POOLER.set(1 if "DATABASE_URL" in route.pooled else 0)
-        metrics.NOTIFICATIONS_POLLED.set(0 if route.listen else 1)
-        if migrate:
-            applied = await apply_migrations(direct)
-            if applied:
-                log.info("migrations_applied", versions=applied)
-        pool = await create_pool(dsn, min_connections, max_connections, route.statement_cache_size)
-        hub = Hub()
-        listener = Listener(direct, hub) if route.listen else Poller(hub, poll_secs)
-        try:
-            await listener.start()
-        except BaseException:
-            await pool.close()
-            raise
-        return cls(pool, hub, listener, tracer, route)
+
+        async def attempt() -> Database:
+            route = await pooler.plan(dsn, direct, statement_cache_size, poll_secs)
+            metrics.DB_TRANSACTION_POOLER.set(1 if "DATABASE_URL" in route.pooled else 0)
+            metrics.NOTIFICATIONS_POLLED.set(0 if route.listen else 1)
+            if migrate:
+                applied = await apply_migrations(direct)
+                if applied:
+                    log.info("migrations_applied", versions=applied)
+            pool = await create_pool(dsn, min_connections, max_connections, route.statement_cache_size)
+            hub = Hub()
+            listener = Listener(direct, hub) if route.listen else Poller(hub, poll_secs)
+            try:
+                await listener.start()
+            except BaseException:
+                await pool.close()
+                raise
+            return cls(pool, hub, listener, tracer, route)
+
+        return await _waiting_at_start(dsn, attempt)
 
     def give_back_unanswered_claim(self, queue: str, key: uuid.UUID) -> None:
         """A claim's answer was lost with its connection (it may have committed, leasing jobs no
